@@ -1,0 +1,40 @@
+# Two entry points for a fresh clone: `make demo` (train a small model, then sample from it) and
+# `make test` (the whole test suite). Each creates ./.venv on first use; nothing needs to be
+# installed by hand beyond a Python 3.10+ with the venv module.
+#
+# A stamp file in .venv records what was installed; it is older than pyproject.toml after the
+# dependencies change, and the next run reinstalls. `demo` installs the runtime only (no torch);
+# `test` adds the [test] extra (pytest, hypothesis, torch, keras), which also satisfies `demo`.
+# Extra pytest options: make test PYTEST_ARGS="-k corpus -x". Extra pip options: PIP_FLAGS=...
+
+PYTHON ?= python3
+VENV := .venv
+PIP_FLAGS ?=
+PYTEST_ARGS ?=
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: demo test bench clean
+
+demo: $(RUNTIME_STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/hiddenstate demo
+
+test: $(TEST_STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: $(TEST_STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/bench_layers.py
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(RUNTIME_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[test]'
+	touch $@ $(RUNTIME_STAMP)
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

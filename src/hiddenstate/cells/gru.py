@@ -1,0 +1,173 @@
+"""GRU: scan kernels (forward and exact BPTT side by side) and :class:`GRUCell`.
+
+Gate order r, z, n (PyTorch). Two forms of the candidate:
+
+* ``reset_after=False`` (default; Cho et al. 2014, Eq. 8, and Keras ``reset_after=False``):
+  ``n = tanh(W_in x + b_in + W_hn (r * h) + b_hn)``: the reset gate scales the previous state
+  *before* the recurrent product, so each step needs a second (N, H) x (H, H) product.
+* ``reset_after=True`` (PyTorch, cuDNN, Keras default): ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``:
+  one (N, H) x (H, 3H) product per step serves all three gates.
+
+Both end in ``h_t = z * h_{t-1} + (1 - z) * n`` (:func:`hiddenstate.seeds.hidden_state_update`).
+Kernel contract: see :mod:`hiddenstate.cells.rnn`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..functional import gru_blend, sigmoid
+from ._base import Cell
+
+__all__ = ["GRUCell", "scan_backward", "scan_forward"]
+
+NUM_GATES = 3
+
+
+def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
+    T, N, H3 = xw.shape
+    H = H3 // 3
+    # gate-major copy of the input projection: xg[k, t] is a contiguous (N, H) block
+    xg = np.ascontiguousarray(xw.reshape(T, N, 3, H).transpose(2, 0, 1, 3))  # (3, T, N, H)
+    if b_hh is not None:
+        xg[0] += b_hh[:H]
+        xg[1] += b_hh[H:2 * H]
+        if not reset_after:
+            xg[2] += b_hh[2 * H:]
+    b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
+    dt = xw.dtype
+    R = np.empty((T, N, H), dtype=dt)
+    Z = np.empty_like(R)
+    Nc = np.empty_like(R)
+    S = np.empty_like(R)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
+    hprev = np.empty_like(R)
+    hnew = np.empty_like(R)
+    hs = hnew if keep is None else np.empty_like(R)
+    w_t = w_hh.T if reset_after else w_hh[: 2 * H].T  # (H, 3H) or (H, 2H)
+    w_n_t = w_hh[2 * H:].T  # (H, H)
+    h = h0
+    for t in range(T):
+        if reset is not None:
+            h = np.where(reset[t], h0, h)
+        hprev[t] = h
+        gh = h @ w_t  # (N, 3H) or (N, 2H): one product for the gates
+        r, z, n, s = R[t], Z[t], Nc[t], S[t]
+        sigmoid(np.add(xg[0, t], gh[:, :H], out=r), out=r)
+        sigmoid(np.add(xg[1, t], gh[:, H:2 * H], out=z), out=z)
+        if reset_after:
+            if b_hn is not None:
+                np.add(gh[:, 2 * H:], b_hn, out=s)
+            else:
+                s[...] = gh[:, 2 * H:]
+            np.multiply(r, s, out=n)
+        else:
+            np.multiply(r, h, out=s)
+            np.matmul(s, w_n_t, out=n)
+        n += xg[2, t]
+        np.tanh(n, out=n)
+        a = gru_blend(z, h, n, out=hnew[t])
+        if keep is not None:
+            hs[t] = np.where(keep[t], a, h)
+        h = hs[t]
+    cache = (R, Z, Nc, S, hprev, w_hh, h0, keep, reset, reset_after)
+    return hs, h.copy() if T else h0.copy(), cache
+
+
+def scan_backward(cache, dhs, d_final):
+    R, Z, Nc, S, hprev, w_hh, h0, keep, reset, reset_after = cache
+    T, N, H = R.shape
+    # every factor that does not depend on the recurrence, for all steps at once
+    fac_n = (1.0 - Z) * (1.0 - Nc * Nc)  # dh_t/da_n
+    fac_z = (hprev - Nc) * Z * (1.0 - Z)  # dh_t/da_z
+    dsig_r = R * (1.0 - R)
+    if reset_after:
+        fac_r = S * dsig_r  # da_n/da_r
+        DGH = np.empty((T, N, 3 * H), dtype=R.dtype)  # gradient w.r.t. W_hh h (+ b_hh)
+        w_all = w_hh
+    else:
+        fac_r = hprev * dsig_r
+        DGH = np.empty((T, N, 2 * H), dtype=R.dtype)
+        w_all = w_hh[: 2 * H]
+        w_n = w_hh[2 * H:]
+    DAN = np.empty((T, N, H), dtype=R.dtype)  # gradient w.r.t. a_n
+    carry = np.zeros_like(h0) if d_final is None else np.array(d_final, dtype=h0.dtype)
+    dh0 = np.zeros_like(h0)
+    for t in range(T - 1, -1, -1):
+        dh = carry if dhs is None else carry + dhs[t]
+        if keep is not None:
+            dpass = np.where(keep[t], 0.0, dh)
+            dh = np.where(keep[t], dh, 0.0)
+        dan = np.multiply(dh, fac_n[t], out=DAN[t])
+        dg = DGH[t]
+        np.multiply(dh, fac_z[t], out=dg[:, H:2 * H])
+        if reset_after:
+            np.multiply(dan, fac_r[t], out=dg[:, :H])
+            np.multiply(dan, R[t], out=dg[:, 2 * H:])
+            dh_prev = dg @ w_all
+        else:
+            drh = dan @ w_n  # (N, H): gradient w.r.t. r * h
+            np.multiply(drh, fac_r[t], out=dg[:, :H])
+            dh_prev = dg @ w_all
+            drh *= R[t]
+            dh_prev += drh
+        dh *= Z[t]
+        dh_prev += dh
+        if keep is not None:
+            dh_prev += dpass
+        if reset is not None:
+            dh0 += np.where(reset[t], dh_prev, 0.0)
+            dh_prev = np.where(reset[t], 0.0, dh_prev)
+        carry = dh_prev
+    dh0 += carry
+    hp2 = hprev.reshape(-1, H)
+    if reset_after:
+        dxw = DGH.copy()
+        dxw[:, :, 2 * H:] = DAN
+        dw_hh = DGH.reshape(-1, 3 * H).T @ hp2
+        db_hh = DGH.sum(axis=1).sum(axis=0)
+    else:
+        dxw = np.concatenate([DGH, DAN], axis=2)
+        dw_hh = np.concatenate([DGH.reshape(-1, 2 * H).T @ hp2, DAN.reshape(-1, H).T @ S.reshape(-1, H)], axis=0)
+        db_hh = dxw.sum(axis=1).sum(axis=0)
+    return dxw, dw_hh, db_hh, dh0
+
+
+class GRUCell(Cell):
+    """Gated recurrent unit cell (Cho et al. 2014), PyTorch parameter layout.
+
+    ``r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)``, ``z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)``,
+    ``n = tanh(W_in x + b_in + W_hn (r * h) + b_hn)`` (``reset_after=False``, the paper) or
+    ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`` (``reset_after=True``, ``torch.nn.GRUCell``),
+    ``h' = z * h + (1 - z) * n``.
+
+    Parameters
+    ----------
+    input_size : int
+        I.
+    hidden_size : int
+        H.
+    bias : bool, default True
+    reset_after : bool, default False
+        Where the reset gate acts; see :mod:`hiddenstate.cells.gru`.
+    dtype : {float64, float32}, default float64
+    rng : numpy.random.Generator, optional
+        Initial weights U(-1/sqrt(H), 1/sqrt(H)).
+
+    Attributes
+    ----------
+    params : dict
+        ``weight_ih`` (3H, I), ``weight_hh`` (3H, H), ``bias_ih`` (3H,), ``bias_hh`` (3H,), rows in
+        gate order r, z, n.
+    """
+
+    num_gates = NUM_GATES
+    _kernel = staticmethod(scan_forward), staticmethod(scan_backward)
+
+    def __init__(self, input_size, hidden_size, *, bias=True, reset_after=False, dtype=np.float64, rng=None):
+        if not isinstance(reset_after, (bool, np.bool_)):
+            raise TypeError(f"reset_after must be a bool; got {type(reset_after).__name__}.")
+        self.reset_after = bool(reset_after)
+        super().__init__(input_size, hidden_size, bias=bias, dtype=dtype, rng=rng)
+
+    def _options(self):
+        return {"reset_after": self.reset_after}

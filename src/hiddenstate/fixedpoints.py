@@ -1,0 +1,268 @@
+"""Fixed points and slow points of a recurrent map, found by minimising a speed function.
+
+A recurrent network run with its input held constant is an autonomous map ``h -> F(h)``.
+Following Sussillo and Barak (2013), its fixed points (``F(h*) = h*``) are the global minima,
+with value zero, of the "kinetic energy"
+
+.. math:: q(h) = \\tfrac12 \\lVert F(h) - h \\rVert^2 ,
+          \\qquad \\nabla q(h) = (J(h) - I)^\\top (F(h) - h),
+
+where :math:`J = \\partial F / \\partial h`. This module minimises ``q`` from many starting
+states with :func:`scipy.optimize.minimize` and the analytic gradient above, polishes each
+candidate with Newton steps on ``F(h) - h = 0``, merges duplicates, and classifies every point
+by the eigenvalues of ``J`` at it: for a discrete-time map a point is *stable* when every
+eigenvalue has modulus below one, and a *saddle* with ``k`` unstable directions when ``k`` of
+them lie outside the unit circle.
+
+References
+----------
+D. Sussillo and O. Barak, "Opening the black box: low-dimensional dynamics in high-dimensional
+recurrent neural networks", Neural Computation 25(3):626-649, 2013.
+M. D. Golub and D. Sussillo, "FixedPointFinder: a TensorFlow toolbox for identifying and
+characterizing fixed points in recurrent neural networks", JOSS 3(31):1003, 2018.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy import optimize
+
+__all__ = ["FixedPoint", "find_fixed_points", "classify_point"]
+
+_KINDS = ("stable", "marginal", "saddle", "unstable")
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """One fixed point (or slow point) of a map ``h -> F(h)``.
+
+    Attributes
+    ----------
+    h : ndarray of shape (H,), float64
+        The state.
+    q : float
+        ``0.5 * ||F(h) - h||**2`` at ``h`` (0 for an exact fixed point).
+    eigenvalues : ndarray of shape (H,), complex128
+        Eigenvalues of the Jacobian ``J = dF/dh`` at ``h``, sorted by decreasing modulus.
+    n_unstable : int
+        Number of eigenvalues with modulus greater than ``1 + margin`` (directions along which
+        a small perturbation grows under the discrete-time map).
+    kind : {"stable", "marginal", "saddle", "unstable"}
+        ``"stable"``: every ``|eig| < 1 - margin``; ``"marginal"``: none unstable but some within
+        ``margin`` of the unit circle; ``"saddle"``: ``0 < n_unstable < H``; ``"unstable"``:
+        every direction unstable (a repeller).
+    n_hits : int
+        How many starting states converged to this point (after de-duplication).
+    jacobian : ndarray of shape (H, H), float64
+        ``dF/dh`` at ``h``.
+    """
+
+    h: np.ndarray
+    q: float
+    eigenvalues: np.ndarray
+    n_unstable: int
+    kind: str
+    n_hits: int = 1
+    jacobian: np.ndarray = field(default=None, repr=False)
+
+    @property
+    def is_stable(self) -> bool:
+        """True when every eigenvalue of the Jacobian lies strictly inside the unit circle."""
+        return self.kind == "stable"
+
+    @property
+    def spectral_radius(self) -> float:
+        """Largest eigenvalue modulus of the Jacobian at the point."""
+        return float(np.abs(self.eigenvalues[0])) if self.eigenvalues.size else 0.0
+
+    def unstable_directions(self) -> np.ndarray:
+        """Eigenvectors of the unstable eigenvalues, one per column.
+
+        Returns
+        -------
+        ndarray of shape (H, n_unstable), complex128
+            Perturbing a saddle along ``±`` one of these and iterating the map shows which
+            attractors the saddle separates (Sussillo and Barak 2013, section 3).
+        """
+        vals, vecs = np.linalg.eig(self.jacobian)
+        order = np.argsort(-np.abs(vals), kind="stable")
+        return vecs[:, order[: self.n_unstable]]
+
+
+def classify_point(jacobian: np.ndarray, *, margin: float = 1e-8) -> tuple[np.ndarray, int, str]:
+    """Classify a fixed point of a discrete-time map by the eigenvalues of its Jacobian.
+
+    Parameters
+    ----------
+    jacobian : ndarray of shape (H, H)
+        ``dF/dh`` at the point.
+    margin : float, default 1e-8
+        Eigenvalues with ``| |eig| - 1 | <= margin`` count as marginal, not unstable.
+
+    Returns
+    -------
+    eigenvalues : ndarray of shape (H,), complex128
+        Sorted by decreasing modulus.
+    n_unstable : int
+        Number of eigenvalues with modulus ``> 1 + margin``.
+    kind : str
+        One of ``"stable"``, ``"marginal"``, ``"saddle"``, ``"unstable"`` (see :class:`FixedPoint`).
+    """
+    jacobian = np.asarray(jacobian, dtype=np.float64)
+    vals = np.linalg.eigvals(jacobian).astype(np.complex128)
+    mods = np.abs(vals)
+    order = np.argsort(-mods, kind="stable")
+    vals, mods = vals[order], mods[order]
+    n_unstable = int(np.count_nonzero(mods > 1.0 + margin))
+    n_marginal = int(np.count_nonzero(np.abs(mods - 1.0) <= margin))
+    H = jacobian.shape[0]
+    if n_unstable == 0:
+        kind = "stable" if n_marginal == 0 else "marginal"
+    elif n_unstable == H:
+        kind = "unstable"
+    else:
+        kind = "saddle"
+    return vals, n_unstable, kind
+
+
+def find_fixed_points(
+    F: Callable[[np.ndarray], np.ndarray],
+    jac: Callable[[np.ndarray], np.ndarray],
+    inits,
+    *,
+    tol: float = 1e-12,
+    dedup_tol: float | None = None,
+    max_iter: int = 2000,
+    newton_steps: int = 20,
+    margin: float = 1e-8,
+    method: str = "L-BFGS-B",
+) -> list[FixedPoint]:
+    """Find, de-duplicate and classify the fixed points of ``h -> F(h)``.
+
+    Minimises ``q(h) = 0.5 * ||F(h) - h||**2`` from every row of ``inits`` (Sussillo and Barak
+    2013) with :func:`scipy.optimize.minimize` and the exact gradient
+    ``(J(h) - I)^T (F(h) - h)``, then refines each candidate with at most ``newton_steps``
+    Newton steps ``h <- h - (J - I)^{-1} (F(h) - h)`` (least squares, kept only while ``q``
+    decreases). Candidates with ``q <= tol`` are merged greedily (in order of increasing ``q``)
+    when closer than ``dedup_tol``; every survivor is classified by :func:`classify_point`.
+
+    Parameters
+    ----------
+    F : callable
+        ``F(h) -> ndarray of shape (H,)`` for ``h`` of shape (H,), float64: one step of the
+        network with its input held fixed (usually at zero).
+    jac : callable
+        ``jac(h) -> ndarray of shape (H, H)``: the Jacobian ``dF/dh`` (row ``i`` = gradient of
+        ``F(h)[i]``).
+    inits : array_like of shape (K, H) or (H,)
+        Starting states, typically states visited by the network plus a little Gaussian noise
+        (Golub and Sussillo 2018 use noise of standard deviation 0.5).
+    tol : float, default 1e-12
+        Largest ``q`` accepted as a fixed point. Raise it (e.g. to 1e-4) to keep "slow points"
+        (local minima of ``q`` that are not exact fixed points).
+    dedup_tol : float, optional
+        Euclidean distance under which two points are the same. Default ``1e-3 * sqrt(H)``.
+    max_iter : int, default 2000
+        Iteration limit of the optimiser per start.
+    newton_steps : int, default 20
+        Newton polishing steps per start (0 disables polishing).
+    margin : float, default 1e-8
+        Passed to :func:`classify_point`.
+    method : str, default "L-BFGS-B"
+        Any gradient-based method of :func:`scipy.optimize.minimize` that accepts ``jac=True``.
+
+    Returns
+    -------
+    list of FixedPoint
+        Sorted by number of unstable directions, then by decreasing ``n_hits``, then by the
+        state's coordinates (a deterministic order). Empty if no start converged.
+
+    Raises
+    ------
+    ValueError
+        If ``inits`` is not finite with shape (K, H), if ``F`` or ``jac`` return the wrong shape,
+        or if a tolerance is not positive.
+    """
+    X = np.asarray(inits, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[None, :]
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(
+            f"inits must have shape (K, H) with K >= 1 starting states of size H >= 1; got shape "
+            f"{X.shape}. Stack the starting states as rows."
+        )
+    if not np.isfinite(X).all():
+        raise ValueError("inits must be finite; got NaN or Inf. Drop or replace those rows.")
+    if not (tol > 0):
+        raise ValueError(f"tol must be positive; got {tol!r}.")
+    K, H = X.shape
+    if dedup_tol is None:
+        dedup_tol = 1e-3 * np.sqrt(H)
+    if not (dedup_tol > 0):
+        raise ValueError(f"dedup_tol must be positive; got {dedup_tol!r}.")
+
+    F0 = np.asarray(F(X[0].copy()))
+    J0 = np.asarray(jac(X[0].copy()))
+    if F0.shape != (H,):
+        raise ValueError(f"F(h) must return shape (H,)=({H},); got {F0.shape}. F maps one state to the next.")
+    if J0.shape != (H, H):
+        raise ValueError(f"jac(h) must return shape (H, H)=({H}, {H}); got {J0.shape}.")
+    eye = np.eye(H)
+
+    def q_and_grad(h):
+        r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
+        J = np.asarray(jac(h), dtype=np.float64)  # (H, H)
+        return 0.5 * float(r @ r), (J - eye).T @ r
+
+    candidates = []
+    with np.errstate(under="ignore"):
+        for x0 in X:
+            res = optimize.minimize(
+                q_and_grad,
+                x0,
+                jac=True,
+                method=method,
+                options={"maxiter": max_iter, "gtol": 1e-14} if method != "L-BFGS-B"
+                else {"maxiter": max_iter, "gtol": 1e-14, "ftol": 1e-20},
+            )
+            h = np.asarray(res.x, dtype=np.float64)
+            q, _ = q_and_grad(h)
+            for _ in range(newton_steps):
+                if q == 0.0:
+                    break
+                r = np.asarray(F(h), dtype=np.float64) - h
+                A = np.asarray(jac(h), dtype=np.float64) - eye
+                step = np.linalg.lstsq(A, r, rcond=None)[0]
+                h_new = h - step
+                if not np.isfinite(h_new).all():
+                    break
+                q_new, _ = q_and_grad(h_new)
+                if q_new >= q:
+                    break
+                h, q = h_new, q_new
+            if q <= tol:
+                candidates.append((q, h))
+
+    candidates.sort(key=lambda c: c[0])
+    reps: list[list] = []  # [q, h, hits]
+    for q, h in candidates:
+        for rep in reps:
+            if np.linalg.norm(rep[1] - h) < dedup_tol:
+                rep[2] += 1
+                break
+        else:
+            reps.append([q, h, 1])
+
+    points = []
+    for q, h, hits in reps:
+        J = np.asarray(jac(h), dtype=np.float64)
+        vals, n_unstable, kind = classify_point(J, margin=margin)
+        points.append(
+            FixedPoint(h=h, q=float(q), eigenvalues=vals, n_unstable=n_unstable, kind=kind,
+                       n_hits=hits, jacobian=J)
+        )
+    points.sort(key=lambda p: (p.n_unstable, -p.n_hits, tuple(np.round(p.h, 9))))
+    return points

@@ -1,0 +1,172 @@
+"""Gate statistics: how often each unit's gate is saturated, and how long it remembers.
+
+Karpathy, Johnson and Fei-Fei (2015, section 4.3, Figure 3) summarise every gate of every unit
+by the fraction of time it is *left-saturated* (activation below 0.1) and *right-saturated*
+(above 0.9) and plot one against the other. A forget gate (LSTM) or update gate (GRU, in the
+convention ``h_t = z * h_{t-1} + (1 - z) * n``) that is right-saturated most of the time keeps
+its unit's value: an integrator, a "memory" unit.
+
+A gate held at its mean value ``m`` makes the unit a leaky integrator
+``h_t = m h_{t-1} + (1 - m) n_t`` whose impulse response decays as ``m**k``; its effective time
+constant (mean lifetime of a contribution, in steps) is
+
+.. math:: \\tau = \\sum_{k \\ge 0} m^k = \\frac{1}{1 - m} .
+
+``tau`` near 1 marks an "update" unit that follows its input; a large ``tau`` a "memory" unit.
+
+References
+----------
+A. Karpathy, J. Johnson, L. Fei-Fei, "Visualizing and understanding recurrent networks",
+arXiv:1506.02078, 2015 (ICLR 2016 workshop).
+K. Cho et al., "Learning phrase representations using RNN encoder-decoder for statistical
+machine translation", EMNLP 2014 (the GRU and its update gate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GateStats", "gate_statistics", "time_constant"]
+
+
+def time_constant(mean_keep) -> np.ndarray:
+    """Effective memory time constant ``1 / (1 - m)`` of a leaky integrator that keeps ``m``.
+
+    Parameters
+    ----------
+    mean_keep : array_like of floats in [0, 1]
+        Mean value of a "keep" gate: the GRU update gate ``z`` (``h_t = z h_{t-1} + (1-z) n_t``)
+        or the LSTM forget gate ``f``.
+
+    Returns
+    -------
+    ndarray of float64, same shape as ``mean_keep``
+        Time constant in steps; ``inf`` where ``mean_keep == 1``.
+
+    Raises
+    ------
+    ValueError
+        If a value lies outside [0, 1].
+    """
+    m = np.asarray(mean_keep, dtype=np.float64)
+    if m.size and (np.nanmin(m) < 0.0 or np.nanmax(m) > 1.0):
+        raise ValueError(
+            f"mean_keep must lie in [0, 1]; got values in [{np.nanmin(m):.4g}, {np.nanmax(m):.4g}]. "
+            "Pass gate activations (after the sigmoid), not pre-activations."
+        )
+    gap = 1.0 - m
+    out = np.full_like(m, np.inf)
+    np.divide(1.0, gap, out=out, where=gap > 0)
+    return out
+
+
+@dataclass(frozen=True)
+class GateStats:
+    """Per-unit statistics of one gate over time.
+
+    Attributes
+    ----------
+    name : str
+        Label, e.g. ``"layer 0 z"``.
+    mean : ndarray of shape (H,)
+        Mean activation of each unit over the valid steps.
+    std : ndarray of shape (H,)
+        Standard deviation over the valid steps.
+    left : ndarray of shape (H,)
+        Fraction of valid steps with activation ``< low`` (left-saturated).
+    right : ndarray of shape (H,)
+        Fraction of valid steps with activation ``> high`` (right-saturated).
+    n_steps : int
+        Number of (time, sequence) samples averaged.
+    low, high : float
+        The saturation thresholds (0.1 and 0.9 in Karpathy et al. 2015).
+    """
+
+    name: str
+    mean: np.ndarray
+    std: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    n_steps: int
+    low: float = 0.1
+    high: float = 0.9
+
+    @property
+    def time_constant(self) -> np.ndarray:
+        """``1 / (1 - mean)`` per unit, shape (H,); meaningful for keep gates (GRU z, LSTM f)."""
+        return time_constant(np.clip(self.mean, 0.0, 1.0))
+
+    def memory_units(self, min_steps: float = 10.0) -> np.ndarray:
+        """Indices of units whose time constant is at least ``min_steps``, longest first.
+
+        Parameters
+        ----------
+        min_steps : float, default 10.0
+
+        Returns
+        -------
+        ndarray of int, shape (k,)
+        """
+        tau = self.time_constant
+        idx = np.flatnonzero(tau >= min_steps)
+        return idx[np.argsort(-tau[idx], kind="stable")]
+
+
+def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, high: float = 0.9) -> GateStats:
+    """Mean, saturation fractions and time constant of each unit of one gate.
+
+    Parameters
+    ----------
+    gate : array_like of shape (..., H), floats in [0, 1]
+        Gate activations (after the sigmoid), e.g. the ``z`` of a trace, shape (T, N, H) or (T, H).
+    mask : array_like of bool, shape gate.shape[:-1], optional
+        True for valid steps (use it to ignore padding of sequences shorter than ``T``).
+    name : str, default "gate"
+        Label stored in the result.
+    low, high : float, default 0.1 and 0.9
+        Saturation thresholds: left-saturated is ``< low``, right-saturated ``> high``.
+
+    Returns
+    -------
+    GateStats
+
+    Raises
+    ------
+    ValueError
+        If ``gate`` has fewer than 2 dimensions, values outside [0, 1], a mask of the wrong shape,
+        no valid step, or ``not 0 <= low < high <= 1``.
+    """
+    g = np.asarray(gate, dtype=np.float64)
+    if g.ndim < 2:
+        raise ValueError(
+            f"gate must have shape (..., H) with at least one time axis; got shape {g.shape}. "
+            "For a single step use gate[None]."
+        )
+    if not (0.0 <= low < high <= 1.0):
+        raise ValueError(f"low and high must satisfy 0 <= low < high <= 1; got low={low}, high={high}.")
+    H = g.shape[-1]
+    flat = g.reshape(-1, H)  # (M, H)
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != g.shape[:-1]:
+            raise ValueError(f"mask must have shape {g.shape[:-1]} (gate.shape[:-1]); got {m.shape}.")
+        flat = flat[m.reshape(-1)]
+    if flat.shape[0] == 0:
+        raise ValueError("gate must have at least one valid step; got none (empty array or all-False mask).")
+    if not np.isfinite(flat).all() or flat.min() < 0.0 or flat.max() > 1.0:
+        raise ValueError(
+            f"gate must hold finite activations in [0, 1]; got values in [{flat.min():.4g}, {flat.max():.4g}]. "
+            "Pass gate outputs (after the sigmoid), not pre-activations."
+        )
+    return GateStats(
+        name=name,
+        mean=flat.mean(axis=0),
+        std=flat.std(axis=0),
+        left=(flat < low).mean(axis=0),
+        right=(flat > high).mean(axis=0),
+        n_steps=int(flat.shape[0]),
+        low=float(low),
+        high=float(high),
+    )

@@ -1,0 +1,144 @@
+"""Public finite-difference gradient checker (central differences, directional and elementwise).
+
+Compare an analytic gradient (our BPTT) with numerical derivatives of a scalar function, as
+HIPS/autograd's ``check_grads`` does. Use float64: central differences with ``eps = 1e-6`` have
+truncation error O(eps**2) and rounding error O(1e-16 / eps), so relative errors of about 1e-8
+are expected for correct gradients and anything above 1e-6 points to a bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+__all__ = ["GradcheckError", "check_grads", "directional_check", "elementwise_check", "relative_error"]
+
+
+class GradcheckError(AssertionError):
+    """Raised by :func:`check_grads` when an analytic gradient disagrees with finite differences."""
+
+
+def relative_error(a, b) -> float:
+    """``max|a - b| / max(max|a|, max|b|, 1e-12)``: a scale-free distance between two arrays."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    scale = max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-12)
+    return float(np.abs(a - b).max(initial=0.0) / scale)
+
+
+def _check_inputs(f, arrays):
+    if not callable(f):
+        raise TypeError(f"f must be callable; got {type(f).__name__}.")
+    if not isinstance(arrays, Mapping):
+        raise TypeError(f"arrays must be a mapping name -> ndarray; got {type(arrays).__name__}.")
+    for k, a in arrays.items():
+        if not isinstance(a, np.ndarray) or a.dtype != np.float64:
+            raise TypeError(f"arrays[{k!r}] must be a float64 ndarray (finite differences need float64); got "
+                            f"{getattr(a, 'dtype', type(a).__name__)}.")
+
+
+def elementwise_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray],
+                      *, eps: float = 1e-6, max_entries: int | None = 64,
+                      rng: np.random.Generator | None = None) -> dict[str, float]:
+    """Central differences entry by entry: ``(f(a + eps e_i) - f(a - eps e_i)) / (2 eps)``.
+
+    Parameters
+    ----------
+    f : callable () -> float
+        The loss, reading the arrays in ``arrays`` (which are perturbed in place and restored).
+    arrays : mapping name -> float64 ndarray
+        The variables to check (parameters, inputs, initial states).
+    grads : mapping name -> ndarray
+        The analytic gradient of ``f`` for each name, same shapes.
+    eps : float, default 1e-6
+    max_entries : int or None, default 64
+        Check at most this many randomly chosen entries per array (None: all).
+    rng : numpy.random.Generator, optional
+        Chooses the entries (default: seed 0, so results are reproducible).
+
+    Returns
+    -------
+    dict name -> relative error (see :func:`relative_error`) over the checked entries.
+    """
+    _check_inputs(f, arrays)
+    rng = np.random.default_rng(0) if rng is None else rng
+    errors = {}
+    for name, a in arrays.items():
+        g = np.asarray(grads[name])
+        if g.shape != a.shape:
+            raise ValueError(f"grads[{name!r}] must have shape {a.shape}; got {g.shape}.")
+        flat = a.reshape(-1)  # a view: arrays must be contiguous
+        if not np.shares_memory(flat, a):
+            raise ValueError(f"arrays[{name!r}] must be C-contiguous so it can be perturbed in place.")
+        n = flat.size
+        pick = np.arange(n) if (max_entries is None or n <= max_entries) else rng.choice(n, max_entries, replace=False)
+        num = np.empty(len(pick))
+        for j, i in enumerate(pick):
+            old = flat[i]
+            flat[i] = old + eps
+            fp = f()
+            flat[i] = old - eps
+            fm = f()
+            flat[i] = old
+            num[j] = (fp - fm) / (2 * eps)
+        errors[name] = relative_error(g.reshape(-1)[pick], num)
+    return errors
+
+
+def directional_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray],
+                      *, eps: float = 1e-6, num_directions: int = 3,
+                      rng: np.random.Generator | None = None) -> float:
+    """Central difference along random unit directions ``v`` of all arrays jointly.
+
+    Compares ``(f(a + eps v) - f(a - eps v)) / (2 eps)`` with ``<grad, v>``; one pair of
+    function evaluations checks every entry of every array at once.
+
+    Returns
+    -------
+    float
+        The largest relative error ``|num - ana| / max(|num|, |ana|, 1e-12)`` over the directions.
+    """
+    _check_inputs(f, arrays)
+    rng = np.random.default_rng(0) if rng is None else rng
+    worst = 0.0
+    for _ in range(num_directions):
+        vs = {k: rng.standard_normal(a.shape) for k, a in arrays.items()}
+        norm = np.sqrt(sum(float((v * v).sum()) for v in vs.values())) or 1.0
+        ana = sum(float((np.asarray(grads[k]) * v).sum()) for k, v in vs.items()) / norm
+        olds = {k: a.copy() for k, a in arrays.items()}
+        for k, a in arrays.items():
+            a += eps * vs[k] / norm
+        fp = f()
+        for k, a in arrays.items():
+            a[...] = olds[k] - eps * vs[k] / norm
+        fm = f()
+        for k, a in arrays.items():
+            a[...] = olds[k]
+        num = (fp - fm) / (2 * eps)
+        worst = max(worst, abs(num - ana) / max(abs(num), abs(ana), 1e-12))
+    return worst
+
+
+def check_grads(f: Callable[[], float], arrays: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray],
+                *, rtol: float = 1e-6, eps: float = 1e-6, max_entries: int | None = 64) -> dict[str, float]:
+    """Run :func:`elementwise_check` and :func:`directional_check`; raise if any error exceeds ``rtol``.
+
+    Returns
+    -------
+    dict
+        Relative error per array name, plus ``"<directional>"``.
+
+    Raises
+    ------
+    GradcheckError
+        If an error exceeds ``rtol``; the message lists every array's error.
+    TypeError, ValueError
+        Arrays that are not float64 or whose gradient has another shape.
+    """
+    errs = elementwise_check(f, arrays, grads, eps=eps, max_entries=max_entries)
+    errs["<directional>"] = directional_check(f, arrays, grads, eps=eps)
+    bad = {k: v for k, v in errs.items() if not v <= rtol}
+    if bad:
+        raise GradcheckError(f"gradient check failed (rtol={rtol}): {bad}; all errors: {errs}")
+    return errs

@@ -1,0 +1,229 @@
+"""Memory curves: how well the input ``k`` steps back can be read out linearly from ``h_t``.
+
+The hidden state is a fixed-size, lossy summary of the past. A direct way to measure how much of
+the past it keeps is to fit, for each lag ``k``, a linear readout from ``h_t`` to the input
+``x_{t-k}`` and score it on held-out steps: the *memory curve* ``m(k)``. Jaeger (2001) defines
+the short-term memory capacity of a reservoir as the sum of these scores (squared correlations)
+over lags; here the score is the held-out coefficient of determination ``R^2`` for real-valued
+inputs, or the accuracy of a one-vs-all ridge classifier for integer tokens.
+
+The readout is closed-form ridge regression on standardised states,
+
+.. math:: W = (X^\\top X + \\alpha I)^{-1} X^\\top Y ,
+
+fitted on the first ``train_fraction`` of the time steps and evaluated on the rest (a split in
+time, so neighbouring, correlated steps do not leak between the two sets).
+
+References
+----------
+H. Jaeger, "Short term memory in echo state networks", GMD Report 152, 2001.
+A. E. Hoerl and R. W. Kennard, "Ridge regression: biased estimation for nonorthogonal problems",
+Technometrics 12(1):55-67, 1970.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["MemoryCurve", "memory_curve", "ridge_fit", "ridge_predict"]
+
+
+@dataclass(frozen=True)
+class MemoryCurve:
+    """Held-out linear decodability of the input ``k`` steps back, for ``k = 0..K``.
+
+    Attributes
+    ----------
+    lags : ndarray of int, shape (K+1,)
+    score : ndarray of float64, shape (K+1,)
+        Held-out ``R^2`` (``metric == "r2"``; can be negative for a readout worse than the mean)
+        or accuracy (``metric == "accuracy"``).
+    metric : {"r2", "accuracy"}
+    chance : float
+        Score of a readout that ignores ``h``: 0 for ``R^2``; the frequency of the most common
+        training class in the held-out targets for accuracy.
+    alpha : float
+        Ridge penalty used.
+    """
+
+    lags: np.ndarray
+    score: np.ndarray
+    metric: str
+    chance: float
+    alpha: float
+
+    @property
+    def capacity(self) -> float:
+        """Memory capacity: ``sum_k clip((score_k - chance) / (1 - chance), 0, 1)`` over all lags.
+
+        For ``R^2`` (chance 0) this is Jaeger's (2001) capacity including lag 0 — for a perfect
+        delay line keeping the last ``m`` inputs it equals ``m + 1``.
+        """
+        denom = 1.0 - self.chance
+        if denom <= 0:
+            return 0.0
+        return float(np.clip((self.score - self.chance) / denom, 0.0, 1.0).sum())
+
+    def horizon(self, threshold: float = 0.5) -> int:
+        """Largest lag ``k`` such that every lag ``<= k`` scores at least ``threshold``; -1 if none."""
+        ok = self.score >= threshold
+        if not ok[0]:
+            return -1
+        bad = np.flatnonzero(~ok)
+        return int(self.lags[bad[0] - 1]) if bad.size else int(self.lags[-1])
+
+
+def ridge_fit(X, Y, alpha: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Closed-form ridge regression with an unpenalised intercept.
+
+    Parameters
+    ----------
+    X : ndarray of shape (M, H)
+    Y : ndarray of shape (M, P)
+    alpha : float, default 1.0
+        Penalty on the weights (not the intercept); must be >= 0.
+
+    Returns
+    -------
+    W : ndarray of shape (H, P)
+    b : ndarray of shape (P,)
+        Prediction is ``X @ W + b``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    xm, ym = X.mean(axis=0), Y.mean(axis=0)
+    Xc, Yc = X - xm, Y - ym
+    A = Xc.T @ Xc + alpha * np.eye(X.shape[1])  # (H, H)
+    W = np.linalg.lstsq(A, Xc.T @ Yc, rcond=None)[0] if alpha == 0 else np.linalg.solve(A, Xc.T @ Yc)
+    return W, ym - xm @ W
+
+
+def ridge_predict(X, W, b) -> np.ndarray:
+    """``X @ W + b`` for the output of :func:`ridge_fit`; shape (M, P)."""
+    return np.asarray(X, dtype=np.float64) @ W + b
+
+
+def _r2(y, yhat) -> float:
+    sst = ((y - y.mean(axis=0)) ** 2).sum()
+    sse = ((y - yhat) ** 2).sum()
+    if sst <= 0:  # constant held-out target: R^2 undefined, report "no information"
+        return 0.0
+    return float(1.0 - sse / sst)
+
+
+def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train_fraction: float = 0.75,
+                 mask=None) -> MemoryCurve:
+    """Held-out linear decodability of ``inputs[t-k]`` from ``states[t]`` for ``k = 0..max_lag``.
+
+    Parameters
+    ----------
+    states : array_like of shape (T, H) or (T, N, H)
+        Hidden states ``h_t`` (time-major; ``N`` sequences side by side).
+    inputs : array_like of shape (T,), (T, P), (T, N) or (T, N, P)
+        What to decode. Floating arrays are regressed (score: variance-weighted ``R^2`` over the
+        ``P`` outputs); integer arrays of shape (T,) or (T, N) are token ids, decoded by a ridge
+        classifier on one-hot targets (score: accuracy).
+    max_lag : int, default 20
+        Largest lag ``K``.
+    alpha : float, default 1.0
+        Ridge penalty, applied to standardised states (each unit scaled to unit variance on the
+        training steps), so its scale does not depend on the activation range.
+    train_fraction : float, default 0.75
+        Steps ``t < round(train_fraction * T)`` train the readout, later steps test it.
+    mask : array_like of bool, shape (T,) or (T, N), optional
+        Valid steps (for padded sequences). A pair ``(t, t-k)`` is used only if both are valid.
+
+    Returns
+    -------
+    MemoryCurve
+
+    Raises
+    ------
+    ValueError
+        On mismatched shapes, non-finite values, a lag so large that no training or test pair
+        remains, or ``train_fraction`` outside (0, 1).
+    """
+    S = np.asarray(states)
+    if S.dtype.kind not in "fiu" or S.ndim not in (2, 3):
+        raise ValueError(
+            f"states must be a real array of shape (T, H) or (T, N, H); got shape {S.shape}, dtype {S.dtype}."
+        )
+    S = S.astype(np.float64)
+    if S.ndim == 2:
+        S = S[:, None, :]  # (T, 1, H)
+        single = True
+    else:
+        single = False
+    T, N, H = S.shape
+    U = np.asarray(inputs)
+    classify = U.dtype.kind in "iub"
+    if single:
+        U = U[:, None] if U.ndim == 1 else (U[:, None, :] if U.ndim == 2 else U)
+        want = "(T,) or (T, P)" if not classify else "(T,)"
+    else:
+        want = "(T, N) or (T, N, P)" if not classify else "(T, N)"
+    if U.ndim == 2:
+        U = U[:, :, None]
+    if U.ndim != 3 or U.shape[:2] != (T, N) or (classify and U.shape[2] != 1):
+        raise ValueError(
+            f"inputs must have shape {want} matching states (T={T}, N={N}); got {np.asarray(inputs).shape}."
+        )
+    if not np.isfinite(S).all() or (not classify and not np.isfinite(U.astype(np.float64)).all()):
+        raise ValueError("states and inputs must be finite; got NaN or Inf.")
+    if not (0.0 < train_fraction < 1.0):
+        raise ValueError(f"train_fraction must be in (0, 1); got {train_fraction}.")
+    if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)) or max_lag < 0:
+        raise ValueError(f"max_lag must be a non-negative integer; got {max_lag!r}.")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0; got {alpha}.")
+    valid = np.ones((T, N), dtype=bool)
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool)
+        m = m[:, None] if (single and m.ndim == 1) else m
+        if m.shape != (T, N):
+            raise ValueError(f"mask must have shape {(T,) if single else (T, N)}; got {np.asarray(mask).shape}.")
+        valid = m
+    cut = int(round(train_fraction * T))
+
+    if classify:
+        tokens = U[:, :, 0].astype(np.int64)
+        classes = np.unique(tokens[valid])
+    scores = np.empty(max_lag + 1)
+    chance = 0.0
+    with np.errstate(under="ignore"):
+        for k in range(max_lag + 1):
+            t_idx = np.arange(k, T)
+            ok = valid[k:] & valid[: T - k]  # (T-k, N)
+            train = ok & (t_idx < cut)[:, None]
+            test = ok & (t_idx >= cut)[:, None]
+            if train.sum() < 2 or test.sum() < 1:
+                raise ValueError(
+                    f"max_lag must leave training and test pairs; lag {k} leaves {int(train.sum())} training and "
+                    f"{int(test.sum())} test pairs with T={T}, train_fraction={train_fraction}. Use a longer sequence "
+                    "or a smaller max_lag."
+                )
+            Hk = S[k:]  # (T-k, N, H) states at t
+            Xtr, Xte = Hk[train], Hk[test]
+            mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
+            sd = np.where(sd > 1e-12, sd, 1.0)
+            Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
+            if classify:
+                tk = tokens[: T - k]  # (T-k, N) token at t-k
+                ytr, yte = tk[train], tk[test]
+                Ytr = (ytr[:, None] == classes[None, :]).astype(np.float64)  # (M, C)
+                W, b = ridge_fit(Xtr, Ytr, alpha)
+                pred = classes[np.argmax(ridge_predict(Xte, W, b), axis=1)]
+                scores[k] = float(np.mean(pred == yte))
+                if k == 0:
+                    vals, counts = np.unique(ytr, return_counts=True)
+                    chance = float(np.mean(yte == vals[np.argmax(counts)]))
+            else:
+                Uk = U[: T - k].astype(np.float64)  # (T-k, N, P) input at t-k
+                W, b = ridge_fit(Xtr, Uk[train], alpha)
+                scores[k] = _r2(Uk[test], ridge_predict(Xte, W, b))
+    return MemoryCurve(
+        lags=np.arange(max_lag + 1), score=scores, metric="accuracy" if classify else "r2",
+        chance=chance, alpha=float(alpha),
+    )

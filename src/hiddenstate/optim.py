@@ -1,0 +1,329 @@
+"""Optimizers that update a dict of NumPy parameters in place, and global gradient-norm clipping.
+
+Parameters and gradients are dicts with the same keys (``layer.params`` and the ``grads`` that
+``layer.backward`` returns). The update rules follow ``torch.optim.Adam`` and ``torch.optim.SGD``
+operation by operation, so a float64 run matches PyTorch to rounding (see ``tests/test_optim.py``).
+
+Examples
+--------
+>>> import numpy as np
+>>> params = {"w": np.ones(3)}
+>>> opt = Adam(params, lr=0.1)
+>>> opt.step({"w": np.array([1.0, -1.0, 0.0])})
+>>> params["w"]                               # moved against the gradient's sign by lr
+array([0.9, 1.1, 1. ])
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["SGD", "Adam", "clip_grad_norm"]
+
+
+def _check_arrays(arrays, name: str = "params") -> dict[str, np.ndarray]:
+    """Validate a dict of arrays that will be updated in place (once, at the boundary)."""
+    if not isinstance(arrays, dict):
+        raise TypeError(f"{name} must be a dict of str -> ndarray; got {type(arrays).__name__}.")
+    if not arrays:
+        raise ValueError(f"{name} must not be empty; got {{}}. Pass layer.params or its grads.")
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray) or not np.issubdtype(value.dtype, np.floating):
+            kind = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+            raise TypeError(f"{name}['{key}'] must be a floating ndarray; got {kind}.")
+        if not value.flags.writeable:
+            raise ValueError(
+                f"{name}['{key}'] must be writeable (updated in place); got a read-only array. "
+                "Pass a copy."
+            )
+    return arrays
+
+
+def _check_positive(name: str, value, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float; got {type(value).__name__}.")
+    ok = value >= 0 if allow_zero else value > 0
+    if not (ok and math.isfinite(value)):
+        rule = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be finite and {rule}; got {value}.")
+    return float(value)
+
+
+def _check_grads(grads, params: dict[str, np.ndarray]) -> None:
+    """Same keys and shapes as the parameters (cheap; run every step)."""
+    if not isinstance(grads, dict):
+        raise TypeError(f"grads must be a dict of str -> ndarray; got {type(grads).__name__}.")
+    if grads.keys() != params.keys():
+        missing = sorted(params.keys() - grads.keys())
+        extra = sorted(grads.keys() - params.keys())
+        raise ValueError(
+            f"grads must have the same keys as params; missing {missing}, unexpected {extra}. "
+            "Pass the grads dict that backward returned for these parameters."
+        )
+    for key, grad in grads.items():
+        if np.shape(grad) != params[key].shape:
+            raise ValueError(
+                f"grads['{key}'] must have shape {params[key].shape}; got {np.shape(grad)}."
+            )
+
+
+def _load_buffers(
+    state, params: dict[str, np.ndarray], prefixes: tuple[str, ...]
+) -> tuple[int, dict[str, dict[str, np.ndarray]]]:
+    """Validate a flat optimizer state dict fully before anything is changed; return copies."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from state_dict(); got {type(state).__name__}.")
+    expected = {"step"} | {f"{p}.{k}" for p in prefixes for k in params}
+    if state.keys() != expected:
+        raise ValueError(
+            f"state must have keys 'step' and {', '.join(repr(p + '.<name>') for p in prefixes)} "
+            f"for every parameter; missing {sorted(expected - state.keys())}, unexpected "
+            f"{sorted(state.keys() - expected)}. Load a state saved for the same parameters."
+        )
+    step = np.asarray(state["step"])
+    if step.shape != () or not np.issubdtype(step.dtype, np.integer) or int(step) < 0:
+        raise ValueError(f"state['step'] must be a non-negative integer; got {state['step']!r}.")
+    buffers = {}
+    for prefix in prefixes:
+        buffers[prefix] = {}
+        for key, param in params.items():
+            value = np.asarray(state[f"{prefix}.{key}"])
+            if value.shape != param.shape or value.dtype != param.dtype:
+                raise ValueError(
+                    f"state['{prefix}.{key}'] must have shape {param.shape} and dtype "
+                    f"{param.dtype}; got {value.shape} {value.dtype}."
+                )
+            buffers[prefix][key] = value.copy()
+    return int(step), buffers
+
+
+class Adam:
+    """Adam (Kingma & Ba 2015, Algorithm 1) with PyTorch's L2 ``weight_decay``, updating in place.
+
+    For every parameter ``p`` with gradient ``g``, at step ``t = 1, 2, ...``::
+
+        g = g + weight_decay * p
+        m = beta1 * m + (1 - beta1) * g            # first moment, torch's exp_avg
+        v = beta2 * v + (1 - beta2) * g * g        # second moment, torch's exp_avg_sq
+        p -= lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+
+    which is ``torch.optim.Adam`` (not AdamW: the decay goes through the moments), written in the
+    same order of operations.
+
+    Parameters
+    ----------
+    params : dict of str to ndarray
+        Floating, writeable arrays, updated in place. The dict itself is kept: arrays are looked
+        up by key at every step.
+    lr : float, default 2e-3
+        Step size, positive.
+    betas : tuple of float, default (0.9, 0.999)
+        Moment decay rates, each in ``[0, 1)``.
+    eps : float, default 1e-8
+        Added to the denominator, non-negative.
+    weight_decay : float, default 0.0
+        L2 penalty coefficient, non-negative.
+
+    Attributes
+    ----------
+    step_count : int
+        Steps taken so far (``t`` after the last step).
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a dict of floating ndarrays, or a hyperparameter is not a number.
+    ValueError
+        If ``params`` is empty or holds a read-only array, or a hyperparameter is out of range.
+    """
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        self.params = _check_arrays(params)
+        self.lr = _check_positive("lr", lr)
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+            raise TypeError(f"betas must be a pair of floats; got {betas!r}.")
+        for i, beta in enumerate(betas):
+            if not (isinstance(beta, (int, float)) and 0.0 <= beta < 1.0):
+                raise ValueError(f"betas[{i}] must be in [0, 1); got {beta!r}.")
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.eps = _check_positive("eps", eps, allow_zero=True)
+        self.weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
+        self.step_count = 0
+        self.exp_avg = {k: np.zeros_like(p) for k, p in params.items()}
+        self.exp_avg_sq = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def step(self, grads: dict[str, np.ndarray]) -> None:
+        """Apply one update from ``grads`` (same keys and shapes as ``params``; not modified).
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``grads`` is not a dict with exactly the parameter keys and shapes.
+        """
+        _check_grads(grads, self.params)
+        beta1, beta2 = self.betas
+        self.step_count += 1
+        bias_correction1 = 1 - beta1**self.step_count
+        bias_correction2_sqrt = (1 - beta2**self.step_count) ** 0.5
+        step_size = self.lr / bias_correction1
+        for key, param in self.params.items():
+            grad = grads[key]
+            if self.weight_decay != 0:
+                grad = grad + self.weight_decay * param
+            m, v = self.exp_avg[key], self.exp_avg_sq[key]
+            m *= beta1
+            m += (1 - beta1) * grad
+            v *= beta2
+            v += (1 - beta2) * grad * grad
+            denom = np.sqrt(v) / bias_correction2_sqrt + self.eps
+            param -= step_size * m / denom
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Return copies of the moments and the step count as a flat dict of arrays.
+
+        Keys are ``"step"`` (0-d int64), ``"exp_avg.<name>"`` and ``"exp_avg_sq.<name>"``, so the
+        dict can go straight into ``save_checkpoint(..., arrays=opt.state_dict())``. The
+        hyperparameters are not included; keep them with the run's configuration.
+        """
+        state = {"step": np.array(self.step_count, dtype=np.int64)}
+        for key in self.params:
+            state[f"exp_avg.{key}"] = self.exp_avg[key].copy()
+            state[f"exp_avg_sq.{key}"] = self.exp_avg_sq[key].copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore moments and step count from :meth:`state_dict` (copies; nothing changes on error).
+
+        Raises
+        ------
+        TypeError
+            If ``state`` is not a dict.
+        ValueError
+            If keys differ from :meth:`state_dict`'s, or a shape or dtype does not match.
+        """
+        step, buffers = _load_buffers(state, self.params, ("exp_avg", "exp_avg_sq"))
+        self.step_count = step
+        self.exp_avg, self.exp_avg_sq = buffers["exp_avg"], buffers["exp_avg_sq"]
+
+
+class SGD:
+    """Stochastic gradient descent with optional heavy-ball momentum (``torch.optim.SGD``).
+
+    For every parameter ``p`` with gradient ``g``::
+
+        b = momentum * b + g        # b starts at 0, so the first step is b = g, as in PyTorch
+        p -= lr * b                 # with momentum == 0 this is p -= lr * g
+
+    Parameters
+    ----------
+    params : dict of str to ndarray
+        Floating, writeable arrays, updated in place.
+    lr : float
+        Step size, positive.
+    momentum : float, default 0.0
+        In ``[0, 1)``.
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a dict of floating ndarrays, or ``lr``/``momentum`` is not a number.
+    ValueError
+        If ``params`` is empty or read-only, ``lr`` is not positive, or ``momentum`` not in [0, 1).
+    """
+
+    def __init__(self, params, lr, momentum=0.0):
+        self.params = _check_arrays(params)
+        self.lr = _check_positive("lr", lr)
+        self.momentum = _check_positive("momentum", momentum, allow_zero=True)
+        if self.momentum >= 1:
+            raise ValueError(f"momentum must be in [0, 1); got {momentum}.")
+        self.step_count = 0
+        self.momentum_buffer = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def step(self, grads: dict[str, np.ndarray]) -> None:
+        """Apply one update from ``grads`` (same keys and shapes as ``params``; not modified)."""
+        _check_grads(grads, self.params)
+        self.step_count += 1
+        for key, param in self.params.items():
+            if self.momentum == 0:
+                param -= self.lr * grads[key]
+                continue
+            buf = self.momentum_buffer[key]
+            buf *= self.momentum
+            buf += grads[key]
+            param -= self.lr * buf
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Return ``{"step": 0-d int64, "momentum_buffer.<name>": copy, ...}``."""
+        state = {"step": np.array(self.step_count, dtype=np.int64)}
+        for key in self.params:
+            state[f"momentum_buffer.{key}"] = self.momentum_buffer[key].copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore from :meth:`state_dict` (copies; nothing changes on error)."""
+        step, buffers = _load_buffers(state, self.params, ("momentum_buffer",))
+        self.step_count = step
+        self.momentum_buffer = buffers["momentum_buffer"]
+
+
+def clip_grad_norm(grads: dict[str, np.ndarray], max_norm: float, *, eps: float = 1e-6) -> float:
+    """Rescale gradients in place so that their global L2 norm is at most about ``max_norm``.
+
+    The global norm treats all gradients as one vector (Pascanu, Mikolov & Bengio 2013, "On the
+    difficulty of training recurrent neural networks", Algorithm 1)::
+
+        total_norm = sqrt(sum over keys of sum(g**2))
+        if total_norm > max_norm:
+            g *= max_norm / (total_norm + eps)      # for every g
+
+    The comparison is strict: a gradient exactly at ``max_norm`` is left alone. Above the threshold
+    the scale is PyTorch's (``torch.nn.utils.clip_grad_norm_``, with its ``eps``), so clipped
+    gradients match it to rounding. PyTorch always multiplies by ``min(1, max_norm / (total_norm
+    + eps))``, which also shrinks a norm within ``eps`` below ``max_norm`` by a relative ``eps /
+    max_norm`` at most; here such gradients are untouched. Sums are accumulated in float64.
+
+    Parameters
+    ----------
+    grads : dict of str to ndarray
+        Floating, writeable gradients (modified in place).
+    max_norm : float
+        Positive threshold.
+    eps : float, default 1e-6
+        Added to ``total_norm`` in the scale, as in PyTorch.
+
+    Returns
+    -------
+    float
+        The global norm before clipping (log it: spikes show exploding gradients).
+
+    Raises
+    ------
+    TypeError
+        If ``grads`` is not a dict of floating ndarrays.
+    ValueError
+        If ``grads`` is empty or read-only, ``max_norm`` is not positive and finite, or the norm
+        is not finite (the message names the gradients holding inf or nan).
+    """
+    _check_arrays(grads, "grads")
+    max_norm = _check_positive("max_norm", max_norm)
+    eps = _check_positive("eps", eps, allow_zero=True)
+    squares = []
+    for grad in grads.values():
+        flat = grad.reshape(-1).astype(np.float64, copy=False)
+        squares.append(float(np.dot(flat, flat)))
+    total_norm = math.sqrt(math.fsum(squares))
+    if not math.isfinite(total_norm):
+        bad = [k for k, g in grads.items() if not np.isfinite(g).all()]
+        raise ValueError(
+            f"grads must be finite to clip; got a total norm of {total_norm} (non-finite values "
+            f"in {bad if bad else 'none: the sum of squares overflowed'}). Lower the learning "
+            "rate or check the loss for overflow."
+        )
+    if total_norm > max_norm:
+        scale = max_norm / (total_norm + eps)
+        for grad in grads.values():
+            grad *= scale
+    return total_norm

@@ -1,0 +1,119 @@
+"""Principal components of a hidden-state trajectory (NumPy SVD).
+
+Hidden states of trained RNNs often move on a low-dimensional manifold: a few principal
+components explain most of the variance, and plotting the first two shows the dynamics
+(Elman 1990 used PCA of hidden states to show grammatical structure; Sussillo and Barak 2013
+plot trajectories and fixed points in the top-PC plane).
+
+With the centred data matrix ``X - mean = U S V^T`` (rows are states), the principal axes are
+the rows of ``V^T``, the explained variance of component ``k`` is ``S_k**2 / (M - 1)`` and the
+scores are ``U S``. Signs are fixed so that the largest-magnitude loading of each axis is
+positive (as scikit-learn's ``svd_flip``), which makes results reproducible across LAPACK builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PCAResult", "pca"]
+
+
+@dataclass(frozen=True)
+class PCAResult:
+    """Principal components of a set of states.
+
+    Attributes
+    ----------
+    mean : ndarray of shape (H,)
+        Mean state subtracted before the SVD.
+    components : ndarray of shape (K, H)
+        Orthonormal principal axes, strongest first.
+    explained_variance : ndarray of shape (K,)
+        Variance along each axis (``S**2 / (M - 1)``).
+    explained_variance_ratio : ndarray of shape (K,)
+        Fraction of the total variance along each axis.
+    scores : ndarray of shape states.shape[:-1] + (K,)
+        The input states projected on the axes (the trajectory in PC coordinates).
+    """
+
+    mean: np.ndarray
+    components: np.ndarray
+    explained_variance: np.ndarray
+    explained_variance_ratio: np.ndarray
+    scores: np.ndarray
+
+    def transform(self, states) -> np.ndarray:
+        """Project states of shape (..., H) onto the components; returns shape (..., K)."""
+        s = np.asarray(states, dtype=np.float64)
+        return (s - self.mean) @ self.components.T
+
+    def n_components_for(self, fraction: float = 0.9) -> int:
+        """Smallest number of components whose explained variance ratio sums to ``fraction``."""
+        cum = np.cumsum(self.explained_variance_ratio)
+        return int(min(np.searchsorted(cum, fraction - 1e-12) + 1, cum.size))
+
+
+def pca(states, n_components: int | None = None, *, mask=None) -> PCAResult:
+    """Principal component analysis of hidden states.
+
+    Parameters
+    ----------
+    states : array_like of shape (..., H)
+        Hidden states, e.g. a trajectory (T, H) or a batch of them (T, N, H). All leading axes
+        are flattened into samples.
+    n_components : int, optional
+        Number of components to keep; default ``min(M, H)`` (all).
+    mask : array_like of bool, shape states.shape[:-1], optional
+        True for samples used to fit (e.g. steps inside each sequence's length). Scores are still
+        returned for every sample.
+
+    Returns
+    -------
+    PCAResult
+
+    Raises
+    ------
+    ValueError
+        If fewer than 2 samples are valid, the states are not finite, or ``n_components`` is out
+        of range.
+    """
+    X = np.asarray(states, dtype=np.float64)
+    if X.ndim < 2:
+        raise ValueError(f"states must have shape (..., H) with at least 2 samples; got shape {X.shape}.")
+    if not np.isfinite(X).all():
+        raise ValueError("states must be finite; got NaN or Inf.")
+    H = X.shape[-1]
+    flat = X.reshape(-1, H)  # (M, H)
+    fit = flat
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != X.shape[:-1]:
+            raise ValueError(f"mask must have shape {X.shape[:-1]} (states.shape[:-1]); got {m.shape}.")
+        fit = flat[m.reshape(-1)]
+    M = fit.shape[0]
+    if M < 2:
+        raise ValueError(f"states must contain at least 2 valid samples; got {M}.")
+    kmax = min(M, H)
+    if n_components is None:
+        n_components = kmax
+    if not (1 <= int(n_components) <= kmax):
+        raise ValueError(f"n_components must be in [1, min(M, H)={kmax}]; got {n_components}.")
+    k = int(n_components)
+    mean = fit.mean(axis=0)
+    with np.errstate(under="ignore"):
+        _, S, Vt = np.linalg.svd(fit - mean, full_matrices=False)
+        big = np.argmax(np.abs(Vt), axis=1)
+        signs = np.sign(Vt[np.arange(Vt.shape[0]), big])
+        signs[signs == 0] = 1.0
+        Vt = Vt * signs[:, None]
+        var = S**2 / (M - 1)
+    total = var.sum()
+    ratio = var / total if total > 0 else np.zeros_like(var)
+    comps = Vt[:k]
+    scores = ((flat - mean) @ comps.T).reshape(X.shape[:-1] + (k,))
+    return PCAResult(
+        mean=mean, components=comps, explained_variance=var[:k], explained_variance_ratio=ratio[:k],
+        scores=scores,
+    )

@@ -1,0 +1,122 @@
+"""Initial hidden states: zeros (Elman 1990), random normal, constant, and learned.
+
+The hidden state is a runtime variable, not a parameter: every sequence starts from an
+initial state ``h0`` and the recurrence carries it forward. This module creates ``h0`` with
+the right structure. Shapes follow PyTorch: ``(N, H)`` for a cell, ``(L*D, N, H)`` for a
+sequence layer of ``L`` layers and ``D`` directions; an LSTM state is an ``(h, c)`` pair.
+A *learned* initial state is a parameter of the layer (``learn_h0=True`` on the layers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import float_dtype, positive_int
+
+__all__ = ["init_hidden", "initial_state"]
+
+_KINDS = ("zeros", "normal", "constant")
+
+
+def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
+    """Create a new zero hidden state ``h0 = 0`` of shape (B, H) (Elman 1990).
+
+    Parameters
+    ----------
+    batch_size : int
+        B, the number of sequences; a positive Python or NumPy integer.
+    hidden_dim : int
+        H, the number of hidden units; a positive Python or NumPy integer.
+
+    Returns
+    -------
+    ndarray of shape (B, H), float64
+        A new C-contiguous array of zeros that owns its memory: writing into one result
+        never changes another.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (bool and float are rejected).
+    ValueError
+        If a size is zero or negative.
+
+    Notes
+    -----
+    Zero is the standard choice (Elman 1990, "Finding Structure in Time", context units): with
+    ``h0 = 0`` the first step ``h_1 = tanh(x_1 W_xh + h_0 W_hh + b)`` reduces to
+    ``tanh(x_1 W_xh + b)``, so the first state depends on the first input only.
+
+    Examples
+    --------
+    >>> init_hidden(2, 3)
+    array([[0., 0., 0.],
+           [0., 0., 0.]])
+    """
+    b = positive_int("batch_size", batch_size)
+    h = positive_int("hidden_dim", hidden_dim)
+    return np.zeros((b, h), dtype=np.float64)
+
+
+def initial_state(
+    shape,
+    kind: str = "zeros",
+    *,
+    std: float = 0.1,
+    value: float = 0.5,
+    rng: np.random.Generator | None = None,
+    dtype=np.float64,
+) -> np.ndarray:
+    """Create an initial state of any shape by one of the standard strategies.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(N, H)`` for a cell or ``(L*D, N, H)`` for a layer.
+    kind : {"zeros", "normal", "constant"}, default "zeros"
+        ``"zeros"``: all zeros (Elman 1990, the default everywhere).
+        ``"normal"``: i.i.d. N(0, std**2) drawn from ``rng`` (non-deterministic across seeds;
+        the seeds' "random initialization").
+        ``"constant"``: every entry equals ``value`` (Elman's simulations start the context
+        units at 0.5).
+    std : float, default 0.1
+        Standard deviation for ``"normal"``.
+    value : float, default 0.5
+        Fill value for ``"constant"``.
+    rng : numpy.random.Generator, optional
+        Required for ``"normal"``; never the global ``np.random``.
+    dtype : {float64, float32}, default float64
+
+    Returns
+    -------
+    ndarray of the given shape and dtype
+
+    Raises
+    ------
+    ValueError
+        Unknown ``kind``, non-positive sizes, negative ``std``, or ``"normal"`` without ``rng``.
+    TypeError
+        ``rng`` is not a ``numpy.random.Generator`` or a size is not an integer.
+    """
+    dt = float_dtype("dtype", dtype)
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = tuple(positive_int(f"shape[{i}]", s) for i, s in enumerate(shape))
+    if kind == "zeros":
+        return np.zeros(shape, dtype=dt)
+    if kind == "constant":
+        if not np.isfinite(value):
+            raise ValueError(f"value must be finite; got {value}.")
+        return np.full(shape, value, dtype=dt)
+    if kind == "normal":
+        if rng is None:
+            raise ValueError(
+                "rng must be a numpy.random.Generator for kind='normal'; got None. "
+                "Pass rng=np.random.default_rng(seed)."
+            )
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}.")
+        if not (np.isfinite(std) and std >= 0):
+            raise ValueError(f"std must be a finite non-negative number; got {std}.")
+        return (std * rng.standard_normal(shape)).astype(dt, copy=False)
+    raise ValueError(f"kind must be one of {_KINDS}; got {kind!r}.")

@@ -1,0 +1,150 @@
+"""Per-character features of a text, aligned with the hidden state after each character.
+
+Karpathy, Johnson and Fei-Fei (2015, section 4.2, Figure 2) found LSTM cells that track
+interpretable properties of the text: being inside a quotation, the position in the line
+(a "line length" counter), the depth of nested brackets, the start of a line. These functions
+compute such properties for every character so that units can be matched against them
+(:mod:`hiddenstate.unitfeatures`).
+
+Alignment: ``feature[t]`` is the value *after reading* ``text[t]`` — what the state ``h_t``,
+which has consumed characters ``0..t``, could know. An opening quote therefore already counts
+as inside (value 1), its closing quote as outside (value 0).
+
+References
+----------
+A. Karpathy, J. Johnson, L. Fei-Fei, "Visualizing and understanding recurrent networks",
+arXiv:1506.02078, 2015.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "after_newline",
+    "bracket_depth",
+    "inside_quotes",
+    "is_space",
+    "is_upper",
+    "position_in_line",
+    "text_features",
+]
+
+
+def _check(text) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str; got {type(text).__name__}. Decode bytes first, e.g. data.decode('utf-8').")
+    return text
+
+
+def inside_quotes(text: str, quote: str = '"') -> np.ndarray:
+    """1.0 for every character from an opening ``quote`` up to (not including) its closing one.
+
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+    quote : str, default '"'
+        One or more quote characters; each toggles the state (so ``quote="\\"'"`` treats both
+        kinds alike, which is right for prose but not for apostrophes).
+
+    Returns
+    -------
+    ndarray of shape (T,), float64 in {0, 1}
+    """
+    text = _check(text)
+    out = np.zeros(len(text))
+    inside = False
+    for t, ch in enumerate(text):
+        if ch in quote:
+            inside = not inside
+        out[t] = 1.0 if inside else 0.0
+    return out
+
+
+def position_in_line(text: str) -> np.ndarray:
+    """Column of each character: 0 for the first character of a line, counting up to the newline.
+
+    Returns
+    -------
+    ndarray of shape (T,), float64
+        The newline character itself gets the column it occupies (the length of its line).
+    """
+    text = _check(text)
+    out = np.zeros(len(text))
+    col = 0
+    for t, ch in enumerate(text):
+        out[t] = col
+        col = 0 if ch == "\n" else col + 1
+    return out
+
+
+def after_newline(text: str) -> np.ndarray:
+    """1.0 for the first character of each line (``t == 0`` or ``text[t-1] == "\\n"``).
+
+    Returns
+    -------
+    ndarray of shape (T,), float64 in {0, 1}
+    """
+    text = _check(text)
+    out = np.zeros(len(text))
+    for t in range(len(text)):
+        if t == 0 or text[t - 1] == "\n":
+            out[t] = 1.0
+    return out
+
+
+def bracket_depth(text: str, open_: str = "([{", close: str = ")]}") -> np.ndarray:
+    """Nesting depth of brackets after reading each character (never below 0).
+
+    Returns
+    -------
+    ndarray of shape (T,), float64
+    """
+    text = _check(text)
+    out = np.zeros(len(text))
+    depth = 0
+    for t, ch in enumerate(text):
+        if ch in open_:
+            depth += 1
+        elif ch in close:
+            depth = max(depth - 1, 0)
+        out[t] = depth
+    return out
+
+
+def is_space(text: str) -> np.ndarray:
+    """1.0 where the character is whitespace (space, tab, newline); shape (T,)."""
+    text = _check(text)
+    return np.array([1.0 if ch.isspace() else 0.0 for ch in text])
+
+
+def is_upper(text: str) -> np.ndarray:
+    """1.0 where the character is an upper-case letter; shape (T,)."""
+    text = _check(text)
+    return np.array([1.0 if ch.isupper() else 0.0 for ch in text])
+
+
+def text_features(text: str) -> dict[str, np.ndarray]:
+    """The standard per-character features, by name.
+
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+
+    Returns
+    -------
+    dict of str to ndarray of shape (T,), float64
+        ``"inside quotes"`` (double quotes), ``"position in line"``, ``"after newline"``,
+        ``"bracket depth"``, ``"whitespace"``, ``"upper case"``.
+    """
+    text = _check(text)
+    return {
+        "inside quotes": inside_quotes(text),
+        "position in line": position_in_line(text),
+        "after newline": after_newline(text),
+        "bracket depth": bracket_depth(text),
+        "whitespace": is_space(text),
+        "upper case": is_upper(text),
+    }

@@ -1,0 +1,135 @@
+"""Which hidden units track a given feature of the input: Pearson correlation per unit.
+
+A unit "tracks" a per-step feature (inside quotes, position in line, ...) when its activation
+over time correlates with the feature. Karpathy, Johnson and Fei-Fei (2015) found such
+interpretable cells by eye; here they are ranked by the absolute Pearson correlation
+
+.. math:: r_j = \\frac{\\sum_t (h_{tj} - \\bar h_j)(f_t - \\bar f)}
+                     {\\sqrt{\\sum_t (h_{tj} - \\bar h_j)^2}\\,\\sqrt{\\sum_t (f_t - \\bar f)^2}} .
+
+A constant unit (or a constant feature) has no defined correlation; it is reported as ``r = 0``.
+
+References
+----------
+A. Karpathy, J. Johnson, L. Fei-Fei, "Visualizing and understanding recurrent networks",
+arXiv:1506.02078, 2015.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+__all__ = ["UnitCorrelation", "best_units", "unit_feature_correlation"]
+
+
+@dataclass(frozen=True)
+class UnitCorrelation:
+    """Correlation of every unit with one feature, and the best units.
+
+    Attributes
+    ----------
+    feature : str
+    r : ndarray of shape (H,)
+        Pearson correlation of each unit with the feature (0 for constant units).
+    top_units : ndarray of int, shape (k,)
+        Units with the largest ``|r|``, best first.
+    top_r : ndarray of shape (k,)
+        Their correlations (signed).
+    """
+
+    feature: str
+    r: np.ndarray
+    top_units: np.ndarray
+    top_r: np.ndarray
+
+    @property
+    def best_unit(self) -> int:
+        """Index of the unit with the largest ``|r|``."""
+        return int(self.top_units[0])
+
+
+def _pearson(A: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Pearson r of every column of A (M, H) with f (M,); 0 where either is constant."""
+    Ac = A - A.mean(axis=0)
+    fc = f - f.mean()
+    with np.errstate(under="ignore"):
+        num = fc @ Ac  # (H,)
+        den = np.sqrt((Ac * Ac).sum(axis=0) * (fc @ fc))
+    r = np.zeros(A.shape[1])
+    np.divide(num, den, out=r, where=den > 1e-300)
+    return np.clip(r, -1.0, 1.0)
+
+
+def unit_feature_correlation(activations, feature, *, top: int = 5, mask=None,
+                             name: str = "feature") -> UnitCorrelation:
+    """Rank units by how well their activation tracks a per-step feature.
+
+    Parameters
+    ----------
+    activations : array_like of shape (T, H) or (T, N, H)
+        Unit activations over time (``h``, ``c`` or a gate from a trace).
+    feature : array_like of shape (T,) or (T, N)
+        The feature at every step (bool or numeric), aligned with ``activations``.
+    top : int, default 5
+        How many units to list (at most ``H``).
+    mask : array_like of bool, shape activations.shape[:-1], optional
+        Valid steps.
+    name : str, default "feature"
+        Stored in the result.
+
+    Returns
+    -------
+    UnitCorrelation
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not match, fewer than 2 steps are valid or values are not finite.
+    """
+    A = np.asarray(activations, dtype=np.float64)
+    f = np.asarray(feature, dtype=np.float64)
+    if A.ndim not in (2, 3) or f.shape != A.shape[:-1]:
+        raise ValueError(
+            f"feature must have shape activations.shape[:-1]={A.shape[:-1]} (one value per step); got "
+            f"{f.shape} with activations of shape {A.shape}."
+        )
+    H = A.shape[-1]
+    A2, f2 = A.reshape(-1, H), f.reshape(-1)
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != f.shape:
+            raise ValueError(f"mask must have shape {f.shape}; got {m.shape}.")
+        A2, f2 = A2[m.reshape(-1)], f2[m.reshape(-1)]
+    if A2.shape[0] < 2:
+        raise ValueError(f"activations must have at least 2 valid steps; got {A2.shape[0]}.")
+    if not (np.isfinite(A2).all() and np.isfinite(f2).all()):
+        raise ValueError("activations and feature must be finite; got NaN or Inf.")
+    r = _pearson(A2, f2)
+    k = max(1, min(int(top), H))
+    order = np.lexsort((np.arange(H), -np.abs(r)))[:k]  # ties: lower unit index first
+    return UnitCorrelation(feature=name, r=r, top_units=order, top_r=r[order])
+
+
+def best_units(activations, features: Mapping[str, np.ndarray], *, top: int = 3, mask=None) -> dict[str, UnitCorrelation]:
+    """:func:`unit_feature_correlation` for several features at once.
+
+    Parameters
+    ----------
+    activations : array_like of shape (T, H) or (T, N, H)
+    features : mapping of str to array_like of shape activations.shape[:-1]
+        E.g. :func:`hiddenstate.textfeatures.text_features` of the text that produced the states.
+    top : int, default 3
+    mask : array_like of bool, optional
+
+    Returns
+    -------
+    dict of str to UnitCorrelation
+        In the order of ``features``.
+    """
+    return {
+        name: unit_feature_correlation(activations, f, top=top, mask=mask, name=name)
+        for name, f in features.items()
+    }
