@@ -93,6 +93,9 @@ def _serialize(name: str, tensors) -> bytes:
                 f"{name}['{key}'] must be an ndarray; got {type(value).__name__}. "
                 "Wrap it with np.asarray."
             )
+    # safetensors.numpy copies raw memory from the data pointer: a transposed or reversed view
+    # would be written in memory order (or read out of bounds), so make every array C-contiguous.
+    tensors = {k: v if v.flags.c_contiguous else v.copy(order="C") for k, v in tensors.items()}
     try:
         return safetensors.numpy.save(tensors)
     except Exception as error:  # safetensors raises its own exception type for bad dtypes

@@ -11,7 +11,7 @@ Examples
 >>> text = load_text()                       # embedded Shakespeare, 987,291 characters
 >>> vocab = Vocabulary(text)
 >>> vocab.size
-65
+63
 >>> train, val = train_val_split(vocab.encode(text))
 >>> batcher = StreamBatcher(train, 32, 64)
 >>> inputs, targets = batcher.next_batch()   # (T=64, N=32) int64 each
@@ -129,7 +129,8 @@ class Vocabulary:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str; got {type(text).__name__}.")
-        codepoints = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")  # (len(text),)
+        utf32 = text.encode("utf-32-le", "surrogatepass")
+        codepoints = np.frombuffer(utf32, dtype="<u4")  # (len(text),)
         ids = np.searchsorted(self._codepoints, codepoints)
         ids = np.minimum(ids, self.size - 1)
         unknown = self._codepoints[ids] != codepoints
@@ -191,9 +192,13 @@ class Vocabulary:
             try:
                 data = json.loads(data)
             except json.JSONDecodeError as error:
-                raise ValueError(f"data must be JSON text from Vocabulary.to_json; {error}.") from None
+                raise ValueError(
+                    f"data must be JSON text from Vocabulary.to_json; {error}."
+                ) from None
         if not isinstance(data, dict):
-            raise TypeError(f"data must be a dict from Vocabulary.to_json; got {type(data).__name__}.")
+            raise TypeError(
+                f"data must be a dict from Vocabulary.to_json; got {type(data).__name__}."
+            )
         chars = data.get("chars")
         if not isinstance(chars, str) or not chars:
             raise ValueError(
@@ -212,7 +217,7 @@ class Vocabulary:
 def load_text(path: str | os.PathLike | None = None) -> str:
     """Read a UTF-8 text file, or the embedded Shakespeare corpus when ``path`` is None.
 
-    The embedded corpus is eight plays (987,291 ASCII characters, 65 distinct); see
+    The embedded corpus is eight plays (987,291 ASCII characters, 63 distinct); see
     ``hiddenstate/data/NOTICE`` for its provenance. Bytes are decoded as strict UTF-8 with no
     newline translation, so ``len(load_text(p))`` counts exactly the characters in the file.
 
@@ -238,7 +243,8 @@ def load_text(path: str | os.PathLike | None = None) -> str:
         If the file is empty or is not valid UTF-8 (the message gives the byte offset).
     """
     if path is None:
-        return (resources.files("hiddenstate") / "data" / _EMBEDDED_TEXT).read_text(encoding="utf-8")
+        embedded = resources.files("hiddenstate") / "data" / _EMBEDDED_TEXT
+        return embedded.read_text(encoding="utf-8")
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str, an os.PathLike or None; got {type(path).__name__}.")
     path = Path(path)
@@ -249,7 +255,8 @@ def load_text(path: str | os.PathLike | None = None) -> str:
         )
     if path.is_dir():
         raise IsADirectoryError(
-            f"path must name a text file; got '{path}', which is a directory. Name a file inside it."
+            f"path must name a text file; got '{path}', which is a directory. "
+            "Name a file inside it."
         )
     data = path.read_bytes()
     if not data:
@@ -312,7 +319,7 @@ def train_val_split(ids, val_fraction: float = 0.1) -> tuple[np.ndarray, np.ndar
 
 
 class StreamBatcher:
-    """Truncated-BPTT batches from one token stream: ``N`` contiguous rows read ``T`` steps at a time.
+    """Truncated-BPTT batches: ``N`` contiguous rows of one token stream, ``T`` steps at a time.
 
     The first ``N * R`` tokens (``R = M // N``) are cut into ``N`` rows of ``R`` consecutive tokens;
     row ``n`` is ``ids[n*R : (n+1)*R]``. Batch ``k`` of a pass holds steps ``k*T .. k*T+T-1`` of

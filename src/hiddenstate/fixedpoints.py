@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 from scipy import optimize
 
-__all__ = ["FixedPoint", "find_fixed_points", "classify_point"]
+__all__ = ["FixedPoint", "classify_point", "find_fixed_points", "layer_map", "reachable_box"]
 
 _KINDS = ("stable", "marginal", "saddle", "unstable")
 
@@ -139,6 +139,7 @@ def find_fixed_points(
     newton_steps: int = 20,
     margin: float = 1e-8,
     method: str = "L-BFGS-B",
+    bounds=None,
 ) -> list[FixedPoint]:
     """Find, de-duplicate and classify the fixed points of ``h -> F(h)``.
 
@@ -173,12 +174,18 @@ def find_fixed_points(
         Passed to :func:`classify_point`.
     method : str, default "L-BFGS-B"
         Any gradient-based method of :func:`scipy.optimize.minimize` that accepts ``jac=True``.
+    bounds : sequence of (low, high) pairs of length H, or one pair, optional
+        Box to search in (``None`` entries are unbounded), e.g. ``(-1, 1)`` for the states a tanh
+        RNN or a GRU can reach. Needs a method that supports bounds (L-BFGS-B does); Newton
+        polishing stops at the box. Without it, units whose gate is saturated (GRU ``z == 1``)
+        make whole lines of far-away "fixed points" that no trajectory visits.
 
     Returns
     -------
     list of FixedPoint
-        Sorted by number of unstable directions, then by decreasing ``n_hits``, then by the
-        state's coordinates (a deterministic order). Empty if no start converged.
+        Sorted by number of unstable directions, stable before marginal, then by decreasing
+        ``n_hits``, then by the state's coordinates (a deterministic order). Empty if no start
+        converged.
 
     Raises
     ------
@@ -211,6 +218,18 @@ def find_fixed_points(
     if J0.shape != (H, H):
         raise ValueError(f"jac(h) must return shape (H, H)=({H}, {H}); got {J0.shape}.")
     eye = np.eye(H)
+    lo = hi = None
+    if bounds is not None:
+        b = list(bounds)
+        if len(b) == 2 and not isinstance(b[0], (tuple, list)):
+            b = [tuple(b)] * H
+        if len(b) != H:
+            raise ValueError(f"bounds must be one (low, high) pair or H={H} pairs; got {len(b)} entries.")
+        lo = np.array([-np.inf if p[0] is None else p[0] for p in b], dtype=np.float64)
+        hi = np.array([np.inf if p[1] is None else p[1] for p in b], dtype=np.float64)
+        bounds = [(None if not np.isfinite(a) else float(a), None if not np.isfinite(c) else float(c))
+                  for a, c in zip(lo, hi)]
+        X = np.clip(X, lo, hi)
 
     def q_and_grad(h):
         r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
@@ -218,13 +237,14 @@ def find_fixed_points(
         return 0.5 * float(r @ r), (J - eye).T @ r
 
     candidates = []
-    with np.errstate(under="ignore"):
+    with np.errstate(under="ignore"):  # tiny residuals underflow to 0 harmlessly
         for x0 in X:
             res = optimize.minimize(
                 q_and_grad,
                 x0,
                 jac=True,
                 method=method,
+                **({"bounds": bounds} if bounds is not None else {}),
                 options={"maxiter": max_iter, "gtol": 1e-14} if method != "L-BFGS-B"
                 else {"maxiter": max_iter, "gtol": 1e-14, "ftol": 1e-20},
             )
@@ -237,7 +257,7 @@ def find_fixed_points(
                 A = np.asarray(jac(h), dtype=np.float64) - eye
                 step = np.linalg.lstsq(A, r, rcond=None)[0]
                 h_new = h - step
-                if not np.isfinite(h_new).all():
+                if not np.isfinite(h_new).all() or (lo is not None and (np.any(h_new < lo) or np.any(h_new > hi))):
                     break
                 q_new, _ = q_and_grad(h_new)
                 if q_new >= q:
@@ -246,23 +266,115 @@ def find_fixed_points(
             if q <= tol:
                 candidates.append((q, h))
 
-    candidates.sort(key=lambda c: c[0])
-    reps: list[list] = []  # [q, h, hits]
-    for q, h in candidates:
-        for rep in reps:
-            if np.linalg.norm(rep[1] - h) < dedup_tol:
-                rep[2] += 1
-                break
-        else:
-            reps.append([q, h, 1])
+        candidates.sort(key=lambda c: c[0])
+        reps: list[list] = []  # [q, h, hits]
+        for q, h in candidates:
+            for rep in reps:
+                if np.linalg.norm(rep[1] - h) < dedup_tol:
+                    rep[2] += 1
+                    break
+            else:
+                reps.append([q, h, 1])
 
-    points = []
-    for q, h, hits in reps:
-        J = np.asarray(jac(h), dtype=np.float64)
-        vals, n_unstable, kind = classify_point(J, margin=margin)
-        points.append(
-            FixedPoint(h=h, q=float(q), eigenvalues=vals, n_unstable=n_unstable, kind=kind,
-                       n_hits=hits, jacobian=J)
-        )
-    points.sort(key=lambda p: (p.n_unstable, -p.n_hits, tuple(np.round(p.h, 9))))
+        points = []
+        for q, h, hits in reps:
+            J = np.asarray(jac(h), dtype=np.float64)
+            vals, n_unstable, kind = classify_point(J, margin=margin)
+            points.append(
+                FixedPoint(h=h, q=float(q), eigenvalues=vals, n_unstable=n_unstable, kind=kind,
+                           n_hits=hits, jacobian=J)
+            )
+    points.sort(key=lambda p: (p.n_unstable, _KINDS.index(p.kind), -p.n_hits, tuple(np.round(p.h, 9))))
     return points
+
+
+def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
+    """The autonomous map ``state -> next state`` of one layer of a network, with a fixed input.
+
+    Parameters
+    ----------
+    layer : hiddenstate.RNN, GRU or LSTM
+    x : array_like of shape (I_k,), optional
+        The constant input of that layer (``I_0 = input_size`` for layer 0, ``D*H`` above);
+        default zeros (Sussillo and Barak 2013 hold the input at zero).
+    layer_index : int, default 0
+    direction : int, default 0
+
+    Returns
+    -------
+    F : callable
+        ``F(s) -> ndarray (S,)`` for a state ``s`` of shape (S,): ``S = H``, or ``2H`` for an LSTM
+        whose state is ``(h, c)`` concatenated (``h`` first).
+    jac : callable
+        ``jac(s) -> ndarray (S, S)``, the analytic Jacobian ``dF/ds`` (the same step Jacobian as
+        :func:`hiddenstate.gradflow.step_jacobians`).
+
+    Raises
+    ------
+    ValueError
+        If the indices are out of range or ``x`` has the wrong size.
+    """
+    from .gradflow import _jacobians_at
+    from .trace import LayerTrace, cell_kind, cell_step
+
+    kind = cell_kind(layer)
+    L, D, H = layer.num_layers, layer.num_directions, layer.hidden_size
+    li = layer_index % L if -L <= layer_index < L else None
+    if li is None or not 0 <= direction < D:
+        raise ValueError(f"layer_index must be in [-{L}, {L}) and direction in [0, {D}); got {layer_index}, {direction}.")
+    sfx = f"_l{li}" + ("_reverse" if direction else "")
+    # float64 whatever the layer's dtype: q must reach ~1e-12 to call a point fixed
+    w = {k: (None if layer.params.get(k + sfx) is None else np.asarray(layer.params[k + sfx], dtype=np.float64))
+         for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+    width = w["weight_ih"].shape[1]
+    xv = np.zeros(width) if x is None else np.asarray(x, dtype=np.float64).reshape(-1)
+    if xv.shape != (width,):
+        raise ValueError(f"x must have shape ({width},) (the input width of layer {li}); got {np.shape(x)}.")
+    xv = xv[None, :]  # (1, I)
+    opts = {"reset_after": layer.reset_after} if kind == "gru" else (
+        {"nonlinearity": layer.nonlinearity} if kind == "rnn" else {})
+    S = 2 * H if kind == "lstm" else H
+
+    def _step(s):
+        s = np.asarray(s, dtype=np.float64).reshape(1, S)
+        h, c = (s[:, :H], s[:, H:]) if kind == "lstm" else (s, None)
+        return h, c, cell_step(kind, w, xv, h, c, **opts)
+
+    def F(s):
+        _, _, out = _step(s)
+        return np.concatenate([out["h"], out["c"]], axis=1)[0] if kind == "lstm" else out["h"][0]
+
+    def jac(s):
+        h, c, out = _step(s)
+        one = lambda a: None if a is None else a[None]  # noqa: E731  (1, 1, H)
+        lt = LayerTrace(kind=kind, layer=li, direction=0, x=xv[None], h=one(out["h"]), h_prev=one(h),
+                        c=one(out.get("c")), c_prev=one(c), gates={k: one(v) for k, v in out["gates"].items()},
+                        preacts={k: one(v) for k, v in out["preacts"].items()}, mask=np.ones((1, 1), dtype=bool),
+                        reset=None, weights=w, options=opts, s=one(out.get("s")))
+        return _jacobians_at(lt, np.zeros((1, 1), dtype=np.int64))[0, 0]
+
+    return F, jac
+
+
+def reachable_box(layer) -> list:
+    """Per-coordinate bounds of the states a layer can reach from an initial state inside them.
+
+    tanh RNN and GRU: ``(-1, 1)`` (a GRU state is a convex combination of its previous state
+    and a tanh candidate); logistic RNN ``(0, 1)``; ReLU RNN ``(0, None)``; LSTM: ``(-1, 1)``
+    for ``h`` and unbounded for ``c``. Pass it as ``bounds`` to :func:`find_fixed_points` with
+    :func:`layer_map`.
+
+    Returns
+    -------
+    list of (low, high) pairs, length S (H, or 2H for the LSTM)
+    """
+    from .trace import cell_kind
+
+    kind = cell_kind(layer)
+    H = layer.hidden_size
+    if kind == "lstm":
+        return [(-1.0, 1.0)] * H + [(None, None)] * H
+    if kind == "rnn":
+        box = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "relu": (0.0, None)}[layer.nonlinearity]
+        return [box] * H
+    return [(-1.0, 1.0)] * H

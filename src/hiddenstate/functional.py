@@ -79,7 +79,8 @@ def log_softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
         ``logits - logsumexp(logits)``; every entry is <= 0.
     """
     shifted = logits - np.max(logits, axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    with np.errstate(under="ignore"):  # exp of a very negative logit is exactly 0: correct, not an error
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -96,8 +97,9 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
         Non-negative, summing to 1 along ``axis``.
     """
     shifted = logits - np.max(logits, axis=axis, keepdims=True)
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    with np.errstate(under="ignore"):  # exp of a very negative logit is exactly 0: correct, not an error
+        e = np.exp(shifted)
+        return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
@@ -140,7 +142,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     logp = log_softmax(logits)
     rows = np.arange(m)
     loss = float(-logp[rows, targets].mean()) if m else 0.0
-    dlogits = np.exp(logp)
+    with np.errstate(under="ignore"):
+        dlogits = np.exp(logp)
     dlogits[rows, targets] -= 1.0
     dlogits /= max(m, 1)
     return loss, dlogits
@@ -150,9 +153,8 @@ def gru_blend(z: np.ndarray, h_prev: np.ndarray, n: np.ndarray, out: np.ndarray 
     """``z * h_prev + (1 - z) * n`` without validation, computed as ``n + z * (h_prev - n)``.
 
     The unchecked kernel behind :func:`hiddenstate.seeds.hidden_state_update` (Cho et al. 2014,
-    Eq. 5), used inside the GRU time loop. ``out`` may alias none of the inputs except ``n``.
+    Eq. 5), used inside the GRU time loop. ``out`` may be a new buffer or alias any input.
     """
-    out = np.subtract(h_prev, n, out=out)
-    out *= z
-    out += n
-    return out
+    d = h_prev - n
+    d *= z
+    return np.add(n, d, out=out)

@@ -332,6 +332,10 @@ class _RecurrentLayer:
             Non-float inputs, non-integer lengths, non-bool reset.
         """
         x, state0, learned, lens, keep, rmask, unbatched = self._prepare(x, h0, lengths, reset)
+        with np.errstate(under="ignore"):  # gradients and gates may underflow to 0; that is exact enough
+            return self._forward(x, state0, learned, lens, keep, rmask, unbatched, training, rng)
+
+    def _forward(self, x, state0, learned, lens, keep, rmask, unbatched, training, rng):
         T, N, _ = x.shape
         H, D, L = self.hidden_size, self.num_directions, self.num_layers
         p = self.params
@@ -356,7 +360,7 @@ class _RecurrentLayer:
             for d in range(D):
                 sfx = self._suffix(layer, d)
                 xin = inp if d == 0 else _reverse(inp, idx)
-                xw = (xin.reshape(T * N, -1) @ p["weight_ih" + sfx].T).reshape(T, N, -1)
+                xw = (xin.reshape(T * N, xin.shape[2]) @ p["weight_ih" + sfx].T).reshape(T, N, self.num_gates * H)
                 if self.bias:
                     xw += p["bias_ih" + sfx]
                 k = layer * D + d
@@ -417,6 +421,10 @@ class _RecurrentLayer:
         dx : ndarray shaped like ``x``
         dh0 : ndarray shaped like ``h0`` (LSTM: pair ``(dh0, dc0)``)
         """
+        with np.errstate(under="ignore"):
+            return self._backward(cache, d_output, d_h_n)
+
+    def _backward(self, cache, d_output, d_h_n):
         layer_caches, keep, idx, learned, unbatched, (T, N) = cache
         H, D, L, G = self.hidden_size, self.num_directions, self.num_layers, self.num_gates
         LD = L * D
@@ -469,12 +477,12 @@ class _RecurrentLayer:
                     dfin = None if dh_n is None else dh_n[k]
                 dxw, dw_hh, db_hh, ds0 = bwd(kc, dhs, dfin)
                 dxw2 = dxw.reshape(T * N, G * H)
-                grads["weight_ih" + sfx] = dxw2.T @ xin.reshape(T * N, -1)
+                grads["weight_ih" + sfx] = dxw2.T @ xin.reshape(T * N, xin.shape[2])
                 grads["weight_hh" + sfx] = dw_hh
                 if self.bias:
                     grads["bias_ih" + sfx] = dxw.sum(axis=1).sum(axis=0)
                     grads["bias_hh" + sfx] = db_hh
-                dxin = (dxw2 @ p["weight_ih" + sfx]).reshape(T, N, -1)
+                dxin = (dxw2 @ p["weight_ih" + sfx]).reshape(T, N, xin.shape[2])
                 if d == 1:
                     dxin = _reverse(dxin, idx)
                 dinp = dxin if dinp is None else dinp + dxin
@@ -509,7 +517,8 @@ class RNN(_RecurrentLayer):
         H, hidden units per layer and direction.
     num_layers : int, default 1
         L, stacked layers; layer k > 0 reads layer k-1's output (D*H features).
-    nonlinearity : {"tanh", "relu"}, default "tanh"
+    nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
+        ``"sigmoid"``: Elman's (1990) logistic units in [0, 1] (an extension; torch has tanh and relu).
     bias : bool, default True
     batch_first : bool, default False
         Input and output as (N, T, features) instead of (T, N, features).
@@ -536,8 +545,8 @@ class RNN(_RecurrentLayer):
 
     def __init__(self, input_size, hidden_size, num_layers=1, *, nonlinearity="tanh", bias=True, batch_first=False,
                  bidirectional=False, dropout=0.0, learn_h0=False, dtype=np.float64, rng=None):
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"nonlinearity must be 'tanh' or 'relu'; got {nonlinearity!r}.")
+        if nonlinearity not in _rnn.NONLINEARITIES:
+            raise ValueError(f"nonlinearity must be one of {_rnn.NONLINEARITIES}; got {nonlinearity!r}.")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias=bias, batch_first=batch_first,
                          bidirectional=bidirectional, dropout=dropout, learn_h0=learn_h0, dtype=dtype, rng=rng)

@@ -118,7 +118,7 @@ class Adam:
         Floating, writeable arrays, updated in place. The dict itself is kept: arrays are looked
         up by key at every step.
     lr : float, default 2e-3
-        Step size, positive.
+        Step size, positive. (char-rnn's default; ``torch.optim.Adam`` defaults to 1e-3.)
     betas : tuple of float, default (0.9, 0.999)
         Moment decay rates, each in ``[0, 1)``.
     eps : float, default 1e-8
@@ -194,7 +194,7 @@ class Adam:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore moments and step count from :meth:`state_dict` (copies; nothing changes on error).
+        """Restore moments and step count from :meth:`state_dict` (copied; unchanged on error).
 
         Raises
         ------
@@ -311,10 +311,11 @@ def clip_grad_norm(grads: dict[str, np.ndarray], max_norm: float, *, eps: float 
     max_norm = _check_positive("max_norm", max_norm)
     eps = _check_positive("eps", eps, allow_zero=True)
     squares = []
-    for grad in grads.values():
-        flat = grad.reshape(-1).astype(np.float64, copy=False)
-        squares.append(float(np.dot(flat, flat)))
-    total_norm = math.sqrt(math.fsum(squares))
+    with np.errstate(over="ignore", invalid="ignore"):  # a non-finite norm is reported below
+        for grad in grads.values():
+            flat = grad.reshape(-1).astype(np.float64, copy=False)
+            squares.append(float(np.dot(flat, flat)))
+    total_norm = math.sqrt(sum(squares))
     if not math.isfinite(total_norm):
         bad = [k for k, g in grads.items() if not np.isfinite(g).all()]
         raise ValueError(

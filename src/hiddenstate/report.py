@@ -23,14 +23,13 @@ import base64
 import datetime as _dt
 import html
 import io
-import json
 import os
 import pathlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["build_report", "render_html"]
+__all__ = ["build_report", "inspect_checkpoint", "render_html"]
 
 # Palette (colour-blind safe, Okabe-Ito based) shared by figures and page.
 _COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7f7f7f", "#F0E442"]
@@ -117,7 +116,7 @@ def _is_keep_gate(name: str) -> bool:
 def _fig_gates(gates) -> str:
     keep = [g for g in gates if _is_keep_gate(g.name)]
     with _rc():
-        fig, axes = _figure(7.2, 3.4, ncols=2 if keep else 1)
+        fig, axes = (_figure(6.4, 3.3, ncols=2, width_ratios=[1.15, 1]) if keep else _figure(6.0, 3.3))
         ax = axes[0] if keep else axes
         ax.fill_between([0, 1], [1, 0], [1, 1], color="#f1f3f4", zorder=0, lw=0)
         ax.plot([0, 1], [1, 0], color="#bdc1c6", lw=0.8, zorder=1)
@@ -138,12 +137,20 @@ def _fig_gates(gates) -> str:
                 ax2.plot(np.arange(1, tau.size + 1), tau, marker="o", ms=3, lw=1.2, label=g.name,
                          color=_COLORS[gates.index(g) % len(_COLORS)])
             ax2.set_yscale("log")
+            _plain_log_ticks(ax2.yaxis)
             ax2.set_xlabel("unit (sorted)")
             ax2.set_ylabel("time constant 1/(1 - mean) [steps]")
             ax2.set_title("memory time constant")
             ax2.axhline(10, color="#bdc1c6", lw=0.8, ls="--")
             ax2.legend(loc="upper right")
         return _png(fig)
+
+
+def _plain_log_ticks(axis):
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _fig_gradient(gradient, refs) -> str:
@@ -197,19 +204,23 @@ def _fig_pca(res, fixed_points) -> str:
         sc = np.concatenate([sc, np.zeros(sc.shape[:-1] + (1,))], axis=-1)
     trajs = [sc] if sc.ndim == 2 else [sc[:, n] for n in range(min(sc.shape[1], 4))]
     with _rc():
-        fig, axes = _figure(7.4, 3.6, ncols=2, width_ratios=[1.7, 1])
+        fig, axes = _figure(12.5, 4.6, ncols=2, width_ratios=[1.9, 1])
         ax, ax2 = axes
         for j, tr in enumerate(trajs):
             pts = tr[:, :2]
             segs = np.stack([pts[:-1], pts[1:]], axis=1)
-            lc = LineCollection(segs, cmap="viridis", linewidths=1.3 if j == 0 else 0.8,
-                                alpha=1.0 if j == 0 else 0.45)
+            lw = 1.4 if len(segs) < 300 else (0.9 if len(segs) < 1000 else 0.45)
+            lc = LineCollection(segs, cmap="viridis", linewidths=lw if j == 0 else 0.6 * lw,
+                                alpha=(0.95 if len(segs) < 1000 else 0.7) if j == 0 else 0.4)
             lc.set_array(np.arange(len(segs), dtype=np.float64))
             ax.add_collection(lc)
             ax.scatter(pts[:1, 0], pts[:1, 1], marker="o", s=28, color="#3c4043", zorder=3,
                        label="start" if j == 0 else None)
             ax.scatter(pts[-1:, 0], pts[-1:, 1], marker="s", s=26, color="#fde725", edgecolors="#3c4043",
                        zorder=3, label="end" if j == 0 else None)
+        allpts = np.concatenate([t[:, :2] for t in trajs])
+        lo, hi = allpts.min(axis=0), allpts.max(axis=0)
+        span = np.maximum(hi - lo, 1e-9)
         if fixed_points:
             seen = set()
             for p in fixed_points:
@@ -218,12 +229,14 @@ def _fig_pca(res, fixed_points) -> str:
                 xy = res.transform(p.h)[:2]
                 if xy.size < 2:
                     xy = np.append(xy, 0.0)
+                if np.any(xy < lo - 0.5 * span) or np.any(xy > hi + 0.5 * span):
+                    continue  # far from every visited state: would squash the trajectory
                 stable = p.kind == "stable"
                 lab = None if p.kind in seen else f"{p.kind} fixed point"
                 seen.add(p.kind)
-                ax.scatter([xy[0]], [xy[1]], s=70 if stable else 55, marker="*" if stable else "X",
-                           color=_KIND_COLORS.get(p.kind, "#3c4043"), edgecolors="white", linewidths=0.6,
-                           zorder=4, label=lab)
+                ax.scatter([xy[0]], [xy[1]], s=260 if stable else 130, marker="*" if stable else "X",
+                           color=_KIND_COLORS.get(p.kind, "#3c4043"), edgecolors="#202124", linewidths=0.9,
+                           zorder=5, label=lab)
         ax.autoscale_view()
         fig.colorbar(lc, ax=ax, label="time step", shrink=0.85, pad=0.01)
         evr = res.explained_variance_ratio
@@ -238,7 +251,7 @@ def _fig_pca(res, fixed_points) -> str:
         ax2.set_xlabel("component")
         ax2.set_ylabel("explained variance ratio")
         ax2.set_title("explained variance")
-        ax2.legend(loc="center right")
+        ax2.legend(loc="upper left")
         return _png(fig)
 
 
@@ -257,7 +270,7 @@ def _fig_eigs(fixed_points) -> str:
         ax.set_aspect("equal", adjustable="datalim")
         ax.set_xlabel("Re λ")
         ax.set_ylabel("Im λ")
-        ax.set_title("Jacobian eigenvalues (unit circle dashed)")
+        ax.set_title("Jacobian eigenvalues")
         ax.legend(loc="upper right", fontsize=7.5)
         return _png(fig)
 
@@ -291,18 +304,18 @@ p.what { color: var(--muted); margin: 0 0 12px; font-size: 13.5px; }
 img.fig { width: 100%; height: auto; display:block; border-radius: 6px; }
 table { border-collapse: collapse; width: 100%; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 th, td { text-align: left; padding: 6px 10px; border-bottom: 1px solid var(--line); }
-th { color: var(--muted); font-weight: 600; font-size: 12.5px; text-transform: uppercase; letter-spacing: .03em; }
+th { color: var(--muted); font-weight: 600; font-size: 13px; }
 tr:hover td { background: #fafbfc; }
 .badge { display:inline-block; border-radius: 999px; padding: 1px 9px; font-size: 12px; font-weight: 600; color:#fff; }
 .fp { display:grid; grid-template-columns: minmax(0, 2fr) minmax(260px, 1fr); gap: 18px; align-items: start; }
-.textview { margin-bottom: 16px; }
+.textviews { display:grid; grid-template-columns: repeat(auto-fit, minmax(540px, 1fr)); gap: 4px 22px; }
+.textview { margin-bottom: 12px; min-width: 0; }
 .unit-head { display:flex; justify-content: space-between; align-items: baseline; gap: 12px; margin: 10px 0 6px; }
 .unit-head b { font-size: 14px; }
 .readout { color: var(--muted); font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; min-height: 1.2em; }
 pre.chars { margin:0; padding: 12px 14px; background: #fcfcfd; border:1px solid var(--line); border-radius: 8px;
   font: 13px/1.65 ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace;
   white-space: pre-wrap; word-break: break-all; max-height: 340px; overflow:auto; }
-pre.chars span { border-radius: 2px; }
 pre.chars span.nl::before { content: "\\21B5"; color: #9aa0a6; }
 .legend { display:flex; align-items:center; gap: 8px; font-size: 12px; color: var(--muted); }
 .legend .bar { width: 160px; height: 10px; border-radius: 5px; border:1px solid var(--line); }
@@ -361,15 +374,21 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _fp_table(points) -> str:
+def _fp_table(points, max_rows: int = 15) -> str:
     rows = []
-    for i, p in enumerate(points):
+    for i, p in enumerate(points[:max_rows]):
         col = _KIND_COLORS.get(p.kind, "#5f6368")
         kind = f'<span class="badge" style="background:{col}">{_esc(p.kind)}</span>'
         rows.append(
             f"<tr><td>{i}</td><td>{kind}</td><td>{p.n_unstable}</td><td>{p.spectral_radius:.4f}</td>"
             f"<td>{_fmt(p.q)}</td><td>{float(np.linalg.norm(p.h)):.3f}</td><td>{p.n_hits}</td></tr>"
         )
+    if len(points) > max_rows:
+        counts = {}
+        for p in points[max_rows:]:
+            counts[p.kind] = counts.get(p.kind, 0) + 1
+        rest = ", ".join(f"{n} {k}" for k, n in counts.items())
+        rows.append(f'<tr><td colspan="7" class="empty">… and {len(points) - max_rows} more ({rest})</td></tr>')
     head = ("<tr><th>#</th><th>kind</th><th>unstable dims</th><th>max |λ|</th><th>q</th>"
             "<th>‖h*‖</th><th>starts</th></tr>")
     return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
@@ -446,8 +465,18 @@ def render_html(
     text_units=None,
     tables: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     max_chars: int = 2000,
+    project_fixed_points: bool = True,
 ) -> str:
     """Return the report as one HTML string (see :func:`build_report` for the parameters)."""
+    with np.errstate(under="ignore"):  # tiny values (vanished gradients) may underflow when drawn
+        return _render(title=title, subtitle=subtitle, meta=meta, loss=loss, gates=gates, gradient=gradient,
+                       gradient_refs=gradient_refs, memory=memory, pca=pca, fixed_points=fixed_points, text=text,
+                       text_units=text_units, tables=tables, max_chars=max_chars,
+                       project_fixed_points=project_fixed_points)
+
+
+def _render(*, title, subtitle, meta, loss, gates, gradient, gradient_refs, memory, pca, fixed_points, text,
+            text_units, tables, max_chars, project_fixed_points) -> str:
     cards_grid, cards_wide, toc = [], [], []
 
     loss_m = _as_mapping("loss", loss, "train")
@@ -492,8 +521,8 @@ def render_html(
         cards_wide.append(_card(
             "pca", "Trajectory in principal components",
             "The hidden state over time projected on its top two principal components (colour = time)"
-            + ("; stars are stable fixed points, crosses unstable ones." if fps else "."),
-            _img(_fig_pca(pca, fps), "PCA trajectory"), wide=True))
+            + ("; stars are stable fixed points, crosses unstable ones." if fps and project_fixed_points else "."),
+            _img(_fig_pca(pca, fps if project_fixed_points else []), "PCA trajectory"), wide=True))
         toc.append(("pca", "PCA"))
 
     if fixed_points is not None:
@@ -501,9 +530,11 @@ def render_html(
             n_st = sum(p.kind == "stable" for p in fps)
             body = (f'<div class="fp"><div>{_fp_table(fps)}</div>'
                     f'<div>{_img(_fig_eigs(fps), "fixed point eigenvalues")}</div></div>')
+            n_sad = sum(p.kind == "saddle" for p in fps)
             what = (f"Sussillo &amp; Barak (2013): minima of q(h) = ½‖F(h) − h‖² with the input held fixed. "
-                    f"{len(fps)} distinct point(s), {n_st} stable; a saddle's unstable directions lead to "
-                    f"the attractors it separates.")
+                    f"{len(fps)} distinct point{'s' if len(fps) != 1 else ''}, {n_st} stable"
+                    + (f", {n_sad} saddle{'s' if n_sad != 1 else ''}: a saddle's unstable directions lead to the "
+                       "attractors it separates." if n_sad else "."))
         else:
             body, what = '<p class="empty">No fixed point found from the given starts.</p>', "Sussillo &amp; Barak (2013)."
         cards_wide.append(_card("fixed", "Fixed points", what, body, wide=True))
@@ -524,12 +555,14 @@ def render_html(
         cards_wide.append(_card(
             "text", "Text coloured by unit activation",
             "Each character's background is the unit's activation after reading it: warm positive, cool "
-            f"negative (Karpathy et al. 2015's \"quote cell\" view){more}.", "".join(views), wide=True))
+            f"negative (Karpathy et al. 2015's \"quote cell\" view){more}.",
+            f'<div class="textviews">{"".join(views)}</div>', wide=True))
         toc.append(("text", "Text"))
 
     for j, (name, rows) in enumerate((tables or {}).items()):
         cards_wide.append(_card(f"table{j}", str(name), "", _table(list(rows)), wide=True))
-        toc.append((f"table{j}", str(name)))
+        short = str(name).split(" (")[0]
+        toc.append((f"table{j}", short if len(short) <= 32 else short[:30] + "…"))
 
     chips = "".join(f'<span class="chip">{_esc(k)}: <b>{_esc(_fmt(v))}</b></span>' for k, v in (meta or {}).items())
     nav = "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in toc)
@@ -596,6 +629,9 @@ def build_report(path, **measurements) -> pathlib.Path:
         Extra tables (title -> rows), e.g. the Pascanu bound per weight matrix.
     max_chars : int, default 2000
         Characters of ``text`` shown.
+    project_fixed_points : bool, default True
+        Draw the fixed points in the PCA plane (only sensible when they live in the space the
+        PCA was fitted on, e.g. a one-layer network; points of another size are never drawn).
 
     Returns
     -------
@@ -610,7 +646,7 @@ def build_report(path, **measurements) -> pathlib.Path:
         If an unknown keyword is given.
     """
     allowed = {"title", "subtitle", "meta", "loss", "gates", "gradient", "gradient_refs", "memory", "pca",
-               "fixed_points", "text", "text_units", "tables", "max_chars"}
+               "fixed_points", "text", "text_units", "tables", "max_chars", "project_fixed_points"}
     unknown = sorted(set(measurements) - allowed)
     if unknown:
         raise TypeError(f"build_report got unknown keyword(s) {unknown}; allowed: {sorted(allowed)}.")
@@ -619,3 +655,14 @@ def build_report(path, **measurements) -> pathlib.Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def inspect_checkpoint(checkpoint, out="report.html", text_file=None, **options) -> pathlib.Path:
+    """Analyse a trained character model and write its report; see :func:`hiddenstate.analysis.inspect_checkpoint`.
+
+    This is the hook behind ``hiddenstate inspect CKPT [--text FILE] [--out report.html]`` and the
+    end of ``hiddenstate demo``.
+    """
+    from .analysis import inspect_checkpoint as _inspect
+
+    return _inspect(checkpoint, out=out, text_file=text_file, **options)

@@ -110,7 +110,8 @@ class Cell:
         if self.bias:
             xw += p["bias_ih"]
         fwd, _ = self._kernel
-        _, final, kcache = fwd(xw[None], state0, p["weight_hh"], p.get("bias_hh"), **self._options())
+        with np.errstate(under="ignore"):
+            _, final, kcache = fwd(xw[None], state0, p["weight_hh"], p.get("bias_hh"), **self._options())
         if unbatched:
             final = tuple(s[0] for s in final) if self.is_lstm else final[0]
         return final, (x2, kcache, unbatched)
@@ -130,7 +131,8 @@ class Cell:
         elif self.is_lstm and d_out is not None:
             d_out = tuple(d_out)
         _, bwd = self._kernel
-        dxw, dw_hh, db_hh, dstate = bwd(kcache, None, d_out)
+        with np.errstate(under="ignore"):
+            dxw, dw_hh, db_hh, dstate = bwd(kcache, None, d_out)
         dxw = dxw[0]  # (N, G*H)
         p = self.params
         grads = {"weight_ih": dxw.T @ x2, "weight_hh": dw_hh}

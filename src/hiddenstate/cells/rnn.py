@@ -1,7 +1,8 @@
 """Elman RNN: scan kernels (forward and exact BPTT side by side) and :class:`RNNCell`.
 
-``h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` with ``act`` in {tanh, relu}
+``h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` with ``act`` in {tanh, relu, sigmoid}
 (Elman 1990 with PyTorch's parameter layout: ``weight_ih`` (H, I), ``weight_hh`` (H, H)).
+``"sigmoid"`` (logistic units in [0, 1]) is Elman's own choice; torch offers only tanh and relu.
 
 Kernel contract (shared by the three cell files and used by :mod:`hiddenstate.layers`):
 
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..functional import sigmoid
 from ._base import Cell
 
 __all__ = ["RNNCell", "scan_backward", "scan_forward"]
 
 NUM_GATES = 1
+NONLINEARITIES = ("tanh", "relu", "sigmoid")
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tanh"):
@@ -36,7 +39,7 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tan
     hnew = np.empty((T, N, H), dtype=xw.dtype)  # activation output of every step
     hs = hnew if keep is None else np.empty_like(hnew)
     hprev = np.empty_like(hnew)  # the state each step read (after resets)
-    relu = nonlinearity == "relu"
+    act = nonlinearity
     h = h0
     for t in range(T):
         if reset is not None:
@@ -45,21 +48,28 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tan
         a = hnew[t]
         np.matmul(h, w_t, out=a)
         a += xw[t]
-        if relu:
+        if act == "tanh":
+            np.tanh(a, out=a)
+        elif act == "relu":
             np.maximum(a, 0.0, out=a)
         else:
-            np.tanh(a, out=a)
+            sigmoid(a, out=a)
         if keep is not None:
             hs[t] = np.where(keep[t], a, h)
         h = hs[t]
-    cache = (hnew, hprev, w_hh, h0, keep, reset, relu)
+    cache = (hnew, hprev, w_hh, h0, keep, reset, act)
     return hs, h.copy() if T else h0.copy(), cache
 
 
 def scan_backward(cache, dhs, dh_last):
-    hnew, hprev, w_hh, h0, keep, reset, relu = cache
+    hnew, hprev, w_hh, h0, keep, reset, act = cache
     T, N, H = hnew.shape
-    deriv = (hnew > 0).astype(hnew.dtype) if relu else 1.0 - hnew * hnew  # (T, N, H)
+    if act == "tanh":
+        deriv = 1.0 - hnew * hnew  # (T, N, H)
+    elif act == "relu":
+        deriv = (hnew > 0).astype(hnew.dtype)
+    else:
+        deriv = hnew * (1.0 - hnew)
     da = np.empty_like(hnew)  # (T, N, H) pre-activation gradients
     carry = np.zeros_like(h0) if dh_last is None else np.array(dh_last, dtype=h0.dtype)
     dh0 = np.zeros_like(h0)
@@ -91,7 +101,8 @@ class RNNCell(Cell):
         I, features per input vector.
     hidden_size : int
         H, hidden units.
-    nonlinearity : {"tanh", "relu"}, default "tanh"
+    nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
+        ``"sigmoid"`` gives Elman's (1990) logistic units (not available in torch).
     bias : bool, default True
         Whether ``bias_ih`` and ``bias_hh`` (each (H,)) exist.
     dtype : {float64, float32}, default float64
@@ -114,8 +125,8 @@ class RNNCell(Cell):
     num_gates = NUM_GATES
 
     def __init__(self, input_size, hidden_size, *, nonlinearity="tanh", bias=True, dtype=np.float64, rng=None):
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"nonlinearity must be 'tanh' or 'relu'; got {nonlinearity!r}.")
+        if nonlinearity not in NONLINEARITIES:
+            raise ValueError(f"nonlinearity must be one of {NONLINEARITIES}; got {nonlinearity!r}.")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias=bias, dtype=dtype, rng=rng)
 

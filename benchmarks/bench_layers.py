@@ -1,0 +1,311 @@
+"""Time hiddenstate's RNN, GRU and LSTM layers against torch.nn.RNN/GRU/LSTM on this machine.
+
+What is measured (per (T, N, I, H) size and dtype, one layer, one direction):
+
+* ``fwd``: ours ``layer.forward(x)``; torch ``module(x)`` under ``torch.no_grad()``.
+* ``fwd+bwd``: ours ``layer.forward(x)`` + ``layer.backward(cache, g)``; torch ``module(x)``
+  with autograd on the parameters and the input, then ``(output * g).sum().backward()``.
+  Both produce the gradients of every parameter and of ``x`` for the same upstream ``g``.
+
+Rows: RNN (tanh), GRU with ``reset_after=True`` (the same equations as ``torch.nn.GRU``),
+GRU with our default ``reset_after=False`` (Cho et al. 2014; one extra (N, H) x (H, H)
+product per step, so its ratio is *not* like for like: it is timed against the same
+``torch.nn.GRU``), and LSTM. Both libraries get the same weights, inputs and thread count.
+
+Method (``/work/shared/papers/performance.md``): all implementations run in one process,
+interleaved within each round (order shuffled per round), after a warm-up call; the table
+shows per-implementation medians in milliseconds and ``ratio = median(ours) / median(torch)``
+(< 1: ours is faster). Absolute times drift on shared VMs; the ratios are the result.
+
+Usage::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_layers.py [--threads 1]
+        [--rounds 15] [--budget 20] [--quick] [--markdown]
+
+``OPENBLAS_CORETYPE`` pins OpenBLAS to one kernel family (e.g. ``Haswell``: AVX2 only) and
+makes every batched size 1.25-1.75x slower relative to torch; unset it for benchmarking.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_PINNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+SIZES = [(100, 32, 64, 128), (100, 32, 256, 256), (200, 64, 512, 512), (1000, 1, 64, 128)]
+QUICK_SIZES = [(20, 8, 16, 32), (100, 1, 16, 32)]
+KINDS = ("RNN", "GRU", "GRU-cho", "LSTM")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads for both libraries (default 1)")
+    p.add_argument("--rounds", type=int, default=15, help="maximum timed rounds per size and dtype (default 15)")
+    p.add_argument("--min-rounds", type=int, default=3, help="minimum timed rounds per size and dtype (default 3)")
+    p.add_argument("--budget", type=float, default=20.0,
+                   help="seconds of timed rounds per size and dtype; the round count is budget / (one round), "
+                        "clamped to [--min-rounds, --rounds] (default 20)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes and 3 rounds: a smoke run of the script")
+    p.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: time.perf_counter; cpu: time.process_time, this process's CPU time, which ignores "
+                        "time spent descheduled on a loaded machine (single-threaded runs only) (default wall)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1; got {args.threads}.")
+    if args.rounds < 1 or args.min_rounds < 1:
+        p.error("--rounds and --min-rounds must be >= 1.")
+    if args.clock == "cpu" and args.threads != 1:
+        p.error("--clock cpu sums the CPU time of all threads; use it with --threads 1 only.")
+    return args
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
+# thread counts must be fixed before numpy (OpenBLAS) and torch (MKL/OpenMP) are imported
+for _var in _THREAD_VARS:
+    os.environ[_var] = str(ARGS.threads if ARGS else 1)
+
+import gc  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import hiddenstate  # noqa: E402
+
+
+# -- environment report --------------------------------------------------------------------------
+def openblas_kernel() -> str:
+    """Which OpenBLAS kernel NumPy uses: via threadpoolctl if installed, else the library's own corename."""
+    try:
+        from threadpoolctl import threadpool_info  # optional: not a dependency of hiddenstate
+    except ImportError:
+        threadpool_info = None
+    if threadpool_info is not None:
+        rows = [f"{d.get('internal_api')} {d.get('version')} arch={d.get('architecture')} threads={d.get('num_threads')}"
+                f" ({os.path.basename(d.get('filepath', ''))})" for d in threadpool_info()]
+        return "threadpoolctl: " + ("; ".join(rows) if rows else "no BLAS/OpenMP library found")
+    import ctypes
+
+    try:  # the OpenBLAS that NumPy loaded, found among this process's mapped libraries
+        with open("/proc/self/maps") as fh:
+            paths = sorted({line.split()[-1] for line in fh if "openblas" in line.lower() and ".so" in line})
+    except OSError:
+        paths = []
+    for path in paths:
+        lib = ctypes.CDLL(path)
+        for sym in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                    "openblas_get_corename"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                return f"{fn().decode()} (from {sym} in {os.path.basename(path)}; threadpoolctl not installed)"
+    return "unknown (threadpoolctl not installed and no OpenBLAS corename symbol found)"
+
+
+def environment_report(torch, args) -> list[str]:
+    lines = [
+        f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
+        f"hiddenstate {getattr(hiddenstate, '__version__', '?')}, {platform.machine()}, {os.cpu_count()} CPUs",
+        f"threads: {', '.join(f'{v}={os.environ[v]}' for v in _THREAD_VARS)}, torch.get_num_threads()={torch.get_num_threads()}",
+        f"numpy OpenBLAS kernel: {openblas_kernel()}",
+    ]
+    lines.append(f"clock: {'time.process_time (CPU time of this process)' if args.clock == 'cpu' else 'time.perf_counter (wall)'}")
+    try:
+        lines.append(f"torch BLAS: MKL available={torch.backends.mkl.is_available()}, "
+                     f"mkldnn={torch.backends.mkldnn.is_available()}")
+    except AttributeError:
+        pass
+    return lines
+
+
+def pinning_warning() -> str | None:
+    pinned = [f"{v}={os.environ[v]}" for v in _PINNING_VARS if v in os.environ]
+    if not pinned:
+        return None
+    return (f"WARNING: {', '.join(pinned)} is set: OpenBLAS is pinned, which makes batched sizes 1.25-1.75x "
+            f"slower relative to torch (performance.md section 5). Rerun with "
+            f"`env {' '.join('-u ' + v for v in _PINNING_VARS)} python {sys.argv[0]} ...`.")
+
+
+def load_warning(args) -> str | None:
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    free = (os.cpu_count() or 1) - args.threads
+    if load <= max(free, 0.5) or args.clock == "cpu":
+        return None
+    return (f"WARNING: 1-minute load average {load:.1f} on {os.cpu_count()} CPUs: other processes compete for the "
+            f"CPUs and wall-clock times will be noisy; consider --clock cpu.")
+
+
+# -- the implementations ----------------------------------------------------------------------------
+def build(kind, I, H, dtype, torch, seed):
+    """Our layer and the torch module with the same weights."""
+    rng = np.random.default_rng(seed)
+    tdtype = torch.float64 if dtype == np.float64 else torch.float32
+    if kind == "RNN":
+        ours, theirs = hiddenstate.RNN(I, H, dtype=dtype, rng=rng), torch.nn.RNN(I, H, dtype=tdtype)
+    elif kind in ("GRU", "GRU-cho"):
+        ours = hiddenstate.GRU(I, H, reset_after=(kind == "GRU"), dtype=dtype, rng=rng)
+        theirs = torch.nn.GRU(I, H, dtype=tdtype)
+    else:
+        ours, theirs = hiddenstate.LSTM(I, H, dtype=dtype, rng=rng), torch.nn.LSTM(I, H, dtype=tdtype)
+    theirs.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.params.items()})
+    return ours, theirs
+
+
+def make_jobs(kind, ours, theirs, x, g, torch):
+    """Four zero-argument callables: (ours fwd, torch fwd, ours fwd+bwd, torch fwd+bwd)."""
+    xt = torch.from_numpy(x)
+    gt = torch.from_numpy(g)
+    xt_leaf = xt.clone().requires_grad_(True)
+
+    def ours_fwd():
+        return ours.forward(x)[0]
+
+    def ours_fwdbwd():
+        out, _, cache = ours.forward(x)
+        return ours.backward(cache, g)
+
+    def torch_fwd():
+        with torch.no_grad():
+            return theirs(xt)[0]
+
+    def torch_fwdbwd():
+        theirs.zero_grad(set_to_none=True)
+        xt_leaf.grad = None
+        out = theirs(xt_leaf)[0]
+        (out * gt).sum().backward()
+        return out
+
+    return ours_fwd, torch_fwd, ours_fwdbwd, torch_fwdbwd
+
+
+def check_parity(ours, theirs, x, g, torch, dtype):
+    """Largest |ours - torch| over the output and the input gradient (sanity check: same computation)."""
+    out, _, cache = ours.forward(x)
+    _, dx, _ = ours.backward(cache, g)
+    xt = torch.from_numpy(x.copy()).requires_grad_(True)
+    ot = theirs(xt)[0]
+    (ot * torch.from_numpy(g)).sum().backward()
+    return max(np.max(np.abs(out - ot.detach().numpy())), np.max(np.abs(dx - xt.grad.numpy())))
+
+
+def bench_cell(size, dtype, args, torch):
+    """Time every kind at one (size, dtype); returns {(kind, mode): (ours ms, torch ms, rounds)}."""
+    T, N, I, H = size
+    rng = np.random.default_rng(args.seed)
+    x = rng.standard_normal((T, N, I)).astype(dtype)
+    jobs, notes = {}, []
+    for kind in KINDS:
+        ours, theirs = build(kind, I, H, dtype, torch, args.seed + 1)
+        g = rng.standard_normal((T, N, H)).astype(dtype)
+        if kind != "GRU-cho":
+            err = check_parity(ours, theirs, x, g, torch, dtype)
+            tol = 1e-9 if dtype == np.float64 else 1e-3
+            if not err <= tol:
+                notes.append(f"WARNING: {kind} {size} {np.dtype(dtype).name}: max |ours - torch| = {err:.2e} > {tol:g}")
+        of, tf, ofb, tfb = make_jobs(kind, ours, theirs, x, g, torch)
+        jobs[(kind, "fwd", "ours")] = of
+        jobs[(kind, "fwd+bwd", "ours")] = ofb
+        if kind != "GRU-cho":  # GRU-cho is compared with the same torch GRU timings
+            jobs[(kind, "fwd", "torch")] = tf
+            jobs[(kind, "fwd+bwd", "torch")] = tfb
+    keys = list(jobs)
+    # warm-up (allocator, BLAS buffers, torch's lazy init), which also times one round
+    t0 = time.perf_counter()
+    for k in keys:
+        jobs[k]()
+    one_round = time.perf_counter() - t0
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.quick:
+        rounds = 3
+    else:
+        rounds = int(min(args.rounds, max(args.min_rounds, args.budget // max(one_round, 1e-9))))
+    times = {k: [] for k in keys}
+    order_rng = np.random.default_rng(args.seed + 2)
+    for _ in range(rounds):
+        gc.collect()
+        for i in order_rng.permutation(len(keys)):
+            k = keys[i]
+            t = clock()
+            jobs[k]()
+            times[k].append(clock() - t)
+    med = {k: 1e3 * float(np.median(v)) for k, v in times.items()}
+    result = {}
+    for kind in KINDS:
+        ref = "GRU" if kind == "GRU-cho" else kind
+        for mode in ("fwd", "fwd+bwd"):
+            result[(kind, mode)] = (med[(kind, mode, "ours")], med[(ref, mode, "torch")], rounds)
+    return result, notes
+
+
+# -- output ---------------------------------------------------------------------------------------
+HEADER = ("T", "N", "I", "H", "dtype", "layer", "rounds", "fwd ours ms", "fwd torch ms", "fwd ratio",
+          "f+b ours ms", "f+b torch ms", "f+b ratio")
+
+
+def table_rows(results):
+    rows = []
+    for (size, dtype), res in results:
+        for kind in KINDS:
+            fo, ft, n = res[(kind, "fwd")]
+            bo, bt, _ = res[(kind, "fwd+bwd")]
+            label = {"GRU": "GRU (reset_after=True)", "GRU-cho": "GRU-cho (reset_after=False)*"}.get(kind, kind)
+            rows.append((*map(str, size), np.dtype(dtype).name, label, str(n), f"{fo:.2f}", f"{ft:.2f}",
+                         f"{fo / ft:.2f}", f"{bo:.2f}", f"{bt:.2f}", f"{bo / bt:.2f}"))
+    return rows
+
+
+def format_table(rows, markdown):
+    if markdown:
+        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
+    fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
+    return "\n".join([fmt(HEADER), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def main(args):
+    try:
+        import torch
+    except ImportError:
+        sys.exit("bench_layers.py needs torch (pip install torch) as the reference implementation.")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    warn = [w for w in (pinning_warning(), load_warning(args)) if w]
+    for w in warn:
+        print(w, file=sys.stderr)
+    header = environment_report(torch, args) + warn
+    for line in header:
+        print(("- " if args.markdown else "") + line)
+    print()
+    sizes = QUICK_SIZES if args.quick else SIZES
+    results, notes = [], []
+    t_start = time.perf_counter()
+    for size in sizes:
+        for dtype in (np.float32, np.float64):
+            res, n = bench_cell(size, dtype, args, torch)
+            results.append(((size, dtype), res))
+            notes += n
+            print(f"  done {size} {np.dtype(dtype).name} ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
+    print(format_table(table_rows(results), args.markdown))
+    print()
+    print("ratio = median(ours) / median(torch), < 1 means hiddenstate is faster; f+b = forward + backward "
+          "(gradients of all parameters and of x).")
+    print("* GRU-cho is our default Cho et al. (2014) candidate (reset before the recurrent product: a second "
+          "(N,H)x(H,H) GEMM per step), timed against the same torch.nn.GRU (reset_after form): not like for like.")
+    for note in notes:
+        print(note)
+    print(f"total {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main(ARGS)

@@ -1,0 +1,449 @@
+"""Run every hidden-state measurement on a layer and collect the results for a report.
+
+:func:`analyze_model` traces a recurrent layer over an input (:mod:`hiddenstate.trace`) and
+computes, with the modules of this package,
+
+* gate statistics per layer, direction and gate (:mod:`hiddenstate.gatestats`);
+* gradient norms ``||dL/dh_t||`` against lag from the layer's BPTT and the Jacobian-product
+  norms ``||dh_T/dh_{T-k}||`` (:mod:`hiddenstate.gradflow`), with ``sigma_max(W_hh)`` against the
+  vanishing bound of Pascanu, Mikolov and Bengio (2013);
+* a memory curve of the top layer's state (:mod:`hiddenstate.memory`);
+* PCA of the top layer's trajectory (:mod:`hiddenstate.pca`);
+* fixed points of the first layer with zero input, started from visited states plus noise
+  (:mod:`hiddenstate.fixedpoints`; Sussillo and Barak 2013, Golub and Sussillo 2018);
+* for text, the units that best track per-character features (:mod:`hiddenstate.textfeatures`,
+  :mod:`hiddenstate.unitfeatures`).
+
+:meth:`Analysis.write_report` hands everything to :func:`hiddenstate.report.build_report`.
+:func:`memory_sweep` measures the memory capacity and cost of untrained layers over hidden sizes
+(the fixed-size-bottleneck trade-off as numbers).
+
+The API is layer-based: for a character model, pass its recurrent layer, the encoded input that
+layer reads (one-hot or embedded characters, (T, N, I)), the token ids and the text.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .fixedpoints import find_fixed_points, layer_map, reachable_box
+from .gatestats import gate_statistics
+from .gradflow import hidden_gradient_norms, jacobian_flow, spectral_bounds
+from .memory import memory_curve
+from .pca import pca
+from .textfeatures import text_features
+from .trace import Trace, cell_kind, trace
+from .unitfeatures import best_units
+
+__all__ = ["Analysis", "analyze_model", "inspect_checkpoint", "memory_sweep"]
+
+_KEEP_GATE = {"gru": "z", "lstm": "f"}
+_STAT_GATES = {"rnn": (), "gru": ("r", "z"), "lstm": ("i", "f", "o")}
+
+
+@dataclass
+class Analysis:
+    """Everything :func:`analyze_model` measured (each entry may be None when not computed).
+
+    Attributes
+    ----------
+    trace : Trace
+    gates : list of GateStats
+    gradient : dict of str to (lags, norms)
+        Curves for the report: BPTT gradient norms per layer and the top layer's Jacobian-product
+        spectral norm.
+    gradient_refs : dict of str to (lags, values)
+        Reference curves, e.g. ``sigma_max(W_hh)**k`` for an Elman RNN.
+    gradient_norms : GradientNorms or None
+    jacobian : JacobianFlow or None
+    bounds : list of dict
+        :func:`hiddenstate.gradflow.spectral_bounds` rows.
+    memory : MemoryCurve or None
+    pca : PCAResult or None
+    fixed_points : list of FixedPoint or None
+    units : dict of str to UnitCorrelation
+    text : str or None
+    text_units : dict of str to ndarray (T,)
+    meta : dict
+    loss : dict or None
+    timings : dict of str to float
+        Seconds spent in each measurement.
+    """
+
+    trace: Trace
+    gates: list = field(default_factory=list)
+    gradient: dict = field(default_factory=dict)
+    gradient_refs: dict = field(default_factory=dict)
+    gradient_norms: Any = None
+    jacobian: Any = None
+    bounds: list = field(default_factory=list)
+    memory: Any = None
+    pca: Any = None
+    fixed_points: Any = None
+    units: dict = field(default_factory=dict)
+    text: str | None = None
+    text_units: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    loss: Any = None
+    timings: dict = field(default_factory=dict)
+
+    def report_kwargs(self) -> dict:
+        """Keyword arguments for :func:`hiddenstate.report.build_report`."""
+        tables = {}
+        if self.bounds:
+            tables["Recurrent weights against the vanishing bound (Pascanu et al. 2013)"] = [
+                {"matrix": row["matrix"], "gate block": row["block"], "σ_max": row["sigma_max"],
+                 "bound 1/γ": "n/a (gated)" if row["bound"] is None else row["bound"],
+                 "vanishing guaranteed": "n/a (gated)" if row["vanishing guaranteed"] is None
+                 else ("yes" if row["vanishing guaranteed"] else "no")}
+                for row in self.bounds
+            ]
+        if self.units:
+            tables["Units that track text features"] = [
+                {"feature": name, "best unit": int(u.top_units[0]), "r": float(u.top_r[0]),
+                 "runner-up": int(u.top_units[1]) if u.top_units.size > 1 else "",
+                 "r (runner-up)": float(u.top_r[1]) if u.top_units.size > 1 else ""}
+                for name, u in self.units.items()
+            ]
+        return {
+            "meta": self.meta, "loss": self.loss, "gates": self.gates or None, "gradient": self.gradient or None,
+            "gradient_refs": self.gradient_refs or None, "memory": self.memory, "pca": self.pca,
+            "fixed_points": self.fixed_points, "text": self.text if self.text_units else None,
+            "text_units": self.text_units or None, "tables": tables or None,
+            # fixed points belong to layer 0 forward; the PCA plane is the top layer's output
+            "project_fixed_points": self.trace.num_layers == 1 and self.trace.num_directions == 1,
+        }
+
+    def write_report(self, path, **overrides):
+        """Write the HTML report (see :func:`hiddenstate.report.build_report`); returns its path."""
+        from .report import build_report
+
+        kw = self.report_kwargs()
+        kw.update(overrides)
+        return build_report(path, **kw)
+
+
+def analyze_model(
+    layer,
+    x,
+    h0=None,
+    *,
+    tokens=None,
+    text: str | None = None,
+    loss=None,
+    lengths=None,
+    max_lag: int = 30,
+    grad_steps: int = 100,
+    grad_sequences: int = 16,
+    n_fixed_point_starts: int = 32,
+    fixed_point_input=None,
+    rng: np.random.Generator | None = None,
+    title_meta: dict | None = None,
+) -> Analysis:
+    """Measure a layer's hidden state on an input: gates, gradient flow, memory, PCA, fixed points.
+
+    Parameters
+    ----------
+    layer : hiddenstate.RNN, GRU or LSTM
+    x : ndarray of shape (T, N, I) ((N, T, I) if batch_first) or (T, I)
+        The input the layer reads (e.g. one-hot characters).
+    h0 : optional
+        Initial state as for ``layer.forward``.
+    tokens : array_like of int, shape (T, N) or (T,), optional
+        Token ids behind ``x``; the memory curve then decodes the token ``k`` steps back
+        (accuracy). Without tokens it regresses ``x[t-k]`` (R^2).
+    text : str, optional
+        The characters of sequence 0 (one per step); enables the unit-feature correlations and
+        the coloured-text view.
+    loss : mapping or array, optional
+        Loss history to show (passed through to the report).
+    lengths : array_like of int, shape (N,), optional
+        Valid steps per sequence.
+    max_lag : int, default 30
+        Largest lag for the memory curve and Jacobian products.
+    grad_steps, grad_sequences : int, default 100 and 16
+        The BPTT gradient-norm measurement (``O(T^2)``) uses the first ``grad_steps`` steps of the
+        first ``grad_sequences`` sequences; 0 skips it. Skipped for bidirectional layers and
+        ragged batches.
+    n_fixed_point_starts : int, default 32
+        Starting states for the fixed-point search (0 skips it).
+    fixed_point_input : array_like of shape (I,), optional
+        The constant input of the first layer during the fixed-point search; default zeros
+        (Sussillo and Barak 2013). For a character model, the one-hot vector of a common
+        character (e.g. the space) is often more telling than "no character".
+    rng : numpy.random.Generator, optional
+        Draws the fixed-point starts and their noise (default ``default_rng(0)``).
+    title_meta : dict, optional
+        Extra entries for the report header.
+
+    Returns
+    -------
+    Analysis
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    kind = cell_kind(layer)
+    timings = {}
+    t0 = time.perf_counter()
+    tr = trace(layer, x, h0, lengths=lengths)
+    timings["trace"] = time.perf_counter() - t0
+    T, N = tr.mask.shape
+    H, L, D = layer.hidden_size, layer.num_layers, layer.num_directions
+    an = Analysis(trace=tr, loss=loss, text=text)
+    an.meta = {"cell": kind.upper(), "hidden size": H, "layers": L, "directions": D,
+               "parameters": int(sum(np.size(v) for v in layer.params.values())), "steps": T, "sequences": N}
+    an.meta.update(title_meta or {})
+
+    # gates
+    t0 = time.perf_counter()
+    for lt in tr:
+        for g in _STAT_GATES[kind]:
+            an.gates.append(gate_statistics(lt.gates[g], mask=tr.mask, name=f"{lt.label} {g}"))
+    timings["gates"] = time.perf_counter() - t0
+
+    # gradient flow
+    t0 = time.perf_counter()
+    an.bounds = spectral_bounds(layer)
+    top = tr[L - 1, 0]
+    an.jacobian = jacobian_flow(top, max_lag=min(max_lag * 2, T))
+    an.gradient[f"‖dh_T/dh_T-k‖ (σ_max, layer {L - 1})"] = (an.jacobian.lags, an.jacobian.spectral)
+    if grad_steps and D == 1 and lengths is None:
+        ts, ns = min(grad_steps, T), min(grad_sequences, N)
+        xt = tr[0].x[:ts, :ns]
+        if layer.batch_first:
+            xt = xt.transpose(1, 0, 2)
+        h_init = np.stack([lt.h_prev[0] for lt in tr.layers])[:, :ns]  # (L, ns, H) the state each layer started from
+        h0s = (h_init, np.stack([lt.c_prev[0] for lt in tr.layers])[:, :ns]) if kind == "lstm" else h_init
+        an.gradient_norms = hidden_gradient_norms(layer, xt, h0s)
+        for li in range(L):
+            an.gradient[f"‖dL/dh_t‖ (BPTT, layer {li})"] = an.gradient_norms.curve(li)
+    if kind == "rnn":
+        s = an.bounds[-1]["sigma_max"]
+        lags = np.arange(an.jacobian.lags.size)
+        with np.errstate(under="ignore", over="ignore"):
+            an.gradient_refs[f"σ_max(W_hh)^k = {s:.2f}^k"] = (lags, s ** lags.astype(np.float64))
+    timings["gradient"] = time.perf_counter() - t0
+
+    # states of the top layer (directions concatenated)
+    states = tr.output  # (T, N, D*H)
+
+    # memory
+    t0 = time.perf_counter()
+    K = min(max_lag, max(T // 3, 0))
+    try:
+        if tokens is not None:
+            tok = np.asarray(tokens)
+            tok = tok[:, None] if tok.ndim == 1 else tok
+            an.memory = memory_curve(states, tok, max_lag=K, mask=tr.mask)
+        else:
+            an.memory = memory_curve(states, tr[0].x, max_lag=K, mask=tr.mask)
+    except ValueError:  # sequence too short for a held-out split
+        an.memory = None
+    timings["memory"] = time.perf_counter() - t0
+
+    # PCA
+    t0 = time.perf_counter()
+    if tr.mask.sum() >= 2:
+        an.pca = pca(states[:, :1] if N > 1 else states, mask=tr.mask[:, :1] if N > 1 else tr.mask)
+    timings["pca"] = time.perf_counter() - t0
+
+    # fixed points of the first layer, zero input
+    t0 = time.perf_counter()
+    if n_fixed_point_starts:
+        first = tr[0, 0]
+        visited = first.h[tr.mask]  # (M, H)
+        if kind == "lstm":
+            visited = np.concatenate([visited, first.c[tr.mask]], axis=1)  # state (h, c)
+        if visited.shape[0]:
+            pick = rng.choice(visited.shape[0], size=min(n_fixed_point_starts, visited.shape[0]), replace=False)
+            starts = visited[pick] + 0.5 * visited.std(axis=0) * rng.normal(size=(pick.size, visited.shape[1]))
+            F, J = layer_map(layer, fixed_point_input, layer_index=0, direction=0)
+            # half the starts are first run forward under the map: that finds the attractors even
+            # where saturated gates make q nearly flat (the optimiser then finds saddles/slow points)
+            half = pick.size // 2
+            for i in range(half):
+                for _ in range(300):
+                    starts[i] = F(starts[i])
+            box = reachable_box(layer)
+            lo = np.array([-np.inf if b[0] is None else b[0] for b in box])
+            hi = np.array([np.inf if b[1] is None else b[1] for b in box])
+            an.fixed_points = find_fixed_points(F, J, np.clip(starts, lo, hi), max_iter=200, bounds=box)
+    timings["fixed points"] = time.perf_counter() - t0
+
+    # text features and the coloured-text view
+    t0 = time.perf_counter()
+    if text is not None:
+        n_chars = min(len(text), int(tr.mask[:, 0].sum()))
+        acts = states[:n_chars, 0]  # (T', D*H)
+        feats = {k: v for k, v in text_features(text[:n_chars]).items() if np.ptp(v) > 0}
+        if feats and n_chars >= 2:
+            an.units = best_units(acts, feats, top=3)
+            used = set()
+            for name, u in an.units.items():
+                unit = next((int(j) for j in u.top_units if int(j) not in used), None)
+                if unit is None or len(an.text_units) >= 4:
+                    continue
+                used.add(unit)
+                r = float(u.r[unit])
+                an.text_units[f"unit {unit} · tracks {name} · r = {r:+.2f}"] = acts[:, unit]
+        if kind in _KEEP_GATE:
+            gate = tr[L - 1, 0].gates[_KEEP_GATE[kind]][:n_chars, 0]  # (T', H)
+            if n_chars:
+                j = int(np.argmax(gate.mean(axis=0)))
+                tau = 1.0 / max(1.0 - float(gate[:, j].mean()), 1e-12)
+                an.text_units[f"{_KEEP_GATE[kind]} gate of unit {j} · longest memory, τ ≈ {tau:.1f} steps"] = gate[:, j]
+        an.text = text[:n_chars]
+    timings["text"] = time.perf_counter() - t0
+    an.timings = timings
+    return an
+
+
+def memory_sweep(cell: str, hidden_sizes, x, targets, *, max_lag: int = 20, rng: np.random.Generator | None = None,
+                 repeats: int = 3) -> list[dict]:
+    """Memory capacity and cost of untrained layers over hidden sizes.
+
+    For each ``H`` a fresh layer (PyTorch's U(-1/sqrt(H), 1/sqrt(H)) initialisation) reads ``x``;
+    its memory curve for ``targets`` gives the capacity (:attr:`MemoryCurve.capacity`) and the
+    forward pass the cost. This is the "hidden size" trade-off of the seeds measured: a bigger
+    state keeps more of the past, at a cost that grows like ``H**2`` per step.
+
+    Parameters
+    ----------
+    cell : {"rnn", "gru", "lstm"}
+    hidden_sizes : sequence of int
+    x : ndarray of shape (T, N, I)
+    targets : ndarray of shape (T, N) (int tokens) or (T, N, P) (floats)
+        What the memory curve decodes (e.g. ``x`` itself).
+    max_lag : int, default 20
+    rng : numpy.random.Generator, optional
+        Initial weights (default ``default_rng(0)``).
+    repeats : int, default 3
+        Forward passes timed (the fastest is reported).
+
+    Returns
+    -------
+    list of dict
+        One row per hidden size: ``"H"``, ``"parameters"``, ``"µs per step"`` (per sequence),
+        ``"capacity"``, ``"horizon (R² ≥ 0.5)"`` or ``"horizon (acc ≥ 0.5)"``.
+    """
+    from . import layers
+
+    cls = {"rnn": layers.RNN, "gru": layers.GRU, "lstm": layers.LSTM}.get(cell)
+    if cls is None:
+        raise ValueError(f"cell must be 'rnn', 'gru' or 'lstm'; got {cell!r}.")
+    rng = np.random.default_rng(0) if rng is None else rng
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (T, N, I); got {x.shape}.")
+    T, N, I = x.shape
+    rows = []
+    for H in hidden_sizes:
+        layer = cls(I, int(H), rng=rng)
+        best = np.inf
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            out, _ = layer(x)
+            best = min(best, time.perf_counter() - t0)
+        mc = memory_curve(out, targets, max_lag=max_lag)
+        key = "horizon (R² ≥ 0.5)" if mc.metric == "r2" else "horizon (acc ≥ 0.5)"
+        rows.append({"H": int(H), "parameters": int(sum(v.size for v in layer.params.values())),
+                     "µs per step": 1e6 * best / (T * N), "capacity": mc.capacity, key: mc.horizon(0.5)})
+    return rows
+
+
+def _loss_history(run_dir: pathlib.Path):
+    """Training and validation loss curves from a run's ``log.jsonl`` (None if absent)."""
+    log = run_dir / "log.jsonl"
+    if not log.is_file():
+        return None
+    tr_s, tr_l, va_s, va_l = [], [], [], []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or "step" not in rec:
+            continue
+        if isinstance(rec.get("train_loss"), (int, float)):
+            tr_s.append(rec["step"])
+            tr_l.append(rec["train_loss"])
+        if isinstance(rec.get("val_loss"), (int, float)):
+            va_s.append(rec["step"])
+            va_l.append(rec["val_loss"])
+    out = {}
+    if tr_s:
+        out["train"] = (np.asarray(tr_s, dtype=np.float64), np.asarray(tr_l, dtype=np.float64))
+    if va_s:
+        out["validation"] = (np.asarray(va_s, dtype=np.float64), np.asarray(va_l, dtype=np.float64))
+    return out or None
+
+
+def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
+                       rng: np.random.Generator | None = None) -> pathlib.Path:
+    """Analyse a trained character model and write its HTML report (``hiddenstate inspect``).
+
+    Parameters
+    ----------
+    checkpoint : str or os.PathLike
+        A run directory of :func:`hiddenstate.train.train` or its ``checkpoint/`` subdirectory.
+    out : str or os.PathLike, default "report.html"
+        The HTML file to write.
+    text_file : str or os.PathLike, optional
+        Text to run the model on; characters outside the model's vocabulary are dropped.
+        Default: the start of the run's validation text (the tail of its training corpus).
+    n_chars : int, default 2000
+        Characters of text analysed (one sequence; all of them appear in the coloured view).
+    rng : numpy.random.Generator, optional
+        Fixed-point starts (default ``default_rng(0)``).
+
+    Returns
+    -------
+    pathlib.Path
+        The report written.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        From :func:`hiddenstate.train.load` for a missing or invalid checkpoint; ValueError when
+        the text has fewer than 20 characters of the vocabulary.
+    """
+    from .corpus import load_text
+    from .train import load
+
+    trained = load(checkpoint)
+    model, vocab, cfg = trained.model, trained.vocab, trained.config
+    if text_file is not None:
+        raw = load_text(text_file)
+        source = pathlib.Path(text_file).name
+    else:
+        corpus = load_text(cfg.data)
+        raw = corpus[int(round(len(corpus) * (1.0 - cfg.val_fraction))):]
+        nl = raw.find("\n")
+        raw = raw[nl + 1:] if 0 <= nl < 200 else raw  # start at a line
+        source = "validation text"
+    known = set(vocab.chars)
+    text = "".join(ch for ch in raw if ch in known)[:n_chars]
+    if len(text) < 20:
+        raise ValueError(f"text must contain at least 20 characters of the model's vocabulary; got {len(text)}. "
+                         "Pass --text with a text in the training language.")
+    ids = vocab.encode(text)  # (T,)
+    x = model._embed(ids[:, None])  # (T, 1, I)
+    space = vocab.encode(" ")[0] if " " in known else None
+    fp_input = None if space is None else np.asarray(model._embed(np.array([[space]]))[0, 0], dtype=np.float64)
+    run_dir = trained.path.parent if trained.path is not None else pathlib.Path(checkpoint)
+    meta = {"step": trained.step}
+    if trained.val_loss is not None:
+        meta["val loss (nats/char)"] = float(trained.val_loss)
+    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=_loss_history(run_dir),
+                       fixed_point_input=fp_input, rng=rng, title_meta=meta)
+    data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
+    layers = f"{model.num_layers} × {model.hidden_size}" if model.num_layers > 1 else f"{model.hidden_size}"
+    subtitle = (f"Character-level {model.cell.upper()} ({layers} units) trained {trained.step:,} steps on {data}; "
+                f"measured on {len(text):,} characters of {source}"
+                + ("; fixed points with the input held at ' '." if space is not None else "."))
+    return an.write_report(out, title="Inside the hidden state", subtitle=subtitle)

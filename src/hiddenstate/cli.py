@@ -1,0 +1,306 @@
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect.
+
+Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
+:mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
+empty file, a directory given as a file, a prime with unknown characters, a bad flag value) are
+one line on stderr, ``hiddenstate: error: ...``, and exit status 2, like argparse's own usage
+errors; nothing prints a traceback for them (set ``HIDDENSTATE_DEBUG=1`` to see one).
+
+Examples
+--------
+::
+
+    hiddenstate train --data input.txt --cell lstm --hidden-size 256 --steps 3000 --out runs/lstm
+    hiddenstate train --resume runs/lstm --steps 6000
+    hiddenstate sample runs/lstm --prime "ROMEO:" --length 400 --temperature 0.8 --seed 1
+    hiddenstate demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+PROG = "hiddenstate"
+_DEMO_OUT = "runs/demo"
+_DEMO_PRIME = "HAMLET:\n"
+
+
+class _UsageError(Exception):
+    """An error in the user's input: reported on one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage block), still with exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer; got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number; got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number; got {text}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0; got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text}")
+    return value
+
+
+def _dropout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 0.9]; got {text!r}") from None
+    if not 0.0 <= value <= 0.9:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 0.9]; got {text}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from .model import CELLS
+
+    parser = _Parser(
+        prog=PROG,
+        description="Recurrent networks (RNN, GRU, LSTM) in NumPy, about the hidden state.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    # -- train -----------------------------------------------------------------------------------
+    tr = sub.add_parser("train", help="train a character-level language model on a text file",
+                        description="Train a character-level language model with truncated BPTT. "
+                                    "Flags left out take the preset's values (default preset: demo).")
+    tr.add_argument("--data", metavar="FILE", help="UTF-8 text file (default: the embedded Shakespeare)")
+    tr.add_argument("--cell", choices=CELLS, help="recurrent cell (default gru)")
+    tr.add_argument("--hidden-size", type=_positive_int, metavar="H", help="units per layer (default 256)")
+    tr.add_argument("--num-layers", type=_positive_int, metavar="L", help="stacked layers (default 1)")
+    tr.add_argument("--seq-len", type=_positive_int, metavar="T", help="truncated-BPTT length (default 64)")
+    tr.add_argument("--batch-size", type=_positive_int, metavar="N", help="parallel streams (default 32)")
+    tr.add_argument("--steps", type=_positive_int, metavar="S", help="total optimizer steps")
+    tr.add_argument("--lr", type=_positive_float, help="peak Adam learning rate (cosine decay to lr/10)")
+    tr.add_argument("--clip", type=_positive_float, help="max global gradient L2 norm (default 5)")
+    tr.add_argument("--seed", type=_nonnegative_int, help="seed of the initial weights (default 0)")
+    tr.add_argument("--dtype", choices=("float32", "float64"), help="default float32")
+    tr.add_argument("--out", metavar="DIR", help="run directory: checkpoint/, log.jsonl, loss.png")
+    tr.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR (a run or checkpoint directory)")
+    tr.add_argument("--preset", choices=("demo", "long"), help="named configuration (see README)")
+    tr.add_argument("--max-minutes", type=_positive_float, metavar="M",
+                    help="wall-clock limit; the learning-rate schedule follows it")
+    tr.add_argument("--eval-every", type=_positive_int, metavar="K", help="steps between validation passes")
+    tr.add_argument("--save-every", type=_positive_int, metavar="K", help="steps between checkpoints")
+    tr.add_argument("--dropout", type=_dropout, metavar="P", help="dropout on layer outputs (default 0)")
+    tr.add_argument("--embedding-dim", type=_positive_int, metavar="E", help="learned embedding instead of one-hot")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    # -- sample ----------------------------------------------------------------------------------
+    sa = sub.add_parser("sample", help="generate text from a checkpoint",
+                        description="Generate text from a trained model; the same seed gives the same text.")
+    sa.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory)")
+    sa.add_argument("--prime", help="text to start from (default: a newline)")
+    sa.add_argument("--length", type=_nonnegative_int, default=500, help="characters to generate (default 500)")
+    sa.add_argument("--temperature", type=_nonnegative_float, default=1.0,
+                    help="softmax temperature; 0 = greedy (default 1.0)")
+    sa.add_argument("--seed", type=_nonnegative_int, default=0, help="sampler seed (default 0)")
+
+    # -- demo ------------------------------------------------------------------------------------
+    de = sub.add_parser("demo", help="train the default model on Shakespeare and sample from it",
+                        description="Train with the demo preset on the embedded Shakespeare, print a sample "
+                                    "and the final validation loss.")
+    de.add_argument("--out", default=_DEMO_OUT, metavar="DIR", help=f"run directory (default {_DEMO_OUT})")
+    de.add_argument("--steps", type=_positive_int, metavar="S", help="override the preset's steps")
+    de.add_argument("--max-minutes", type=_positive_float, metavar="M", help="override the preset's time limit")
+    de.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    # -- reproduce -------------------------------------------------------------------------------
+    rp = sub.add_parser("reproduce", help="rerun a paper's experiment and compare with its numbers")
+    rp.add_argument("name", metavar="NAME", help="experiment name (e.g. elman-xor)")
+    rp.add_argument("--quick", action="store_true", help="reduced settings (seconds)")
+    rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure")
+    rp.add_argument("--seed", type=_nonnegative_int, default=0)
+
+    # -- inspect ---------------------------------------------------------------------------------
+    ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does")
+    ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory)")
+    ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
+    ins.add_argument("--out", default="report.html", metavar="FILE", help="output HTML file")
+    return parser
+
+
+# -- commands ------------------------------------------------------------------------------------
+_TRAIN_FIELDS = ("data", "cell", "hidden_size", "num_layers", "seq_len", "batch_size", "steps", "lr", "clip",
+                 "seed", "dtype", "out", "max_minutes", "eval_every", "save_every", "embedding_dim", "dropout")
+
+
+def _print_result(result) -> None:
+    print(f"checkpoint: {result.checkpoint}")
+    print(f"log: {result.log}")
+    if result.plot is not None:
+        print(f"loss curve: {result.plot}")
+    if result.stopped != "steps":
+        print(f"stopped early ({result.stopped}) at step {result.step} of {result.config.steps}")
+    print(f"validation loss: {result.val_loss:.4f} nats/char ({result.val_bpc:.4f} bits/char, "
+          f"perplexity {result.val_ppl:.2f}) after {result.step} steps, {result.seconds:.0f} s")
+
+
+def _cmd_train(args) -> int:
+    from . import train as _train
+
+    given = {k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None}
+    if args.resume is not None:
+        if args.preset is not None:
+            raise _UsageError("--preset cannot be combined with --resume: a resumed run keeps its configuration.")
+        result = _train.train(given, resume=args.resume, progress=not args.quiet)
+    else:
+        config = dict(_train.PRESETS[args.preset or "demo"])
+        config.update(given)
+        result = _train.train(config, progress=not args.quiet)
+    _print_result(result)
+    return 0
+
+
+def _cmd_sample(args) -> int:
+    from . import train as _train
+
+    text = _train.sample(args.checkpoint, prime=args.prime, length=args.length,
+                         temperature=args.temperature, seed=args.seed)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def write_report(checkpoint, out, text_file=None):
+    """Hook for ``inspect`` and the end of ``demo``: write the HTML report of a checkpoint.
+
+    Delegates to ``hiddenstate.report.inspect_checkpoint(checkpoint, out=..., text_file=...)``
+    when the report module provides it; returns the path written, or None if it does not exist.
+    """
+    try:
+        from . import report
+    except ImportError:
+        return None
+    make = getattr(report, "inspect_checkpoint", None)
+    if make is None:
+        return None
+    return make(checkpoint, out=out, text_file=text_file)
+
+
+def _cmd_demo(args) -> int:
+    from . import train as _train
+
+    config = dict(_train.PRESETS["demo"])
+    config["out"] = args.out
+    if args.steps is not None:
+        config["steps"] = args.steps
+    if args.max_minutes is not None:
+        config["max_minutes"] = args.max_minutes
+    result = _train.train(config, progress=not args.quiet)
+    prime = _DEMO_PRIME if set(_DEMO_PRIME) <= set(result.vocab.chars) else None
+    print()
+    print("--- sample (temperature 0.8, seed 0) ---")
+    print(result.sample(prime=prime, length=600, temperature=0.8, seed=0).rstrip("\n"))
+    print("--- end of sample ---")
+    print()
+    report = write_report(result.checkpoint, Path(args.out) / "report.html")
+    if report is not None:
+        print(f"report: {report}")
+    _print_result(result)
+    return 0
+
+
+def _cmd_reproduce(args) -> int:
+    from . import reproduce
+
+    result = reproduce.run(args.name, quick=args.quick, out_dir=args.out, seed=args.seed)
+    print(reproduce.format_result(result))
+    return 0
+
+
+def _cmd_inspect(args) -> int:
+    from . import train as _train
+
+    ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
+    if args.text is not None:
+        _check_text_file(args.text)
+    path = write_report(ckpt, args.out, text_file=args.text)
+    if path is None:
+        raise _UsageError("inspect is not available in this installation yet (hiddenstate.report has no "
+                          "inspect_checkpoint).")
+    print(f"report: {path}")
+    return 0
+
+
+def _check_text_file(path) -> None:
+    from .corpus import load_text
+
+    load_text(path)
+
+
+_COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
+             "reproduce": _cmd_reproduce, "inspect": _cmd_inspect}
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        text = f"{error.strerror}: '{error.filename}'"
+    return " ".join(text.split())
+
+
+def main(argv=None) -> int:
+    """Run the ``hiddenstate`` command line; returns the exit status (0 ok, 2 user error, 130 interrupted).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name (default: ``sys.argv[1:]``).
+    """
+    parser = _build_parser()
+    args = parser.parse_args(argv)  # exits with status 2 on unknown flags or bad values
+    try:
+        return _COMMANDS[args.command](args)
+    except (_UsageError, ValueError, TypeError, OSError, FloatingPointError) as error:
+        if os.environ.get("HIDDENSTATE_DEBUG"):
+            raise
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the last checkpoint is intact (continue with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""A character-level language model: input -> recurrent layers -> output projection -> softmax.
+
+The seed's distinction between the hidden state and the output is kept explicit: the recurrent
+layers (:class:`hiddenstate.GRU`, :class:`~hiddenstate.LSTM` or :class:`~hiddenstate.RNN`) carry
+``h``; a separate projection ``W_hy`` (``decoder.weight``) turns each ``h_t`` into scores for the
+next character (Karpathy 2015, "The unreasonable effectiveness of recurrent neural networks";
+the layout of PyTorch's ``word_language_model``: encoder, rnn, decoder)::
+
+    x_t = onehot(c_t)            (or E[c_t] with an embedding)          # (N, I)
+    h_t = layer(x_t, h_{t-1})                                           # (L*D, N, H)
+    y_t = h_t^{top} @ W_hy.T + b_y                                      # (N, V)
+    p(c_{t+1} | c_{<=t}) = softmax(y_t)
+
+Parameters live in one dict keyed like a torch ``state_dict``: ``rnn.weight_ih_l0`` ...
+(strip ``"rnn."`` and ``torch.nn.GRU`` / ``LSTM`` / ``RNN`` accept them with ``load_state_dict``),
+``decoder.weight`` (V, H), ``decoder.bias`` (V,), and ``encoder.weight`` (V, E) when an
+embedding is used. The GRU is built with ``reset_after=True`` so it computes exactly what
+``torch.nn.GRU`` computes.
+
+Examples
+--------
+>>> import numpy as np
+>>> model = CharRNN(5, 8, cell="gru", rng=np.random.default_rng(0))
+>>> inputs = np.array([[0, 1], [2, 3], [4, 0]])          # (T=3, N=2) character ids
+>>> logits, state, _ = model.forward(inputs)
+>>> logits.shape, state.shape
+((3, 2, 5), (1, 2, 8))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import float_dtype, positive_int
+from .cells._base import check_rng, uniform_init
+from .functional import cross_entropy, softmax
+from .layers import GRU, LSTM, RNN
+
+__all__ = ["CELLS", "CharRNN"]
+
+CELLS = ("gru", "lstm", "rnn")
+_LAYERS = {"gru": GRU, "lstm": LSTM, "rnn": RNN}
+
+
+def _check_ids(name: str, ids, vocab_size: int, ndim: int) -> np.ndarray:
+    """Validate an integer id array of ``ndim`` dimensions with values in [0, V)."""
+    arr = np.asarray(ids)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array of character ids; got dtype {arr.dtype}. "
+                        "Encode text with Vocabulary.encode.")
+    if arr.ndim != ndim:
+        legend = "(T, N)" if ndim == 2 else "(T,)"
+        raise ValueError(f"{name} must have shape {legend}; got shape {arr.shape}.")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        raise ValueError(f"{name} must lie in [0, V={vocab_size}); got values in [{arr.min()}, {arr.max()}]. "
+                         "Encode with the vocabulary the model was built for.")
+    return arr.astype(np.int64, copy=False)
+
+
+class CharRNN:
+    """Character-level recurrent language model with an explicit output projection ``W_hy``.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V, the number of distinct characters.
+    hidden_size : int
+        H, units per recurrent layer.
+    num_layers : int, default 1
+        L, stacked recurrent layers.
+    cell : {"gru", "lstm", "rnn"}, default "gru"
+        The recurrent layer: ``GRU(reset_after=True)`` (= ``torch.nn.GRU``), ``LSTM`` or a tanh
+        ``RNN``.
+    embedding_dim : int, optional
+        E. None (default): one-hot inputs, so ``rnn.weight_ih_l0`` (G*H, V) is the input map.
+        Otherwise a learned table ``encoder.weight`` (V, E) (``torch.nn.Embedding``) feeds the
+        first layer.
+    dropout : float in [0, 1), default 0
+        Dropout on the non-recurrent connections (Zaremba, Sutskever & Vinyals 2014): on every
+        layer's output, i.e. between stacked layers and before the decoder, in
+        ``forward(training=True)`` only. The recurrent state itself is never dropped.
+    dtype : {float64, float32}, default float64
+        float32 trains about twice as fast; float64 makes gradient checks meaningful.
+    rng : numpy.random.Generator, optional
+        Draws the initial weights: recurrent and decoder U(-1/sqrt(H), 1/sqrt(H)) as in PyTorch
+        (``nn.Linear`` draws its bias from the same interval), embedding N(0, 1).
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        Every trainable array, keyed like a torch ``state_dict``. The ``rnn.*`` entries are the
+        very arrays of :attr:`rnn` ``.params``, so updating them in place (as the optimizers do)
+        updates the layer.
+    rnn : hiddenstate.GRU, LSTM or RNN
+        The recurrent layers.
+    vocab_size, hidden_size, num_layers, cell, embedding_dim, dtype
+
+    Raises
+    ------
+    TypeError
+        Sizes that are not ints, a dtype other than float32/float64, an rng that is not a Generator.
+    ValueError
+        Non-positive sizes, an unknown ``cell``.
+    """
+
+    def __init__(self, vocab_size, hidden_size, num_layers=1, *, cell="gru", embedding_dim=None,
+                 dropout=0.0, dtype=np.float64, rng=None):
+        self.vocab_size = positive_int("vocab_size", vocab_size)
+        self.hidden_size = positive_int("hidden_size", hidden_size)
+        self.num_layers = positive_int("num_layers", num_layers)
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {', '.join(CELLS)}; got {cell!r}.")
+        self.cell = cell
+        self.embedding_dim = None if embedding_dim is None else positive_int("embedding_dim", embedding_dim)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}.")
+        self.dropout = float(dropout)
+        self.dtype = float_dtype("dtype", dtype)
+        rng = check_rng(rng)
+        self._rng = rng  # default source of dropout masks
+        V, H = self.vocab_size, self.hidden_size
+        input_size = V if self.embedding_dim is None else self.embedding_dim
+        options = {"reset_after": True} if cell == "gru" else {}
+        self.rnn = _LAYERS[cell](input_size, H, self.num_layers, dropout=self.dropout, dtype=self.dtype, rng=rng,
+                                 **options)
+        self.params: dict[str, np.ndarray] = {}
+        if self.embedding_dim is not None:
+            self.params["encoder.weight"] = rng.standard_normal((V, self.embedding_dim)).astype(self.dtype)
+        for key, value in self.rnn.params.items():
+            self.params["rnn." + key] = value
+        self.params["decoder.weight"] = uniform_init(rng, (V, H), H, self.dtype)  # W_hy
+        self.params["decoder.bias"] = uniform_init(rng, (V,), H, self.dtype)  # b_y
+
+    def __repr__(self) -> str:
+        emb = "" if self.embedding_dim is None else f", embedding_dim={self.embedding_dim}"
+        return (f"CharRNN(vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, "
+                f"num_layers={self.num_layers}, cell={self.cell!r}{emb}, dtype={self.dtype})")
+
+    @property
+    def num_params(self) -> int:
+        """Total number of trainable scalars."""
+        return int(sum(p.size for p in self.params.values()))
+
+    def config(self) -> dict:
+        """The constructor arguments as a JSON-serializable dict (``CharRNN(**config)`` rebuilds it)."""
+        return {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+                "num_layers": self.num_layers, "cell": self.cell, "embedding_dim": self.embedding_dim,
+                "dropout": self.dropout, "dtype": self.dtype.name}
+
+    # -- parameters ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of :attr:`params` (torch names; strip ``"rnn."`` for ``torch.nn.GRU``)."""
+        return {k: v.copy() for k, v in self.params.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Copy arrays into :attr:`params` in place; keys and shapes must match exactly.
+
+        Values are cast to the model's dtype. Nothing changes if a check fails.
+
+        Raises
+        ------
+        TypeError
+            If ``state`` is not a dict.
+        ValueError
+            A key is missing or unexpected, or an array has the wrong shape or non-finite values.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict of str -> ndarray; got {type(state).__name__}.")
+        missing = sorted(set(self.params) - set(state))
+        extra = sorted(set(state) - set(self.params))
+        if missing or extra:
+            raise ValueError(f"state must have exactly the model's keys; missing {missing}, unexpected {extra}. "
+                             "Load a checkpoint saved for the same model configuration.")
+        new = {}
+        for key, param in self.params.items():
+            value = np.asarray(state[key])
+            if value.shape != param.shape:
+                raise ValueError(f"state[{key!r}] must have shape {param.shape}; got {value.shape}.")
+            if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():
+                raise ValueError(f"state[{key!r}] must be a finite floating array; got dtype {value.dtype}.")
+            new[key] = value
+        for key, value in new.items():
+            np.copyto(self.params[key], value, casting="unsafe")
+
+    # -- state ---------------------------------------------------------------------------------
+    def initial_state(self, batch_size: int):
+        """Zeros of the right structure: (L, N, H), or a pair of them for the LSTM."""
+        return self.rnn.initial_state(batch_size)
+
+    # -- forward / backward --------------------------------------------------------------------
+    def _embed(self, inputs: np.ndarray) -> np.ndarray:
+        if self.embedding_dim is None:
+            x = np.zeros(inputs.shape + (self.vocab_size,), dtype=self.dtype)  # (T, N, V)
+            np.put_along_axis(x, inputs[..., None], 1.0, axis=-1)
+            return x
+        return self.params["encoder.weight"][inputs]  # (T, N, E)
+
+    def forward(self, inputs, state=None, *, training=False, rng=None):
+        """Scores for the next character at every step of a (T, N) chunk.
+
+        Parameters
+        ----------
+        inputs : ndarray of shape (T, N), integer
+            Character ids in [0, V).
+        state : ndarray of shape (L, N, H), or a pair for the LSTM, optional
+            The state carried from the previous chunk (None: zeros).
+        training : bool, default False
+            Apply dropout (when ``dropout > 0``).
+        rng : numpy.random.Generator, optional
+            Draws the dropout masks (default: the generator given at construction).
+
+        Returns
+        -------
+        logits : ndarray of shape (T, N, V), the model's dtype
+            Unnormalised log-probabilities of the next character.
+        state : ndarray of shape (L, N, H) (LSTM: pair)
+            The final state, to pass as ``state`` for the next chunk (truncated BPTT: no gradient
+            flows back through it).
+        cache : object
+            Pass to :meth:`backward`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Non-integer or out-of-range ids, a state of the wrong shape.
+        """
+        inputs = _check_ids("inputs", inputs, self.vocab_size, 2)
+        T, N = inputs.shape
+        x = self._embed(inputs)  # (T, N, I)
+        hs, state, rnn_cache = self.rnn.forward(x, state, training=training, rng=rng if rng is not None else self._rng)  # (T, N, H)
+        mask = None
+        if training and self.dropout > 0.0:
+            rng = self._rng if rng is None else check_rng(rng)
+            keep = rng.random(hs.shape, dtype=np.float32) >= self.dropout  # (T, N, H)
+            mask = keep.astype(self.dtype) / self.dtype.type(1.0 - self.dropout)
+            hs = hs * mask
+        top = hs.reshape(T * N, self.hidden_size)  # (T*N, H)
+        logits = top @ self.params["decoder.weight"].T  # (T*N, V)
+        logits += self.params["decoder.bias"]
+        return logits.reshape(T, N, self.vocab_size), state, (inputs, top, mask, rnn_cache)
+
+    def backward(self, cache, dlogits) -> dict[str, np.ndarray]:
+        """Exact gradients of a scalar loss given its gradient with respect to the logits.
+
+        Parameters
+        ----------
+        cache : object
+            From :meth:`forward`.
+        dlogits : ndarray of shape (T, N, V)
+            d loss / d logits.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Same keys and shapes as :attr:`params`.
+        """
+        inputs, top, mask, rnn_cache = cache
+        T, N = inputs.shape
+        dy = np.asarray(dlogits, dtype=self.dtype).reshape(T * N, self.vocab_size)  # (T*N, V)
+        grads = {}
+        d_decoder_weight = dy.T @ top  # (V, H)
+        d_decoder_bias = dy.reshape(T, N, -1).sum(axis=1).sum(axis=0)  # (V,)
+        dhs = (dy @ self.params["decoder.weight"]).reshape(T, N, self.hidden_size)  # (T, N, H)
+        if mask is not None:
+            dhs *= mask
+        rnn_grads, dx, _ = self.rnn.backward(rnn_cache, dhs)
+        if self.embedding_dim is not None:
+            d_encoder = np.zeros_like(self.params["encoder.weight"])  # (V, E)
+            np.add.at(d_encoder, inputs.reshape(-1), dx.reshape(T * N, -1))
+            grads["encoder.weight"] = d_encoder
+        for key, value in rnn_grads.items():
+            grads["rnn." + key] = value
+        grads["decoder.weight"] = d_decoder_weight
+        grads["decoder.bias"] = d_decoder_bias
+        return grads
+
+    def loss(self, inputs, targets, state=None, *, training=False, rng=None):
+        """Mean cross-entropy (nats per character) of a chunk, without gradients.
+
+        Parameters
+        ----------
+        inputs, targets : ndarray of shape (T, N), integer
+            ``targets[t, n]`` is the character after ``inputs[t, n]``.
+        state : optional
+            Carried state (see :meth:`forward`).
+        training, rng
+            Dropout, see :meth:`forward`.
+
+        Returns
+        -------
+        loss : float
+        state : the final state
+        """
+        targets = _check_ids("targets", targets, self.vocab_size, 2)
+        logits, state, _ = self.forward(inputs, state, training=training, rng=rng)
+        if targets.shape != logits.shape[:2]:
+            raise ValueError(f"targets must have the shape of inputs {logits.shape[:2]}; got {targets.shape}.")
+        with np.errstate(under="ignore"):  # exp of very negative log-probabilities: 0 is exact enough
+            loss, _ = cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        return loss, state
+
+    def loss_and_grads(self, inputs, targets, state=None, *, training=False, rng=None):
+        """Mean cross-entropy of a chunk and its exact gradient (one truncated-BPTT step).
+
+        ``training`` and ``rng`` are passed to :meth:`forward` (dropout).
+
+        Returns
+        -------
+        loss : float
+            Nats per character.
+        grads : dict of str to ndarray
+            Same keys as :attr:`params`.
+        state : the final state, to carry into the next chunk (gradients are cut there)
+        """
+        targets = _check_ids("targets", targets, self.vocab_size, 2)
+        logits, state, cache = self.forward(inputs, state, training=training, rng=rng)
+        if targets.shape != logits.shape[:2]:
+            raise ValueError(f"targets must have the shape of inputs {logits.shape[:2]}; got {targets.shape}.")
+        with np.errstate(under="ignore"):  # exp of very negative log-probabilities: 0 is exact enough
+            loss, dlogits = cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        return loss, self.backward(cache, dlogits), state
+
+    # -- generation ----------------------------------------------------------------------------
+    def sample(self, prime, length, *, temperature=1.0, rng=None, state=None) -> np.ndarray:
+        """Generate ``length`` character ids after reading ``prime``.
+
+        The prime is read in one pass (its last step's scores give the first new character);
+        each new character is then drawn from ``softmax(logits / temperature)`` by inverse-CDF
+        sampling with one ``rng.random()`` per character, and fed back in.
+
+        Parameters
+        ----------
+        prime : array_like of shape (P,), integer, P >= 1
+            Ids to condition on.
+        length : int
+            Number of new ids (0 allowed).
+        temperature : float, default 1.0
+            > 0: divide the logits by it (below 1: more conservative; above 1: more varied).
+            0: greedy (always the most likely character).
+        rng : numpy.random.Generator, optional
+            The only source of randomness: the same generator state gives the same ids.
+        state : optional
+            Initial state for a single sequence ((L, 1, H); LSTM: pair). None: zeros.
+
+        Returns
+        -------
+        ndarray of shape (length,), dtype int64
+            The generated ids (the prime is not included).
+
+        Raises
+        ------
+        TypeError, ValueError
+            An empty or out-of-range prime, a negative length, a negative or non-finite temperature.
+        """
+        prime = _check_ids("prime", prime, self.vocab_size, 1)
+        if prime.size == 0:
+            raise ValueError("prime must hold at least one character id; got an empty prime. "
+                             "Start from e.g. a newline.")
+        length = int(length) if isinstance(length, (int, np.integer)) and not isinstance(length, bool) else None
+        if length is None or length < 0:
+            raise ValueError(f"length must be a non-negative integer; got {length!r}.")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)) \
+                or not np.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}. "
+                             "Use 1.0 for the model's own distribution, 0 for greedy decoding.")
+        rng = check_rng(rng)
+        out = np.empty(length, dtype=np.int64)
+        if length == 0:
+            return out
+        logits, state, _ = self.forward(prime[:, None], state)  # (P, 1, V)
+        last = logits[-1, 0]
+        for i in range(length):
+            if temperature == 0:
+                nxt = int(np.argmax(last))
+            else:
+                with np.errstate(under="ignore", over="ignore"):  # tiny temperatures: p is one-hot
+                    p = softmax(last.astype(np.float64) / temperature)  # (V,)
+                cdf = np.cumsum(p)
+                nxt = int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab_size - 1))
+            out[i] = nxt
+            if i + 1 < length:
+                logits, state, _ = self.forward(np.array([[nxt]]), state)
+                last = logits[0, 0]
+        return out

@@ -1,0 +1,260 @@
+"""Ragged batches without packing: pad a list of sequences, build masks, gather the last valid step.
+
+The layers take ``lengths`` (N,) directly (see :mod:`hiddenstate.layers`): no sorting, no
+``pack_padded_sequence``. This module holds the helpers around that contract:
+
+======================  =====================================================================
+:func:`pad_sequences`   list of (T_n, ...) arrays -> padded (T, N, ...) and lengths (N,)
+:func:`mask_from_lengths`  lengths (N,) -> bool mask (T, N), True on valid steps
+:func:`lengths_from_mask`  right-padded bool mask (T, N) -> lengths (N,)
+:func:`last_valid`      output (T, N, F) -> each row's output at its own last valid step (N, F)
+:func:`last_valid_backward`  its adjoint: (N, F) -> (T, N, F), for training a head on it
+:func:`reverse_padded`  reverse each row within its length (padding stays in place)
+======================  =====================================================================
+
+Examples
+--------
+>>> import numpy as np
+>>> from hiddenstate import GRU
+>>> rng = np.random.default_rng(0)
+>>> seqs = [rng.standard_normal((t, 3)) for t in (4, 1, 3)]
+>>> x, lengths = pad_sequences(seqs)             # (T=4, N=3, I=3), lengths [4 1 3]
+>>> gru = GRU(3, 5, rng=rng)
+>>> output, h_n = gru(x, lengths=lengths)       # padding never changes h_n
+>>> bool(np.allclose(last_valid(output, lengths), h_n[-1]))
+True
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ._validation import shape_str
+from .layers import _check_lengths, reverse_padded
+
+__all__ = [
+    "last_valid",
+    "last_valid_backward",
+    "lengths_from_mask",
+    "mask_from_lengths",
+    "pad_sequences",
+    "reverse_padded",
+]
+
+
+def _time_major(name: str, a, batch_first: bool, min_ndim: int = 2) -> np.ndarray:
+    a = np.asarray(a)
+    if a.ndim < min_ndim:
+        legend = "(N, T, ...)" if batch_first else "(T, N, ...)"
+        raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}.")
+    return np.swapaxes(a, 0, 1) if batch_first else a
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}.")
+    return bool(value)
+
+
+def pad_sequences(sequences, *, batch_first=False, padding_value=0.0):
+    """Stack sequences of different lengths into one padded batch (cf. ``torch.nn.utils.rnn.pad_sequence``).
+
+    Parameters
+    ----------
+    sequences : sequence of array_like, each of shape (T_n, ...)
+        N >= 1 sequences; every one has the same trailing shape (e.g. (I,) for features, () for
+        token ids). T_n may be 0. Any real or bool dtype; the result has their common dtype.
+    batch_first : bool, default False
+        Return (N, T, ...) instead of (T, N, ...).
+    padding_value : scalar, default 0.0
+        Written into every step past a sequence's end. Must be representable in the result
+        dtype (no 0.5 into an integer batch).
+
+    Returns
+    -------
+    padded : ndarray of shape (T, N, ...) ((N, T, ...) if ``batch_first``)
+        T = max T_n. ``padded[:T_n, n] == sequences[n]``.
+    lengths : ndarray of int64, shape (N,)
+        T_n, in the input order (no sorting). Pass it as ``lengths=`` to a layer.
+
+    Raises
+    ------
+    ValueError
+        No sequences, a sequence that is a scalar, trailing shapes that differ, a padding value
+        the dtype cannot hold.
+    TypeError
+        ``sequences`` is a single array or not a sequence; a non-numeric element.
+    """
+    batch_first = _check_bool("batch_first", batch_first)
+    if isinstance(sequences, np.ndarray) or not isinstance(sequences, (list, tuple)):
+        raise TypeError(f"sequences must be a list or tuple of arrays of shape (T_n, ...); got "
+                        f"{type(sequences).__name__}. Wrap a single array as [x].")
+    if len(sequences) == 0:
+        raise ValueError("sequences must hold at least one array; got an empty list.")
+    arrays = []
+    for n, s in enumerate(sequences):
+        a = np.asarray(s)
+        if a.dtype == object or a.dtype.kind not in "biuf":
+            raise TypeError(f"sequences[{n}] must be a real or bool array; got dtype {a.dtype}.")
+        if a.ndim == 0:
+            raise ValueError(f"sequences[{n}] must have shape (T_n, ...); got a scalar. Use shape (T_n,) for a "
+                             f"sequence of scalars.")
+        if arrays and a.shape[1:] != arrays[0].shape[1:]:
+            raise ValueError(f"sequences[{n}] must have trailing shape {shape_str(arrays[0].shape[1:])} like "
+                             f"sequences[0]; got shape {shape_str(a.shape)}.")
+        arrays.append(a)
+    dtype = np.result_type(*arrays)
+    if not isinstance(padding_value, (numbers.Real, np.bool_)) or isinstance(padding_value, np.ndarray):
+        raise TypeError(f"padding_value must be a real scalar; got {type(padding_value).__name__}.")
+    if dtype.kind in "biu" and not (float(padding_value).is_integer() and
+                                    np.asarray(padding_value).astype(dtype) == padding_value):
+        raise ValueError(f"padding_value must be representable in the batch dtype {dtype}; got {padding_value!r}. "
+                         f"Convert the sequences to a float dtype first.")
+    lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+    T, N = int(lengths.max()), len(arrays)
+    padded = np.full((T, N) + arrays[0].shape[1:], padding_value, dtype=dtype)  # (T, N, ...)
+    for n, a in enumerate(arrays):
+        padded[: a.shape[0], n] = a
+    if batch_first:
+        padded = np.ascontiguousarray(np.swapaxes(padded, 0, 1))
+    return padded, lengths
+
+
+def mask_from_lengths(lengths, T=None, *, batch_first=False) -> np.ndarray:
+    """Bool mask of the valid steps: ``mask[t, n] = t < lengths[n]``.
+
+    Parameters
+    ----------
+    lengths : array_like of int, shape (N,)
+    T : int, optional
+        Number of time steps (default ``max(lengths)``); every length must be <= T.
+    batch_first : bool, default False
+        Return (N, T) instead of (T, N).
+
+    Returns
+    -------
+    ndarray of bool, shape (T, N) ((N, T) if ``batch_first``)
+    """
+    batch_first = _check_bool("batch_first", batch_first)
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"lengths must have shape (N,); got {shape_str(arr.shape)}.")
+    if T is None:
+        T = int(arr.max(initial=0)) if arr.dtype.kind in "iu" else 0
+    if isinstance(T, (bool, np.bool_)) or not isinstance(T, (numbers.Integral, np.integer)) or T < 0:
+        raise ValueError(f"T must be a non-negative integer; got {T!r}.")
+    lens = _check_lengths(arr, int(T), arr.shape[0])
+    mask = np.arange(T)[:, None] < lens[None, :]  # (T, N)
+    return np.ascontiguousarray(mask.T) if batch_first else mask
+
+
+def lengths_from_mask(mask, *, batch_first=False) -> np.ndarray:
+    """Lengths of a right-padded bool mask (True on valid steps, all of them before any False).
+
+    Parameters
+    ----------
+    mask : ndarray of bool, shape (T, N) ((N, T) if ``batch_first``)
+        E.g. Keras's ``mask`` (which is (N, T): pass ``batch_first=True``).
+
+    Returns
+    -------
+    ndarray of int64, shape (N,)
+
+    Raises
+    ------
+    TypeError
+        ``mask`` is not bool.
+    ValueError
+        ``mask`` is not 2-D, or a row has a valid step after a padded one (left padding or
+        holes cannot be expressed as lengths; use ``reset`` or right-pad the data).
+    """
+    batch_first = _check_bool("batch_first", batch_first)
+    m = np.asarray(mask)
+    if m.dtype != bool:
+        raise TypeError(f"mask must be a bool array; got dtype {m.dtype}. Use mask.astype(bool) or x != pad.")
+    if m.ndim != 2:
+        legend = "(N, T)" if batch_first else "(T, N)"
+        raise ValueError(f"mask must have shape {legend}; got {shape_str(m.shape)}.")
+    m = m.T if batch_first else m  # (T, N)
+    lengths = m.sum(axis=0).astype(np.int64)
+    ok = (m == (np.arange(m.shape[0])[:, None] < lengths[None, :])).all(axis=0)
+    if not ok.all():
+        n = int(np.flatnonzero(~ok)[0])
+        raise ValueError(f"mask must be right-padded (every True before every False in a row); got row {n} = "
+                         f"{m[:, n].astype(int).tolist()}. Right-pad the sequences, or split them with reset=.")
+    return lengths
+
+
+def last_valid(output, lengths, *, batch_first=False) -> np.ndarray:
+    """Each row's output at its own last valid step, ``output[lengths[n] - 1, n]``.
+
+    For a unidirectional layer this equals the last layer's ``h_n`` on rows with
+    ``lengths[n] > 0``. For a bidirectional layer the backward half at the last valid step has
+    read one step only; use ``layer.split_directions(h_n)`` for a summary of both directions.
+
+    Parameters
+    ----------
+    output : ndarray of shape (T, N, ...) ((N, T, ...) if ``batch_first``)
+    lengths : array_like of int, shape (N,)
+        Each in [0, T].
+    batch_first : bool, default False
+
+    Returns
+    -------
+    ndarray of shape (N, ...)
+        A row with ``lengths[n] == 0`` has no valid step: its entry is **zeros** (like the
+        layers' outputs past a row's length), not an error, so batches with empty rows flow
+        through a head and a masked loss. Its state is in ``h_n`` (which keeps ``h0``).
+
+    Raises
+    ------
+    ValueError
+        ``output`` has fewer than two axes; lengths of the wrong shape or out of [0, T].
+    TypeError
+        Non-integer lengths.
+    """
+    batch_first = _check_bool("batch_first", batch_first)
+    out = _time_major("output", output, batch_first)  # (T, N, ...)
+    T, N = out.shape[:2]
+    lens = _check_lengths(lengths, T, N)
+    if T == 0:
+        return np.zeros((N,) + out.shape[2:], dtype=out.dtype)
+    cols = np.arange(N)
+    last = out[np.maximum(lens - 1, 0), cols]  # (N, ...); fancy indexing copies
+    last[lens == 0] = 0
+    return last
+
+
+def last_valid_backward(d_last, lengths, T, *, batch_first=False) -> np.ndarray:
+    """The adjoint of :func:`last_valid`: scatter ``d_last`` (N, ...) to each row's last valid step.
+
+    Parameters
+    ----------
+    d_last : ndarray of shape (N, ...)
+        Gradient of the loss with respect to ``last_valid(output, lengths)``.
+    lengths : array_like of int, shape (N,)
+    T : int
+        Number of time steps of ``output``.
+    batch_first : bool, default False
+        Return (N, T, ...) instead of (T, N, ...).
+
+    Returns
+    -------
+    ndarray of shape (T, N, ...) ((N, T, ...) if ``batch_first``)
+        Zero except ``[lengths[n] - 1, n]``; rows of length 0 get no gradient. Pass it as
+        ``d_output`` to ``layer.backward``.
+    """
+    batch_first = _check_bool("batch_first", batch_first)
+    d = np.asarray(d_last)
+    if d.ndim < 1 or d.dtype.kind != "f":
+        raise ValueError(f"d_last must be a float array of shape (N, ...); got {shape_str(d.shape)} {d.dtype}.")
+    if isinstance(T, (bool, np.bool_)) or not isinstance(T, (numbers.Integral, np.integer)) or T < 0:
+        raise ValueError(f"T must be a non-negative integer; got {T!r}.")
+    N = d.shape[0]
+    lens = _check_lengths(lengths, int(T), N)
+    out = np.zeros((int(T),) + d.shape, dtype=d.dtype)  # (T, N, ...)
+    rows = np.flatnonzero(lens > 0)
+    out[lens[rows] - 1, rows] = d[rows]
+    return np.ascontiguousarray(np.swapaxes(out, 0, 1)) if batch_first else out

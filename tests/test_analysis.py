@@ -1,0 +1,85 @@
+"""analyze_model end to end on small layers, and the hidden-size sweep."""
+
+import numpy as np
+import pytest
+
+import hiddenstate as hs
+from hiddenstate.analysis import analyze_model, memory_sweep
+
+TEXT = ('She said "come here" and he said "no".\nThey (both) left.\n' * 4)
+
+
+def _onehot(text):
+    chars = sorted(set(text))
+    ids = np.array([chars.index(c) for c in text])
+    return np.eye(len(chars))[ids][:, None, :], ids[:, None]  # (T, 1, V), (T, 1)
+
+
+@pytest.mark.parametrize("cls", [hs.RNN, hs.GRU, hs.LSTM])
+def test_analyze_one_layer_with_text(cls, rng, tmp_path):
+    x, tok = _onehot(TEXT)
+    layer = cls(x.shape[2], 12, rng=rng)
+    an = analyze_model(layer, x, tokens=tok, text=TEXT, loss={"train": np.linspace(3, 2, 20)}, grad_steps=40,
+                       n_fixed_point_starts=6, rng=rng)
+    T = len(TEXT)
+    assert an.trace.output.shape == (T, 1, 12)
+    assert len(an.gates) == {hs.RNN: 0, hs.GRU: 2, hs.LSTM: 3}[cls]
+    assert an.memory.metric == "accuracy" and an.memory.lags.size == 31
+    assert an.gradient_norms.norm.shape == (1, 40)
+    assert an.pca.scores.shape[-1] == 12
+    assert an.fixed_points is not None and all(p.q <= 1e-12 for p in an.fixed_points)
+    assert "inside quotes" in an.units and an.text == TEXT
+    assert 1 <= len(an.text_units) <= 5
+    assert all(v.shape == (T,) for v in an.text_units.values())
+    assert set(an.timings) >= {"trace", "gates", "gradient", "memory", "pca", "fixed points", "text"}
+    kw = an.report_kwargs()
+    assert kw["project_fixed_points"] is True
+    path = an.write_report(tmp_path / "r.html", title="t")
+    page = path.read_text(encoding="utf-8")
+    for anchor in ("gradient", "memory", "pca", "fixed", "text"):
+        assert f'id="{anchor}"' in page
+    assert ('id="gates"' in page) == (cls is not hs.RNN)
+
+
+def test_analyze_stacked_bidirectional_float_inputs(rng, tmp_path):
+    layer = hs.GRU(3, 5, 2, bidirectional=True, rng=rng)
+    x = rng.normal(size=(60, 3, 3))
+    an = analyze_model(layer, x, n_fixed_point_starts=4, rng=rng)
+    assert an.gradient_norms is None  # BPTT-over-time norms need one direction
+    assert an.memory.metric == "r2"
+    assert len(an.gates) == 2 * 2 * 2
+    assert an.report_kwargs()["project_fixed_points"] is False
+    an.write_report(tmp_path / "r.html")
+
+
+def test_memory_sweep_capacity_grows_with_hidden_size():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(400, 4, 1))
+    rows = memory_sweep("gru", [2, 32], x, x, max_lag=10, rng=np.random.default_rng(0), repeats=1)
+    assert [r["H"] for r in rows] == [2, 32]
+    assert rows[1]["parameters"] > rows[0]["parameters"]
+    assert rows[1]["capacity"] > rows[0]["capacity"]
+    assert all(r["µs per step"] > 0 for r in rows)
+    with pytest.raises(ValueError, match="cell must be"):
+        memory_sweep("transformer", [2], x, x)
+
+
+def test_inspect_checkpoint_writes_the_report(tmp_path):
+    from hiddenstate.cli import write_report
+    from hiddenstate.report import inspect_checkpoint
+    from hiddenstate.train import train
+
+    run = tmp_path / "run"
+    train({"hidden_size": 8, "steps": 3, "seq_len": 16, "batch_size": 2, "eval_every": 3, "save_every": 3,
+           "dtype": "float64", "out": str(run)}, progress=False)
+    text = tmp_path / "t.txt"
+    text.write_text('ROMEO:\n"Hark," he said (softly), "what light?"\n' * 5 + "\u2603 not in vocab", encoding="utf-8")
+    path = inspect_checkpoint(run, out=tmp_path / "r.html", text_file=text, n_chars=150)
+    page = path.read_text(encoding="utf-8")
+    for anchor in ("loss", "gates", "gradient", "memory", "pca", "fixed", "text"):
+        assert f'id="{anchor}"' in page
+    assert "t.txt" in page
+    # the CLI hook (hiddenstate inspect / the end of demo) finds it
+    assert write_report(run, tmp_path / "cli.html") == tmp_path / "cli.html"
+    with pytest.raises(ValueError, match="at least 20 characters"):
+        inspect_checkpoint(run, out=tmp_path / "x.html", text_file=tmp_path / "t.txt", n_chars=5)

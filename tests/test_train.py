@@ -1,0 +1,239 @@
+"""Training: it learns, it samples reproducibly, it resumes exactly, its checkpoint loads into torch."""
+import json
+import math
+
+import numpy as np
+import pytest
+from _torch import require_torch
+
+from hiddenstate.corpus import load_text
+from hiddenstate.train import TrainConfig, evaluate, load, lr_at, resolve_checkpoint, sample, train
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    """40k characters of the embedded Shakespeare: enough to learn something in a few hundred steps."""
+    path = tmp_path_factory.mktemp("data") / "small.txt"
+    path.write_text(load_text()[:40_000], encoding="utf-8")
+    return path
+
+
+def small_config(text_file, out, **overrides):
+    settings = dict(data=str(text_file), hidden_size=24, seq_len=16, batch_size=8, steps=40, lr=1e-2,
+                    eval_every=10, save_every=10, out=str(out), dtype="float64")
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def trained(text_file, tmp_path_factory):
+    """A few hundred steps of a small GRU (shared by the tests that only read the result)."""
+    out = tmp_path_factory.mktemp("runs") / "gru"
+    config = small_config(text_file, out, hidden_size=48, seq_len=32, batch_size=16, steps=300, eval_every=100,
+                          save_every=100, dtype="float32")
+    return train(config, progress=False, verbose=False)
+
+
+def test_a_few_hundred_steps_drive_the_loss_well_below_ln_v(trained):
+    ln_v = math.log(trained.vocab.size)
+    assert trained.step == 300 and trained.stopped == "steps"
+    first = float(np.mean(trained.history["train_loss"][:5]))
+    assert first == pytest.approx(ln_v, abs=0.3)  # an untrained model is near uniform
+    assert trained.train_loss < 0.7 * ln_v
+    assert trained.val_loss < 0.75 * ln_v
+    assert trained.val_bpc == pytest.approx(trained.val_loss / math.log(2))
+    assert trained.val_ppl == pytest.approx(math.exp(trained.val_loss))
+    np.testing.assert_array_equal(trained.history["val_step"], [100, 200, 300])
+    assert trained.history["val_loss"][-1] == trained.val_loss
+
+
+def test_run_directory_has_log_plot_and_checkpoint(trained):
+    out = trained.out
+    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 301))
+    evals = [r for r in records if "val_loss" in r]
+    assert [r["step"] for r in evals] == [100, 200, 300]
+    assert evals[-1]["val_bpc"] == pytest.approx(evals[-1]["val_loss"] / math.log(2))
+    assert records[-1]["lr"] < records[0]["lr"]  # decayed
+    assert resolve_checkpoint(out) == out / "checkpoint"
+    assert resolve_checkpoint(out / "checkpoint") == out / "checkpoint"
+
+
+def test_checkpoint_round_trip_is_exact(trained):
+    loaded = load(trained.out)
+    assert loaded.step == 300
+    assert loaded.vocab == trained.vocab
+    assert loaded.config == trained.config
+    assert loaded.model.config() == trained.model.config()
+    assert loaded.val_loss == trained.val_loss
+    for key, value in trained.model.params.items():
+        got = loaded.model.params[key]
+        assert got.dtype == value.dtype == np.float32
+        assert got.tobytes() == value.tobytes(), key
+    # the loaded model computes exactly what the trained one does
+    ids = trained.vocab.encode(load_text()[-3000:])
+    assert evaluate(loaded.model, ids) == evaluate(trained.model, ids)
+
+
+def test_sampling_is_reproducible(trained):
+    a = sample(trained.out, prime="ROMEO:", length=200, seed=3)
+    b = trained.sample(prime="ROMEO:", length=200, seed=3)
+    c = sample(trained.out, prime="ROMEO:", length=200, seed=4)
+    assert a == b
+    assert a != c
+    assert a.startswith("ROMEO:") and len(a) == 206
+    assert set(a) <= set(trained.vocab.chars)
+    greedy = sample(trained.out, length=50, temperature=0, seed=None)
+    assert greedy == sample(trained.out, length=50, temperature=0, seed=123)
+
+
+def test_prime_with_unknown_characters_is_a_clear_error(trained):
+    with pytest.raises(ValueError, match=r"prime must only use characters the model was trained on; got 2 "
+                                         r"unknown character\(s\): '@', 'é'"):
+        sample(trained.out, prime="é@ROMEO")
+    with pytest.raises(ValueError, match="prime must hold at least one character"):
+        sample(trained.out, prime="")
+
+
+@pytest.mark.parametrize("cell,extra", [("gru", {}), ("lstm", {"num_layers": 2, "dropout": 0.2})])
+def test_resume_equals_the_uninterrupted_run(cell, extra, text_file, tmp_path):
+    # 40 steps over 36k training characters / (64 x 16) per step: the batcher wraps to a new pass
+    # (state reset) during the run, so that path is covered too; dropout draws from the saved RNG
+    whole = train(small_config(text_file, tmp_path / "whole", cell=cell, steps=40, batch_size=64, **extra),
+                  progress=False, verbose=False)
+
+    class Crash(Exception):
+        pass
+
+    def crash_at_step_27(record):
+        if record["step"] == 27:
+            raise Crash
+
+    config = small_config(text_file, tmp_path / "parts", cell=cell, steps=40, batch_size=64, **extra)
+    with pytest.raises(Crash):
+        train(config, progress=False, verbose=False, callback=crash_at_step_27)
+    assert load(tmp_path / "parts").step == 20  # the last checkpoint before the crash
+    resumed = train(None, resume=tmp_path / "parts", progress=False, verbose=False)
+
+    assert resumed.step == 40
+    for key in ("train_loss", "grad_norm", "val_step", "val_loss"):
+        np.testing.assert_array_equal(resumed.history[key], whole.history[key], err_msg=key)
+    assert resumed.val_loss == whole.val_loss
+    for key, value in whole.model.params.items():
+        assert resumed.model.params[key].tobytes() == value.tobytes(), key
+    logs = [[json.loads(line) for line in (run.out / "log.jsonl").read_text().splitlines()]
+            for run in (whole, resumed)]
+    for log in logs:
+        for record in log:
+            record.pop("elapsed_s")
+    assert logs[0] == logs[1]
+
+
+def test_resume_can_extend_the_run_but_not_change_the_model(text_file, tmp_path):
+    first = train(small_config(text_file, tmp_path / "run", steps=10), progress=False, verbose=False)
+    longer = train({"steps": 15}, resume=first.out, progress=False, verbose=False)
+    assert longer.step == 15 and len(longer.history["train_loss"]) == 15
+    np.testing.assert_array_equal(longer.history["train_loss"][:10], first.history["train_loss"])
+    with pytest.raises(ValueError, match=r"--hidden-size must match the checkpoint being resumed \(24\); got 32"):
+        train({"hidden_size": 32}, resume=first.out, progress=False)
+    with pytest.raises(ValueError, match="steps must be at least the checkpoint's step 15"):
+        train({"steps": 5}, resume=first.out, progress=False)
+    other = tmp_path / "other.txt"
+    other.write_text(text_file.read_text()[::-1], encoding="utf-8")
+    with pytest.raises(ValueError, match="data must be the text the checkpoint was trained on"):
+        train({"data": str(other)}, resume=first.out, progress=False)
+    moved = tmp_path / "moved.txt"
+    moved.write_text(text_file.read_text(), encoding="utf-8")
+    train({"data": str(moved), "steps": 16}, resume=first.out, progress=False, verbose=False)  # same text, new path
+
+
+def test_tampered_checkpoint_is_a_clear_error(text_file, tmp_path):
+    run = train(small_config(text_file, tmp_path / "run", steps=5), progress=False, verbose=False)
+    weights = run.checkpoint / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="sha256"):
+        load(run.out)
+    weights.write_bytes(bytes(data[:100]))
+    with pytest.raises(ValueError, match="truncated"):
+        load(run.out)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "rnn"])
+def test_checkpoint_recurrent_weights_load_into_torch(cell, text_file, tmp_path):
+    torch = require_torch()
+    from safetensors.numpy import load_file
+
+    run = train(small_config(text_file, tmp_path / cell, cell=cell, num_layers=2, steps=3),
+                progress=False, verbose=False)
+    weights = load_file(str(run.checkpoint / "model.safetensors"))
+    V, H = run.vocab.size, 24
+    module = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM, "rnn": torch.nn.RNN}[cell](V, H, 2, dtype=torch.float64)
+    module.load_state_dict({k[len("rnn."):]: torch.from_numpy(v) for k, v in weights.items() if k.startswith("rnn.")})
+    decoder = torch.nn.Linear(H, V, dtype=torch.float64)
+    decoder.load_state_dict({"weight": torch.from_numpy(weights["decoder.weight"]),
+                             "bias": torch.from_numpy(weights["decoder.bias"])})
+
+    ids = run.vocab.encode(text_file.read_text()[:120]).reshape(30, 4)
+    ours, _, _ = load(run.out).model.forward(ids)
+    with torch.no_grad():
+        out, _ = module(torch.nn.functional.one_hot(torch.from_numpy(ids), V).to(torch.float64))
+        theirs = decoder(out).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_time_limit_stops_with_a_checkpoint(text_file, tmp_path):
+    run = train(small_config(text_file, tmp_path / "run", steps=100_000, max_minutes=1e-4),
+                progress=False, verbose=False)
+    assert run.stopped == "time" and 1 <= run.step < 100_000
+    assert load(run.out).step == run.step
+    assert run.history["val_step"][-1] == run.step
+
+
+def test_callback_can_stop_the_run(text_file, tmp_path):
+    run = train(small_config(text_file, tmp_path / "run", steps=50),
+                progress=False, verbose=False, callback=lambda record: record["step"] == 7)
+    assert run.stopped == "callback" and run.step == 7 and load(run.out).step == 7
+
+
+def test_progress_bar_runs(text_file, tmp_path, capsys):
+    train(small_config(text_file, tmp_path / "run", steps=4, eval_every=2), progress=True)
+    err = capsys.readouterr().err
+    assert "4/4" in err and "val=" in err
+
+
+def test_learning_rate_schedule():
+    cfg = TrainConfig(lr=1e-2, lr_min_ratio=0.1)
+    assert lr_at(cfg, 0.0) == pytest.approx(1e-2)
+    assert lr_at(cfg, 0.5) == pytest.approx(5.5e-3)
+    assert lr_at(cfg, 1.0) == pytest.approx(1e-3)
+    assert lr_at(cfg, 2.0) == pytest.approx(1e-3)
+    assert lr_at(TrainConfig(lr=1e-2, lr_min_ratio=1.0), 0.7) == pytest.approx(1e-2)
+
+
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(cell="transformer"), ValueError, "cell must be one of gru, lstm, rnn"),
+    (dict(hidden_size=0), ValueError, "hidden_size must be >= 1; got 0"),
+    (dict(steps=2.5), TypeError, "steps must be an integer"),
+    (dict(lr=-1.0), ValueError, "lr must be positive and finite"),
+    (dict(dtype="float16"), ValueError, "dtype must be 'float32' or 'float64'"),
+    (dict(batch_size=10_000), ValueError, "ids must hold at least batch_size"),
+])
+def test_config_errors(overrides, error, match, text_file, tmp_path):
+    with pytest.raises(error, match=match):
+        train(small_config(text_file, tmp_path / "run", **overrides), progress=False)
+
+
+def test_data_errors(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match="empty"):
+        train({"data": str(empty), "out": str(tmp_path / "r")}, progress=False)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        train({"data": str(tmp_path / "missing.txt"), "out": str(tmp_path / "r")}, progress=False)
+    with pytest.raises(IsADirectoryError, match="which is a directory"):
+        train({"data": str(tmp_path), "out": str(tmp_path / "r")}, progress=False)
+    with pytest.raises(TypeError, match="unknown field"):
+        train({"hidden": 3}, progress=False)
