@@ -38,6 +38,14 @@ _PINNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 SIZES = [(100, 32, 64, 128), (100, 32, 256, 256), (200, 64, 512, 512), (1000, 1, 64, 128)]
 QUICK_SIZES = [(20, 8, 16, 32), (100, 1, 16, 32)]
 KINDS = ("RNN", "GRU", "GRU-cho", "LSTM")
+# table rows: (label, our layer, torch reference); the torch reference "LSTM-noDNN" is float32 only
+ROWS = (
+    ("RNN", "RNN", "RNN"),
+    ("GRU (reset_after=True)", "GRU", "GRU"),
+    ("GRU-cho (reset_after=False) [a]", "GRU-cho", "GRU"),
+    ("LSTM", "LSTM", "LSTM"),
+    ("LSTM vs torch oneDNN off [b]", "LSTM", "LSTM-noDNN"),
+)
 
 
 def parse_args(argv=None):
@@ -69,9 +77,11 @@ ARGS = parse_args() if __name__ == "__main__" else None
 for _var in _THREAD_VARS:
     os.environ[_var] = str(ARGS.threads if ARGS else 1)
 
+import contextlib  # noqa: E402
 import gc  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -160,8 +170,12 @@ def build(kind, I, H, dtype, torch, seed):
     return ours, theirs
 
 
-def make_jobs(kind, ours, theirs, x, g, torch):
-    """Four zero-argument callables: (ours fwd, torch fwd, ours fwd+bwd, torch fwd+bwd)."""
+def make_jobs(ours, theirs, x, g, torch, onednn=True):
+    """Four zero-argument callables: (ours fwd, torch fwd, ours fwd+bwd, torch fwd+bwd).
+
+    ``onednn=False`` runs torch with ``torch.backends.mkldnn`` disabled: its float32 LSTM then
+    uses the same ATen kernels as every other dtype instead of oneDNN's fused LSTM.
+    """
     xt = torch.from_numpy(x)
     gt = torch.from_numpy(g)
     xt_leaf = xt.clone().requires_grad_(True)
@@ -173,21 +187,25 @@ def make_jobs(kind, ours, theirs, x, g, torch):
         out, _, cache = ours.forward(x)
         return ours.backward(cache, g)
 
+    def backend():
+        return contextlib.nullcontext() if onednn else torch.backends.mkldnn.flags(enabled=False)
+
     def torch_fwd():
-        with torch.no_grad():
+        with torch.no_grad(), backend():
             return theirs(xt)[0]
 
     def torch_fwdbwd():
         theirs.zero_grad(set_to_none=True)
         xt_leaf.grad = None
-        out = theirs(xt_leaf)[0]
-        (out * gt).sum().backward()
+        with backend():
+            out = theirs(xt_leaf)[0]
+            (out * gt).sum().backward()
         return out
 
     return ours_fwd, torch_fwd, ours_fwdbwd, torch_fwdbwd
 
 
-def check_parity(ours, theirs, x, g, torch, dtype):
+def check_parity(ours, theirs, x, g, torch):
     """Largest |ours - torch| over the output and the input gradient (sanity check: same computation)."""
     out, _, cache = ours.forward(x)
     _, dx, _ = ours.backward(cache, g)
@@ -198,52 +216,55 @@ def check_parity(ours, theirs, x, g, torch, dtype):
 
 
 def bench_cell(size, dtype, args, torch):
-    """Time every kind at one (size, dtype); returns {(kind, mode): (ours ms, torch ms, rounds)}."""
+    """Time every row at one (size, dtype); returns ({label: {mode: (ours ms, torch ms)}}, rounds, notes)."""
     T, N, I, H = size
     rng = np.random.default_rng(args.seed)
     x = rng.standard_normal((T, N, I)).astype(dtype)
-    jobs, notes = {}, []
+    T_short = min(T, 8)  # parity check and warm-up on a short prefix: cheap even at the largest size
+    jobs, warm, notes = {}, [], []
     for kind in KINDS:
         ours, theirs = build(kind, I, H, dtype, torch, args.seed + 1)
         g = rng.standard_normal((T, N, H)).astype(dtype)
         if kind != "GRU-cho":
-            err = check_parity(ours, theirs, x, g, torch, dtype)
+            err = check_parity(ours, theirs, x[:T_short], g[:T_short], torch)
             tol = 1e-9 if dtype == np.float64 else 1e-3
             if not err <= tol:
                 notes.append(f"WARNING: {kind} {size} {np.dtype(dtype).name}: max |ours - torch| = {err:.2e} > {tol:g}")
-        of, tf, ofb, tfb = make_jobs(kind, ours, theirs, x, g, torch)
-        jobs[(kind, "fwd", "ours")] = of
-        jobs[(kind, "fwd+bwd", "ours")] = ofb
+        of, tf, ofb, tfb = make_jobs(ours, theirs, x, g, torch)
+        jobs[("ours", kind, "fwd")], jobs[("ours", kind, "fwd+bwd")] = of, ofb
         if kind != "GRU-cho":  # GRU-cho is compared with the same torch GRU timings
-            jobs[(kind, "fwd", "torch")] = tf
-            jobs[(kind, "fwd+bwd", "torch")] = tfb
+            jobs[("torch", kind, "fwd")], jobs[("torch", kind, "fwd+bwd")] = tf, tfb
+        warm += make_jobs(ours, theirs, x[:T_short], g[:T_short], torch)
+        if kind == "LSTM" and dtype == np.float32:
+            _, tf, _, tfb = make_jobs(ours, theirs, x, g, torch, onednn=False)
+            jobs[("torch", "LSTM-noDNN", "fwd")], jobs[("torch", "LSTM-noDNN", "fwd+bwd")] = tf, tfb
+            warm += make_jobs(ours, theirs, x[:T_short], g[:T_short], torch, onednn=False)
+    for job in warm:  # allocator, BLAS buffers, torch's lazy initialisation
+        job()
     keys = list(jobs)
-    # warm-up (allocator, BLAS buffers, torch's lazy init), which also times one round
-    t0 = time.perf_counter()
-    for k in keys:
-        jobs[k]()
-    one_round = time.perf_counter() - t0
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.quick:
-        rounds = 3
-    else:
-        rounds = int(min(args.rounds, max(args.min_rounds, args.budget // max(one_round, 1e-9))))
     times = {k: [] for k in keys}
     order_rng = np.random.default_rng(args.seed + 2)
-    for _ in range(rounds):
+    rounds = 3 if args.quick else args.rounds
+    r = 0
+    while r < rounds:
         gc.collect()
+        t0 = time.perf_counter()
         for i in order_rng.permutation(len(keys)):
             k = keys[i]
             t = clock()
             jobs[k]()
             times[k].append(clock() - t)
+        if r == 0 and not args.quick:  # the first round sets the count: --budget seconds in all
+            one_round = time.perf_counter() - t0
+            rounds = int(min(args.rounds, max(args.min_rounds, args.budget // max(one_round, 1e-9))))
+        r += 1
     med = {k: 1e3 * float(np.median(v)) for k, v in times.items()}
     result = {}
-    for kind in KINDS:
-        ref = "GRU" if kind == "GRU-cho" else kind
-        for mode in ("fwd", "fwd+bwd"):
-            result[(kind, mode)] = (med[(kind, mode, "ours")], med[(ref, mode, "torch")], rounds)
-    return result, notes
+    for label, mine, ref in ROWS:
+        if ("torch", ref, "fwd") in med:
+            result[label] = {mode: (med[("ours", mine, mode)], med[("torch", ref, mode)]) for mode in ("fwd", "fwd+bwd")}
+    return result, rounds, notes
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -253,12 +274,10 @@ HEADER = ("T", "N", "I", "H", "dtype", "layer", "rounds", "fwd ours ms", "fwd to
 
 def table_rows(results):
     rows = []
-    for (size, dtype), res in results:
-        for kind in KINDS:
-            fo, ft, n = res[(kind, "fwd")]
-            bo, bt, _ = res[(kind, "fwd+bwd")]
-            label = {"GRU": "GRU (reset_after=True)", "GRU-cho": "GRU-cho (reset_after=False)*"}.get(kind, kind)
-            rows.append((*map(str, size), np.dtype(dtype).name, label, str(n), f"{fo:.2f}", f"{ft:.2f}",
+    for (size, dtype), res, rounds in results:
+        for label, per_mode in res.items():
+            (fo, ft), (bo, bt) = per_mode["fwd"], per_mode["fwd+bwd"]
+            rows.append((*map(str, size), np.dtype(dtype).name, label, str(rounds), f"{fo:.2f}", f"{ft:.2f}",
                          f"{fo / ft:.2f}", f"{bo:.2f}", f"{bt:.2f}", f"{bo / bt:.2f}"))
     return rows
 
@@ -279,6 +298,8 @@ def main(args):
     except ImportError:
         sys.exit("bench_layers.py needs torch (pip install torch) as the reference implementation.")
     torch.set_num_threads(args.threads)
+    # torch.backends.mkldnn.flags() warns about TF32 on Intel GPUs, irrelevant here
+    warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
     torch.manual_seed(args.seed)
     warn = [w for w in (pinning_warning(), load_warning(args)) if w]
     for w in warn:
@@ -292,16 +313,18 @@ def main(args):
     t_start = time.perf_counter()
     for size in sizes:
         for dtype in (np.float32, np.float64):
-            res, n = bench_cell(size, dtype, args, torch)
-            results.append(((size, dtype), res))
+            res, rounds, n = bench_cell(size, dtype, args, torch)
+            results.append(((size, dtype), res, rounds))
             notes += n
             print(f"  done {size} {np.dtype(dtype).name} ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
     print(format_table(table_rows(results), args.markdown))
     print()
     print("ratio = median(ours) / median(torch), < 1 means hiddenstate is faster; f+b = forward + backward "
           "(gradients of all parameters and of x).")
-    print("* GRU-cho is our default Cho et al. (2014) candidate (reset before the recurrent product: a second "
+    print("[a] GRU-cho is our default Cho et al. (2014) candidate (reset before the recurrent product: a second "
           "(N,H)x(H,H) GEMM per step), timed against the same torch.nn.GRU (reset_after form): not like for like.")
+    print("[b] float32 only: torch.nn.LSTM in float32 runs oneDNN's fused LSTM kernel (inference and training); "
+          "this row times it with torch.backends.mkldnn disabled, i.e. the ATen path every other row uses.")
     for note in notes:
         print(note)
     print(f"total {time.perf_counter() - t_start:.0f} s")

@@ -12,6 +12,8 @@ Kinds of recurrence used across the tests::
     "gru"        GRU / GRUCell, reset_after=False (Cho et al. 2014, the seeds' form)
     "gru_after"  GRU / GRUCell, reset_after=True (torch.nn.GRU's form)
     "lstm"       LSTM / LSTMCell
+    "rnn_sigmoid" RNN / RNNCell, nonlinearity="sigmoid" (Elman's logistic units; not in torch),
+                  included where the installed hiddenstate offers it
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import numpy as np
 from hypothesis import strategies as st
 
 import hiddenstate as hs
+from hiddenstate.cells import rnn as _rnn
 
-KINDS = ("rnn_tanh", "rnn_relu", "gru", "gru_after", "lstm")
+_HAS_SIGMOID = "sigmoid" in getattr(_rnn, "NONLINEARITIES", ())
+KINDS = ("rnn_tanh", "rnn_relu", "gru", "gru_after", "lstm") + (("rnn_sigmoid",) if _HAS_SIGMOID else ())
 #: the kinds torch implements (torch has no Cho-form GRU)
 TORCH_KINDS = ("rnn_tanh", "rnn_relu", "gru_after", "lstm")
-GATES = {"rnn_tanh": 1, "rnn_relu": 1, "gru": 3, "gru_after": 3, "lstm": 4}
+GATES = {"rnn_tanh": 1, "rnn_relu": 1, "rnn_sigmoid": 1, "gru": 3, "gru_after": 3, "lstm": 4}
 
 
 def _options(kind: str) -> tuple[type, type, dict]:
@@ -32,6 +36,8 @@ def _options(kind: str) -> tuple[type, type, dict]:
         return hs.RNN, hs.RNNCell, {"nonlinearity": "tanh"}
     if kind == "rnn_relu":
         return hs.RNN, hs.RNNCell, {"nonlinearity": "relu"}
+    if kind == "rnn_sigmoid":
+        return hs.RNN, hs.RNNCell, {"nonlinearity": "sigmoid"}
     if kind == "gru":
         return hs.GRU, hs.GRUCell, {"reset_after": False}
     if kind == "gru_after":

@@ -97,11 +97,15 @@ def directional_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], 
     Returns
     -------
     float
-        The largest relative error ``|num - ana| / max(|num|, |ana|, 1e-12)`` over the directions.
+        The largest error ``|num - ana| / max(|num|, |ana|, ||grad||, 1e-12)`` over the
+        directions. Scaling by the gradient norm as well keeps a direction that happens to be
+        nearly orthogonal to the gradient (``<grad, v>`` small by cancellation) from reporting a
+        correct gradient as wrong.
     """
     _check_inputs(f, arrays)
     rng = np.random.default_rng(0) if rng is None else rng
     worst = 0.0
+    gnorm = np.sqrt(sum(float((np.asarray(grads[k], dtype=np.float64) ** 2).sum()) for k in arrays))
     for _ in range(num_directions):
         vs = {k: rng.standard_normal(a.shape) for k, a in arrays.items()}
         norm = np.sqrt(sum(float((v * v).sum()) for v in vs.values())) or 1.0
@@ -116,7 +120,7 @@ def directional_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], 
         for k, a in arrays.items():
             a[...] = olds[k]
         num = (fp - fm) / (2 * eps)
-        worst = max(worst, abs(num - ana) / max(abs(num), abs(ana), 1e-12))
+        worst = max(worst, abs(num - ana) / max(abs(num), abs(ana), gnorm, 1e-12))
     return worst
 
 

@@ -495,8 +495,10 @@ def plot_history(history: dict, path, *, title: str = "", vocab_size: int | None
         ax.set_title(title, fontsize=9.5)
     ax.grid(True, color="#e8eaed")
     ax.legend(frameon=False, fontsize=8)
-    hi = float(np.percentile(train_loss, 99)) if train_loss.size else 5.0
-    ax.set_ylim(bottom=max(0.0, float(np.min(train_loss)) - 0.2) if train_loss.size else 0.0, top=hi + 0.1)
+    if train_loss.size:
+        top = float(np.max(train_loss)) if vocab_size is None else min(float(np.max(train_loss)),
+                                                                        math.log(vocab_size) + 0.5)
+        ax.set_ylim(bottom=max(0.0, float(np.min(train_loss)) - 0.2), top=max(top, math.log(vocab_size or 2)) + 0.1)
     secondary = ax.secondary_yaxis("right", functions=(lambda n: n / LN2, lambda b: b * LN2))
     secondary.set_ylabel("bits/char")
     fig.tight_layout()
@@ -571,7 +573,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     else:
         raise TypeError(f"config must be a TrainConfig, a dict or None; got {type(config).__name__}.")
 
-    loaded = None
+    loaded, run_dir = None, None
     if resume is not None:
         loaded = load(resume)
         run_dir = loaded.path.parent if loaded.path.name == CHECKPOINT_DIR else loaded.path
@@ -621,7 +623,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     out.mkdir(parents=True, exist_ok=True)
     ckpt_dir = out / CHECKPOINT_DIR
     log_path = out / LOG_FILE
-    kept = _read_log(log_path, step) if loaded is not None else []
+    kept = _read_log(run_dir / LOG_FILE, step) if loaded is not None else []  # the log up to the checkpoint
     log_path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     log_file = open(log_path, "a", encoding="utf-8")
 
