@@ -10,17 +10,22 @@ What is measured (per (T, N, I, H) size and dtype, one layer, one direction):
 Rows: RNN (tanh), GRU with ``reset_after=True`` (the same equations as ``torch.nn.GRU``),
 GRU with our default ``reset_after=False`` (Cho et al. 2014; one extra (N, H) x (H, H)
 product per step, so its ratio is *not* like for like: it is timed against the same
-``torch.nn.GRU``), and LSTM. Both libraries get the same weights, inputs and thread count.
+``torch.nn.GRU``), and LSTM. In float32 ``torch.nn.LSTM`` runs oneDNN's fused LSTM kernel, so
+one more float32 row times our LSTM against torch with ``torch.backends.mkldnn`` disabled (the
+ATen path of every other row). Both libraries get the same weights, inputs and thread count.
 
 Method (``/work/shared/papers/performance.md``): all implementations run in one process,
-interleaved within each round (order shuffled per round), after a warm-up call; the table
-shows per-implementation medians in milliseconds and ``ratio = median(ours) / median(torch)``
-(< 1: ours is faster). Absolute times drift on shared VMs; the ratios are the result.
+interleaved within each round (order shuffled per round), after a warm-up on a short prefix of
+the sequence (which also checks that ours and torch agree); the first round sets the number of
+rounds (``--budget`` seconds, within ``[--min-rounds, --rounds]``). The table shows
+per-implementation medians in milliseconds and ``ratio = median(ours) / median(torch)``
+(< 1: ours is faster). Absolute times drift on shared VMs; the ratios are the result. On a
+loaded machine ``--clock cpu`` (process CPU time) ignores time spent waiting for a CPU.
 
 Usage::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_layers.py [--threads 1]
-        [--rounds 15] [--budget 20] [--quick] [--markdown]
+        [--rounds 15] [--budget 20] [--clock {wall,cpu}] [--quick] [--markdown]
 
 ``OPENBLAS_CORETYPE`` pins OpenBLAS to one kernel family (e.g. ``Haswell``: AVX2 only) and
 makes every batched size 1.25-1.75x slower relative to torch; unset it for benchmarking.

@@ -25,10 +25,11 @@ Equivalent reference loop for one layer and direction (``GRU`` shown)::
         h = cell(x[t], h)        # hiddenstate.GRUCell with the same weights
         output[t] = h
 
-Speed (see ``benchmarks/``): per layer and direction the input projection of all T steps is
-one matrix multiply, each step does one (N, H) x (H, G*H) product for all gates (a second
-(N, H) x (H, H) one for the Cho-form GRU), and the weight gradients are one product after the
-time loop.
+Speed (see ``benchmarks/bench_layers.py``): per layer and direction the input projection of all
+T steps is one matrix multiply, each step does one product of the (N, H) state with all gates'
+recurrent weights (a batched (G, H, H) matmul that writes the gates gate-major; a second
+(N, H) x (H, H) product for the Cho-form GRU), and the weight gradients are one product after
+the time loop.
 """
 
 from __future__ import annotations

@@ -188,12 +188,26 @@ class CharRNN:
         return self.rnn.initial_state(batch_size)
 
     # -- forward / backward --------------------------------------------------------------------
-    def _embed(self, inputs: np.ndarray) -> np.ndarray:
+    def embed(self, inputs) -> np.ndarray:
+        """The recurrent layers' input for character ids: one-hot rows, or embedding rows.
+
+        Parameters
+        ----------
+        inputs : ndarray of integer ids, any shape S, values in [0, V)
+
+        Returns
+        -------
+        ndarray of shape S + (I,), the model's dtype
+            ``I = V`` (one-hot) or ``E`` (``encoder.weight[inputs]``).
+        """
+        inputs = np.asarray(inputs)
         if self.embedding_dim is None:
             x = np.zeros(inputs.shape + (self.vocab_size,), dtype=self.dtype)  # (T, N, V)
             np.put_along_axis(x, inputs[..., None], 1.0, axis=-1)
             return x
         return self.params["encoder.weight"][inputs]  # (T, N, E)
+
+    _embed = embed  # the name hiddenstate.analysis used first
 
     def forward(self, inputs, state=None, *, training=False, rng=None):
         """Scores for the next character at every step of a (T, N) chunk.
@@ -226,7 +240,7 @@ class CharRNN:
         """
         inputs = _check_ids("inputs", inputs, self.vocab_size, 2)
         T, N = inputs.shape
-        x = self._embed(inputs)  # (T, N, I)
+        x = self.embed(inputs)  # (T, N, I)
         hs, state, rnn_cache = self.rnn.forward(x, state, training=training, rng=rng if rng is not None else self._rng)  # (T, N, H)
         mask = None
         if training and self.dropout > 0.0:

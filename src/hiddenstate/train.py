@@ -30,6 +30,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,8 +114,8 @@ class TrainConfig:
     dropout: float = 0.0
     seq_len: int = 64
     batch_size: int = 32
-    steps: int = 2000
-    lr: float = 3e-3
+    steps: int = 1500
+    lr: float = 8e-3
     lr_min_ratio: float = 0.1
     clip: float = 5.0
     seed: int = 0
@@ -133,7 +134,7 @@ class TrainConfig:
 #: Named configurations (``hiddenstate train --preset NAME``); explicit flags override them.
 #: Figures measured on the 2-core development machine are in README.md.
 PRESETS: dict[str, dict[str, Any]] = {
-    "demo": {},
+    "demo": {"max_minutes": 3.0},
     "long": {
         "cell": "gru", "hidden_size": 512, "num_layers": 1, "seq_len": 100, "batch_size": 32,
         "steps": 20000, "lr": 2e-3, "eval_every": 500, "save_every": 500,
@@ -662,8 +663,9 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     if progress:
         from tqdm.auto import tqdm
 
+        interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
         bar = tqdm(total=cfg.steps, initial=step, unit="step", dynamic_ncols=True, smoothing=0.1,
-                   desc=f"{cfg.cell} H={cfg.hidden_size}x{cfg.num_layers}")
+                   mininterval=0.1 if interactive else 5.0, desc=f"{cfg.cell} H={cfg.hidden_size}x{cfg.num_layers}")
     last_val = history["val_loss"][-1] if history["val_loss"] else None
     stopped = "steps"
     window_t, window_chars = time.perf_counter(), 0

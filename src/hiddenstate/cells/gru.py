@@ -10,13 +10,19 @@ Gate order r, z, n (PyTorch). Two forms of the candidate:
 
 Both end in ``h_t = z * h_{t-1} + (1 - z) * n`` (:func:`hiddenstate.seeds.hidden_state_update`).
 Kernel contract: see :mod:`hiddenstate.cells.rnn`.
+
+Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
+(3, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate (r and z only
+for the Cho form, whose candidate needs ``r * h`` first) and a ``tanh``-form sigmoid with
+pre-halved weights; the backward multiplies by factors precomputed for all steps at once and
+computes the weight gradients with one product after the time loop.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..functional import gru_blend, sigmoid
+from ..functional import gru_blend
 from ._base import Cell
 
 __all__ = ["GRUCell", "scan_backward", "scan_forward"]
@@ -27,69 +33,77 @@ NUM_GATES = 3
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
     T, N, H3 = xw.shape
     H = H3 // 3
-    # gate-major copy of the input projection: xg[k, t] is a contiguous (N, H) block
-    xg = np.ascontiguousarray(xw.reshape(T, N, 3, H).transpose(2, 0, 1, 3))  # (3, T, N, H)
-    if b_hh is not None:
-        xg[0] += b_hh[:H]
-        xg[1] += b_hh[H:2 * H]
-        if not reset_after:
-            xg[2] += b_hh[2 * H:]
-    b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     dt = xw.dtype
-    R = np.empty((T, N, H), dtype=dt)
-    Z = np.empty_like(R)
-    Nc = np.empty_like(R)
-    S = np.empty_like(R)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
-    hprev = np.empty_like(R)
-    hnew = np.empty_like(R)
-    hs = hnew if keep is None else np.empty_like(R)
-    w_t = w_hh.T if reset_after else w_hh[: 2 * H].T  # (H, 3H) or (H, 2H)
-    w_n_t = w_hh[2 * H:].T  # (H, H)
+    # A[t] is one contiguous (3, N, H) block per step (gate-major r, z, n, so every elementwise
+    # operand in the loop is contiguous). It starts as the input projection plus the folded biases
+    # and each step turns it into the gate values in place. The r and z rows are pre-halved (exact
+    # in binary floating point): sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 then costs one tanh and two
+    # in-place operations. (order="C": without it the product would keep the memory order of the
+    # transposed view, i.e. not gate-major.)
+    half = np.array([0.5, 0.5, 1.0], dtype=dt)[:, None, None]  # (3, 1, 1)
+    A = np.multiply(xw.reshape(T, N, 3, H).transpose(0, 2, 1, 3), half, order="C")  # (T, 3, N, H)
+    if b_hh is not None:
+        A[:, :2] += b_hh[:2 * H].reshape(2, 1, H) * 0.5
+        if not reset_after:
+            A[:, 2] += b_hh[2 * H:]
+    b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
+    G = 3 if reset_after else 2  # gates served by the one batched product with h
+    w_g = np.multiply(w_hh[:G * H].reshape(G, H, H).transpose(0, 2, 1), half[:G], order="C")  # (G, H, H): W_hh^T per gate
+    w_n_t = np.ascontiguousarray(w_hh[2 * H:].T)  # (H, H)
+    S = np.empty((T, N, H), dtype=dt)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
+    hprev = np.empty_like(S)
+    hnew = np.empty_like(S)
+    hs = hnew if keep is None else np.empty_like(S)
+    gh = np.empty((G, N, H), dtype=dt)
+    rs = np.empty((N, H), dtype=dt)
     h = h0
     for t in range(T):
         if reset is not None:
             h = np.where(reset[t], h0, h)
         hprev[t] = h
-        gh = h @ w_t  # (N, 3H) or (N, 2H): one product for the gates
-        r, z, n, s = R[t], Z[t], Nc[t], S[t]
-        sigmoid(np.add(xg[0, t], gh[:, :H], out=r), out=r)
-        sigmoid(np.add(xg[1, t], gh[:, H:2 * H], out=z), out=z)
+        np.matmul(h, w_g, out=gh)  # (G, N, H): W_hr h / 2, W_hz h / 2 (and W_hn h) in one product
+        rz, n, s = A[t, :2], A[t, 2], S[t]
+        rz += gh[:2]
+        np.tanh(rz, out=rz)  # r and z: sigmoid = 0.5 * tanh(a / 2) + 0.5
+        rz *= 0.5
+        rz += 0.5
+        r, z = rz
         if reset_after:
             if b_hn is not None:
-                np.add(gh[:, 2 * H:], b_hn, out=s)
+                np.add(gh[2], b_hn, out=s)
             else:
-                s[...] = gh[:, 2 * H:]
-            np.multiply(r, s, out=n)
+                s[...] = gh[2]
+            n += np.multiply(r, s, out=rs)
         else:
             np.multiply(r, h, out=s)
-            np.matmul(s, w_n_t, out=n)
-        n += xg[2, t]
+            n += np.matmul(s, w_n_t, out=rs)
         np.tanh(n, out=n)
         a = gru_blend(z, h, n, out=hnew[t])
         if keep is not None:
             hs[t] = np.where(keep[t], a, h)
         h = hs[t]
-    cache = (R, Z, Nc, S, hprev, w_hh, h0, keep, reset, reset_after)
+    cache = (A, S, hprev, w_hh, h0, keep, reset, reset_after)
     return hs, h.copy() if T else h0.copy(), cache
 
 
 def scan_backward(cache, dhs, d_final):
-    R, Z, Nc, S, hprev, w_hh, h0, keep, reset, reset_after = cache
-    T, N, H = R.shape
+    A, S, hprev, w_hh, h0, keep, reset, reset_after = cache
+    T, N, H = S.shape
+    R, Z, Nc = A[:, 0], A[:, 1], A[:, 2]  # (T, N, H) each
     # every factor that does not depend on the recurrence, for all steps at once
     fac_n = (1.0 - Z) * (1.0 - Nc * Nc)  # dh_t/da_n
     fac_z = (hprev - Nc) * Z * (1.0 - Z)  # dh_t/da_z
     dsig_r = R * (1.0 - R)
     if reset_after:
         fac_r = S * dsig_r  # da_n/da_r
-        DGH = np.empty((T, N, 3 * H), dtype=R.dtype)  # gradient w.r.t. W_hh h (+ b_hh)
+        DGH = np.empty((T, N, 3 * H), dtype=S.dtype)  # gradient w.r.t. W_hh h (+ b_hh)
         w_all = w_hh
     else:
         fac_r = hprev * dsig_r
-        DGH = np.empty((T, N, 2 * H), dtype=R.dtype)
+        DGH = np.empty((T, N, 2 * H), dtype=S.dtype)
         w_all = w_hh[: 2 * H]
         w_n = w_hh[2 * H:]
-    DAN = np.empty((T, N, H), dtype=R.dtype)  # gradient w.r.t. a_n
+    DAN = np.empty((T, N, H), dtype=S.dtype)  # gradient w.r.t. a_n
     carry = np.zeros_like(h0) if d_final is None else np.array(d_final, dtype=h0.dtype)
     dh0 = np.zeros_like(h0)
     for t in range(T - 1, -1, -1):

@@ -5,13 +5,17 @@ Gate order i, f, g, o (PyTorch). The state is a pair (h, c):
 ``W_ih x + b_ih + W_hh h + b_hh``; ``c' = f * c + i * g``; ``h' = o * tanh(c')``
 (Hochreiter & Schmidhuber 1997; forget gate of Gers, Schmidhuber & Cummins 2000).
 Kernel contract: see :mod:`hiddenstate.cells.rnn`; here ``h0``, ``final`` and ``d_h0`` are (h, c) pairs.
+
+Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
+(4, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate, one ``tanh``
+over all four gates (the sigmoid gates' weights are pre-halved) and a few in-place operations;
+the backward multiplies by factors precomputed for all steps at once.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..functional import sigmoid
 from ._base import Cell
 
 __all__ = ["LSTMCell", "scan_backward", "scan_forward"]
@@ -19,20 +23,30 @@ __all__ = ["LSTMCell", "scan_backward", "scan_forward"]
 NUM_GATES = 4
 
 
+# sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 (functional.sigmoid). The kernel halves the rows of the
+# sigmoid gates i, f, o once (exact in binary floating point), so a single tanh over all four gates
+# gives g and tanh(a / 2) for the others, which two in-place operations turn into the sigmoid.
+_HALF = (0.5, 0.5, 1.0, 0.5)  # gate order i, f, g, o
+
+
 def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
     h0, c0 = state0
     T, N, H4 = xw.shape
     H = H4 // 4
-    xg = np.ascontiguousarray(xw.reshape(T, N, 4, H).transpose(2, 0, 1, 3))  # (4, T, N, H)
-    if b_hh is not None:
-        xg += b_hh.reshape(4, 1, 1, H)
     dt = xw.dtype
-    I, F, G, O, C, TC = (np.empty((T, N, H), dtype=dt) for _ in range(6))
-    hprev = np.empty_like(I)
-    cprev = np.empty_like(I)
-    hs = np.empty_like(I)
-    cs = C if keep is None else np.empty_like(I)
-    w_t = w_hh.T  # (H, 4H)
+    half = np.array(_HALF, dtype=dt)[:, None, None]  # (4, 1, 1)
+    # A[t] is one contiguous (4, N, H) block per step (gate-major, so every elementwise operand in
+    # the loop is contiguous). It starts as the input projection plus b_hh, pre-scaled like the
+    # weights, and each step turns it into the gate values in place. (order="C": without it the
+    # product would keep the memory order of the transposed view, i.e. not gate-major.)
+    A = np.multiply(xw.reshape(T, N, 4, H).transpose(0, 2, 1, 3), half, order="C")  # (T, 4, N, H)
+    if b_hh is not None:
+        A += b_hh.reshape(4, 1, H) * half
+    w4 = np.multiply(w_hh.reshape(4, H, H).transpose(0, 2, 1), half, order="C")  # (4, H, H): W_hh^T per gate
+    C, TC, hprev, cprev, hs = (np.empty((T, N, H), dtype=dt) for _ in range(5))
+    cs = C if keep is None else np.empty_like(C)
+    gh = np.empty((4, N, H), dtype=dt)
+    ig = np.empty((N, H), dtype=dt)
     h, c = h0, c0
     for t in range(T):
         if reset is not None:
@@ -40,14 +54,16 @@ def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
             c = np.where(reset[t], c0, c)
         hprev[t] = h
         cprev[t] = c
-        gh = h @ w_t  # (N, 4H): one product for the four gates
-        i, f, g, o, cn, tc = I[t], F[t], G[t], O[t], C[t], TC[t]
-        sigmoid(np.add(xg[0, t], gh[:, :H], out=i), out=i)
-        sigmoid(np.add(xg[1, t], gh[:, H:2 * H], out=f), out=f)
-        np.tanh(np.add(xg[2, t], gh[:, 2 * H:3 * H], out=g), out=g)
-        sigmoid(np.add(xg[3, t], gh[:, 3 * H:], out=o), out=o)
+        a = A[t]
+        a += np.matmul(h, w4, out=gh)  # (4, N, H): one batched product for the four gates
+        np.tanh(a, out=a)  # g; and tanh(a / 2) for i, f, o
+        for s in (a[:2], a[3]):  # i, f, o: sigmoid = 0.5 * tanh(a / 2) + 0.5
+            s *= 0.5
+            s += 0.5
+        i, f, g, o = a
+        cn, tc = C[t], TC[t]
         np.multiply(f, c, out=cn)
-        cn += i * g
+        cn += np.multiply(i, g, out=ig)
         np.tanh(cn, out=tc)
         if keep is None:
             np.multiply(o, tc, out=hs[t])
@@ -55,21 +71,23 @@ def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
             hs[t] = np.where(keep[t], o * tc, h)
             cs[t] = np.where(keep[t], cn, c)
         h, c = hs[t], cs[t]
-    cache = (I, F, G, O, TC, hprev, cprev, w_hh, h0, c0, keep, reset)
+    cache = (A, TC, hprev, cprev, w_hh, h0, c0, keep, reset)
     final = (h.copy(), c.copy()) if T else (h0.copy(), c0.copy())
     return hs, final, cache
 
 
 def scan_backward(cache, dhs, d_final):
-    I, F, G, O, TC, hprev, cprev, w_hh, h0, c0, keep, reset = cache
-    T, N, H = I.shape
+    A, TC, hprev, cprev, w_hh, h0, c0, keep, reset = cache
+    T, _, N, H = A.shape
+    I, F, G, O = A[:, 0], A[:, 1], A[:, 2], A[:, 3]  # (T, N, H) each
     dh_last, dc_last = (None, None) if d_final is None else d_final
-    fac_i = I * (1.0 - I)
-    fac_f = F * (1.0 - F)
-    fac_g = 1.0 - G * G
-    fac_o = O * (1.0 - O)
-    fac_c = O * (1.0 - TC * TC)  # dh/dc through tanh(c)
-    DA = np.empty((T, N, 4 * H), dtype=I.dtype)  # pre-activation gradients, gate order i, f, g, o
+    # every factor that does not depend on the recurrence, for all steps at once
+    fac_c = O * (1.0 - TC * TC)  # dh_t/dc_t through h = o * tanh(c)
+    fac_i = G * I * (1.0 - I)  # dc_t/da_i
+    fac_f = cprev * F * (1.0 - F)  # dc_t/da_f
+    fac_g = I * (1.0 - G * G)  # dc_t/da_g
+    fac_o = TC * O * (1.0 - O)  # dh_t/da_o
+    DA = np.empty((T, N, 4 * H), dtype=A.dtype)  # pre-activation gradients, gate order i, f, g, o
     carry_h = np.zeros_like(h0) if dh_last is None else np.array(dh_last, dtype=h0.dtype)
     carry_c = np.zeros_like(c0) if dc_last is None else np.array(dc_last, dtype=c0.dtype)
     dh0 = np.zeros_like(h0)
@@ -84,10 +102,10 @@ def scan_backward(cache, dhs, d_final):
             dc = np.where(keep[t], dc, 0.0)
         dc = dc + dh * fac_c[t]
         da = DA[t]
-        np.multiply(dc * G[t], fac_i[t], out=da[:, :H])
-        np.multiply(dc * cprev[t], fac_f[t], out=da[:, H:2 * H])
-        np.multiply(dc * I[t], fac_g[t], out=da[:, 2 * H:3 * H])
-        np.multiply(dh * TC[t], fac_o[t], out=da[:, 3 * H:])
+        np.multiply(dc, fac_i[t], out=da[:, :H])
+        np.multiply(dc, fac_f[t], out=da[:, H:2 * H])
+        np.multiply(dc, fac_g[t], out=da[:, 2 * H:3 * H])
+        np.multiply(dh, fac_o[t], out=da[:, 3 * H:])
         dh_prev = da @ w_hh  # (N, H)
         dc_prev = dc * F[t]
         if keep is not None:
