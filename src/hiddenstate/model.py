@@ -93,7 +93,8 @@ class CharRNN:
         updates the layer.
     rnn : hiddenstate.GRU, LSTM or RNN
         The recurrent layers.
-    vocab_size, hidden_size, num_layers, cell, embedding_dim, dtype
+    vocab_size, hidden_size, num_layers, cell, embedding_dim, dropout, dtype
+        The constructor arguments (see :meth:`config`).
 
     Raises
     ------
@@ -133,6 +134,7 @@ class CharRNN:
 
     def __repr__(self) -> str:
         emb = "" if self.embedding_dim is None else f", embedding_dim={self.embedding_dim}"
+        emb += f", dropout={self.dropout}" if self.dropout else ""
         return (f"CharRNN(vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, "
                 f"num_layers={self.num_layers}, cell={self.cell!r}{emb}, dtype={self.dtype})")
 
@@ -370,9 +372,9 @@ class CharRNN:
         if prime.size == 0:
             raise ValueError("prime must hold at least one character id; got an empty prime. "
                              "Start from e.g. a newline.")
-        length = int(length) if isinstance(length, (int, np.integer)) and not isinstance(length, bool) else None
-        if length is None or length < 0:
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
             raise ValueError(f"length must be a non-negative integer; got {length!r}.")
+        length = int(length)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)) \
                 or not np.isfinite(temperature) or temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}. "

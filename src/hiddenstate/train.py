@@ -97,9 +97,9 @@ class TrainConfig:
         Steps between validation passes and between checkpoints (both also at the end).
     max_minutes : float, optional
         Wall-clock limit. The run stops (with a last evaluation and checkpoint) when it is
-        reached, and the learning-rate schedule follows whichever of step and time is further
-        along, so a slow machine still ends on a decayed rate. Runs where the limit binds are
-        not repeatable step for step.
+        reached. The learning-rate schedule follows the step count only, so every run that is
+        not cut short by the limit is repeatable bit for bit; a run that the limit stops early
+        ends before its rate has fully decayed.
     val_fraction : float
         Fraction of the text, at its end, held out for validation.
     out : str
@@ -674,10 +674,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     first_step = step
     try:
         while step < cfg.steps:
-            progress_frac = step / cfg.steps
-            if budget_s is not None:
-                progress_frac = max(progress_frac, elapsed() / budget_s)
-            opt.lr = lr_at(cfg, progress_frac)
+            opt.lr = lr_at(cfg, step / cfg.steps)  # by step only, so a run is repeatable on any machine
             if batcher.at_epoch_start:
                 state = None  # a new pass over the text: the carried state no longer follows on
             inputs, targets = batcher.next_batch()  # (T, N) each
