@@ -120,7 +120,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR (a run or checkpoint directory)")
     tr.add_argument("--preset", choices=("demo", "long"), help="named configuration: demo (the defaults, at most 3 minutes) or long (see README)")
     tr.add_argument("--max-minutes", type=_positive_float, metavar="M",
-                    help="wall-clock limit; the learning-rate schedule follows it")
+                    help="wall-clock limit: stop (with a last evaluation and checkpoint) when reached")
     tr.add_argument("--eval-every", type=_positive_int, metavar="K", help="steps between validation passes")
     tr.add_argument("--save-every", type=_positive_int, metavar="K", help="steps between checkpoints")
     tr.add_argument("--dropout", type=_dropout, metavar="P", help="dropout on layer outputs (default 0)")
@@ -148,7 +148,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     # -- reproduce -------------------------------------------------------------------------------
     rp = sub.add_parser("reproduce", help="rerun a paper's experiment and compare with its numbers")
-    rp.add_argument("name", metavar="NAME", help="experiment name (e.g. elman-xor)")
+    rp.add_argument("name", metavar="NAME", help="one of: elman-xor, elman-letters, elman-sentences, adding, copy, flipflop")
     rp.add_argument("--quick", action="store_true", help="reduced settings (seconds)")
     rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure")
     rp.add_argument("--seed", type=_nonnegative_int, default=0)
