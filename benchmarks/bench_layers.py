@@ -14,7 +14,7 @@ product per step, so its ratio is *not* like for like: it is timed against the s
 one more float32 row times our LSTM against torch with ``torch.backends.mkldnn`` disabled (the
 ATen path of every other row). Both libraries get the same weights, inputs and thread count.
 
-Method (``/work/shared/papers/performance.md``): all implementations run in one process,
+Method (the project's performance notes): all implementations run in one process,
 interleaved within each round (order shuffled per round), after a warm-up on a short prefix of
 the sequence (which also checks that ours and torch agree); the first round sets the number of
 rounds (``--budget`` seconds, within ``[--min-rounds, --rounds]``). The table shows

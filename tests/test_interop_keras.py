@@ -30,7 +30,10 @@ def require_keras():
     else:
         keras = pytest.importorskip("keras")
     if keras.backend.backend() != "torch":
-        pytest.skip(f"keras was imported with the {keras.backend.backend()!r} backend; these tests need 'torch'.")
+        msg = f"keras was imported with the {keras.backend.backend()!r} backend; these tests need 'torch'."
+        if torch_required():
+            pytest.fail(msg + " (HIDDENSTATE_REQUIRE_TORCH is set, so this is an error)")
+        pytest.skip(msg)
     return keras
 
 
