@@ -196,7 +196,7 @@ def analyze_model(
     H, L, D = layer.hidden_size, layer.num_layers, layer.num_directions
     an = Analysis(trace=tr, loss=loss, text=text)
     an.meta = {"cell": kind.upper(), "hidden size": H, "layers": L, "directions": D,
-               "parameters": int(sum(np.size(v) for v in layer.params.values())), "steps": T, "sequences": N}
+               "parameters": int(sum(np.size(v) for v in layer.params.values())), "time steps analysed": T, "sequences": N}
     an.meta.update(title_meta or {})
 
     # gates
@@ -436,7 +436,7 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     space = vocab.encode(" ")[0] if " " in known else None
     fp_input = None if space is None else np.asarray(model._embed(np.array([[space]]))[0, 0], dtype=np.float64)
     run_dir = trained.path.parent if trained.path is not None else pathlib.Path(checkpoint)
-    meta = {"step": trained.step}
+    meta = {"training steps": trained.step}
     if trained.val_loss is not None:
         meta["val loss (nats/char)"] = float(trained.val_loss)
     an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=_loss_history(run_dir),
