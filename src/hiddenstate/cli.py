@@ -104,7 +104,8 @@ def _build_parser() -> argparse.ArgumentParser:
     # -- train -----------------------------------------------------------------------------------
     tr = sub.add_parser("train", help="train a character-level language model on a text file",
                         description="Train a character-level language model with truncated BPTT. "
-                                    "Flags left out take the preset's values (default preset: demo).")
+                                    "Flags left out take the preset's values, or without --preset the defaults shown "
+                                    "(the demo model, with no time limit).")
     tr.add_argument("--data", metavar="FILE", help="UTF-8 text file (default: the embedded Shakespeare)")
     tr.add_argument("--cell", choices=CELLS, help="recurrent cell (default gru)")
     tr.add_argument("--hidden-size", type=_positive_int, metavar="H", help="units per layer (default 256)")
@@ -186,7 +187,7 @@ def _cmd_train(args) -> int:
             raise _UsageError("--preset cannot be combined with --resume: a resumed run keeps its configuration.")
         result = _train.train(given, resume=args.resume, progress=not args.quiet)
     else:
-        config = dict(_train.PRESETS[args.preset or "demo"])
+        config = dict(_train.PRESETS[args.preset]) if args.preset else {}  # no preset: no time limit
         config.update(given)
         result = _train.train(config, progress=not args.quiet)
     _print_result(result)
