@@ -9,6 +9,7 @@ from . import functional, gradcheck, interop, ragged, seeds
 from .analysis import analyze_model
 from .cells import GRUCell, LSTMCell, RNNCell
 from .layers import GRU, LSTM, RNN, DirectionalState, reverse_padded
+from .model import CharRNN
 from .seeds import (
     candidate,
     elman_step,
@@ -27,6 +28,7 @@ from .trace import trace
 __version__ = "0.1.0"
 
 __all__ = [
+    "CharRNN",
     "DirectionalState",
     "GRU",
     "GRUCell",
