@@ -41,54 +41,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
-    return value
+def _number(convert, rule: str, ok):
+    """An argparse ``type``: ``convert(text)`` that must satisfy ``ok``; errors say ``must be <rule>``."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {rule}; got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}; got {text}")
+        return value
+    return parse
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer; got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number; got {text!r}") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number; got {text}")
-    return value
-
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0; got {text!r}") from None
-    if not (value >= 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text}")
-    return value
-
-
-def _dropout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 0.9]; got {text!r}") from None
-    if not 0.0 <= value <= 0.9:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 0.9]; got {text}")
-    return value
+_positive_int = _number(int, "a positive integer", lambda v: v >= 1)
+_nonnegative_int = _number(int, "a non-negative integer", lambda v: v >= 0)
+_positive_float = _number(float, "a positive number (finite)", lambda v: 0 < v < float("inf"))
+_nonnegative_float = _number(float, "a finite number >= 0", lambda v: 0 <= v < float("inf"))
+_dropout = _number(float, "a number in [0, 0.9]", lambda v: 0.0 <= v <= 0.9)
 
 
 def _build_parser() -> argparse.ArgumentParser:
