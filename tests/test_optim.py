@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from _torch import require_torch
 
-from hiddenstate.optim import SGD, Adam, clip_grad_norm
+from hiddenstate.optim import SGD, Adam, ExponentialMovingAverage, clip_grad_norm
 
 SHAPES = {"weight_ih_l0": (12, 3), "weight_hh_l0": (12, 4), "bias_ih_l0": (12,), "h0": (1, 4)}
 
@@ -62,6 +62,56 @@ def test_sgd_matches_torch(rng, momentum):
         opt.step(grads)
     for k in params:
         np.testing.assert_allclose(ours[k], expected[k], rtol=0, atol=1e-12, err_msg=k)
+
+
+@pytest.mark.parametrize("decay", [0.5, 0.999])
+def test_ema_matches_torch_averaged_model(rng, decay):
+    torch = require_torch()
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    params = make_params(rng)
+    grad_seq = [make_grads(rng) for _ in range(6)]
+    module = torch.nn.Module()
+    for k, v in params.items():
+        module.register_parameter(k, torch.nn.Parameter(torch.from_numpy(v.copy())))
+    averaged = AveragedModel(module, multi_avg_fn=get_ema_multi_avg_fn(decay))
+    ours = {k: v.copy() for k, v in params.items()}
+    ema = ExponentialMovingAverage(ours, decay=decay)
+    for grads in grad_seq:
+        with torch.no_grad():
+            for k, p in module.named_parameters():
+                p -= 0.1 * torch.from_numpy(grads[k])
+        averaged.update_parameters(module)
+        for k in ours:
+            ours[k] -= 0.1 * grads[k]
+        ema.update()
+    assert ema.n_averaged == 6 == int(averaged.n_averaged)
+    expected = {k.removeprefix("module."): p.detach().numpy() for k, p in averaged.named_parameters()}
+    for k in params:
+        np.testing.assert_allclose(ema.average[k], expected[k], rtol=0, atol=1e-14, err_msg=k)
+        assert not np.allclose(ema.average[k], ours[k])
+
+
+def test_ema_by_hand_and_state_round_trip():
+    params = {"w": np.array([0.0, 4.0])}
+    ema = ExponentialMovingAverage(params, decay=0.75)
+    ema.update()                      # copies: [0, 4]
+    params["w"][:] = [8.0, 0.0]
+    ema.update()                      # 0.75 * [0, 4] + 0.25 * [8, 0] = [2, 3]
+    np.testing.assert_array_equal(ema.average["w"], [2.0, 3.0])
+    other = ExponentialMovingAverage(params, decay=0.75)
+    other.load_state_dict(ema.state_dict())
+    params["w"][:] = [2.0, 7.0]
+    ema.update(), other.update()      # [2, 4]
+    np.testing.assert_array_equal(other.average["w"], [2.0, 4.0])
+    np.testing.assert_array_equal(other.average["w"], ema.average["w"])
+    assert other.n_averaged == 3
+    with pytest.raises(ValueError, match=r"decay must be in \(0, 1\); got 1.0"):
+        ExponentialMovingAverage(params, decay=1.0)
+    with pytest.raises(TypeError, match="decay must be a float"):
+        ExponentialMovingAverage(params, decay="0.9")
+    with pytest.raises(ValueError, match="state must have keys"):
+        other.load_state_dict({"step": np.array(1)})
 
 
 def test_adam_first_step_moves_each_weight_by_lr(rng):

@@ -96,7 +96,8 @@ def test_prime_with_unknown_characters_is_a_clear_error(trained):
         sample(trained.out, prime="")
 
 
-@pytest.mark.parametrize("cell,extra", [("gru", {}), ("lstm", {"num_layers": 2, "dropout": 0.2})])
+@pytest.mark.parametrize("cell,extra", [("gru", {}), ("lstm", {"num_layers": 2, "dropout": 0.2}),
+                                        ("gru", {"ema": 0.9})])
 def test_resume_equals_the_uninterrupted_run(cell, extra, text_file, tmp_path):
     # 40 steps over 36k training characters / (64 x 16) per step: the batcher wraps to a new pass
     # (state reset) during the run, so that path is covered too; dropout draws from the saved RNG
@@ -128,6 +129,41 @@ def test_resume_equals_the_uninterrupted_run(cell, extra, text_file, tmp_path):
         for record in log:
             record.pop("elapsed_s")
     assert logs[0] == logs[1]
+
+
+def test_ema_run_evaluates_saves_and_samples_the_average(text_file, tmp_path):
+    # constant rate, so a run extended one step at a time by resuming is the same trajectory
+    cfg = dict(steps=12, lr_min_ratio=1.0, eval_every=12, save_every=12)
+    plain = train(small_config(text_file, tmp_path / "plain", **cfg), progress=False, verbose=False)
+    run = train(small_config(text_file, tmp_path / "ema", ema=0.8, **cfg), progress=False, verbose=False)
+    # the average never feeds back: the same training losses, and the raw weights are kept for resuming
+    np.testing.assert_array_equal(run.history["train_loss"], plain.history["train_loss"])
+    ckpt = load(run.out)
+    raw = {k[len("weights."):]: v for k, v in ckpt.arrays.items() if k.startswith("weights.")}
+    assert raw.keys() == plain.model.params.keys() and int(ckpt.arrays["ema.step"]) == 12
+    for key, value in plain.model.params.items():
+        np.testing.assert_array_equal(raw[key], value, err_msg=key)
+
+    # the raw weights after every step, from a plain run extended one step at a time
+    snapshots = [load(train(small_config(text_file, tmp_path / "steps", **{**cfg, "steps": 1}),
+                            progress=False, verbose=False).out).model.params]
+    for k in range(2, 13):
+        snapshots.append(load(train({"steps": k}, resume=tmp_path / "steps", progress=False,
+                                    verbose=False).out).model.params)
+    expect = {k: v.copy() for k, v in snapshots[0].items()}  # the first update copies
+    for snap in snapshots[1:]:
+        for k in expect:
+            expect[k] = 0.8 * expect[k] + 0.2 * snap[k]
+    for key, value in expect.items():
+        np.testing.assert_allclose(ckpt.model.params[key], value, rtol=1e-12, atol=1e-14, err_msg=key)
+        np.testing.assert_array_equal(run.model.params[key], ckpt.model.params[key])
+
+    # validation and sampling use the average
+    text = load_text(str(text_file))
+    val_ids = ckpt.vocab.encode(text[len(text) - round(0.1 * len(text)):])
+    assert run.val_loss == pytest.approx(evaluate(ckpt.model, val_ids), abs=1e-12)
+    assert abs(run.val_loss - plain.val_loss) > 1e-6
+    assert sample(run.out, length=50, seed=3) == sample(ckpt, length=50, seed=3)
 
 
 def test_resume_can_extend_the_run_but_not_change_the_model(text_file, tmp_path):

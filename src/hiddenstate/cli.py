@@ -59,6 +59,7 @@ _nonnegative_int = _number(int, "a non-negative integer", lambda v: v >= 0)
 _positive_float = _number(float, "a positive number (finite)", lambda v: 0 < v < float("inf"))
 _nonnegative_float = _number(float, "a finite number >= 0", lambda v: 0 <= v < float("inf"))
 _dropout = _number(float, "a number in [0, 0.9]", lambda v: 0.0 <= v <= 0.9)
+_unit_open = _number(float, "a number strictly between 0 and 1", lambda v: 0.0 < v < 1.0)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -95,6 +96,8 @@ def _build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-every", type=_positive_int, metavar="K", help="steps between validation passes")
     tr.add_argument("--save-every", type=_positive_int, metavar="K", help="steps between checkpoints")
     tr.add_argument("--dropout", type=_dropout, metavar="P", help="dropout on layer outputs (default 0)")
+    tr.add_argument("--ema", type=_unit_open, metavar="DECAY",
+                    help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.999)")
     tr.add_argument("--embedding-dim", type=_positive_int, metavar="E", help="learned embedding instead of one-hot")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -134,7 +137,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 # -- commands ------------------------------------------------------------------------------------
 _TRAIN_FIELDS = ("data", "cell", "hidden_size", "num_layers", "seq_len", "batch_size", "steps", "lr", "clip",
-                 "seed", "dtype", "out", "max_minutes", "eval_every", "save_every", "embedding_dim", "dropout")
+                 "seed", "dtype", "out", "max_minutes", "eval_every", "save_every", "embedding_dim", "dropout", "ema")
 
 
 def _print_result(result) -> None:

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-__all__ = ["SGD", "Adam", "clip_grad_norm"]
+__all__ = ["SGD", "Adam", "ExponentialMovingAverage", "clip_grad_norm"]
 
 
 def _check_arrays(arrays, name: str = "params") -> dict[str, np.ndarray]:
@@ -267,6 +267,85 @@ class SGD:
         step, buffers = _load_buffers(state, self.params, ("momentum_buffer",))
         self.step_count = step
         self.momentum_buffer = buffers["momentum_buffer"]
+
+
+class ExponentialMovingAverage:
+    """An exponential moving average of parameters, for evaluating and sampling with smoother weights.
+
+    After every optimizer step, :meth:`update` moves the averages towards the current weights::
+
+        n = 0:   avg = p                                  # the first update copies
+        n > 0:   avg = avg + (1 - decay) * (p - avg)      # = decay * avg + (1 - decay) * p
+
+    which is ``torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))``
+    (its ``lerp`` form, ``n_averaged`` counting the updates) and Keras's ``use_ema=True``. Averaging
+    the iterates of a stochastic optimizer goes back to Polyak & Juditsky (1992, "Acceleration of
+    stochastic approximation by averaging"); the exponential form weights the last ``1 / (1 - decay)``
+    steps most. The averages do not feed back into training.
+
+    Parameters
+    ----------
+    params : dict of str to ndarray
+        The live parameters (kept by reference and read at every :meth:`update`).
+    decay : float, default 0.999
+        In ``(0, 1)``; the weight kept by the old average at each update.
+
+    Attributes
+    ----------
+    average : dict of str to ndarray
+        The averages, same keys, shapes and dtypes as ``params`` (zeros before the first update).
+    n_averaged : int
+        Updates so far.
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a dict of floating ndarrays or ``decay`` is not a number.
+    ValueError
+        If ``params`` is empty or ``decay`` is not in (0, 1).
+
+    Examples
+    --------
+    >>> params = {"w": np.array([0.0])}
+    >>> ema = ExponentialMovingAverage(params, decay=0.5)
+    >>> ema.update(); params["w"] += 1.0; ema.update()
+    >>> ema.average["w"]
+    array([0.5])
+    """
+
+    def __init__(self, params, decay=0.999):
+        self.params = _check_arrays(params)
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)):
+            raise TypeError(f"decay must be a float; got {type(decay).__name__}.")
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1); got {decay}.")
+        self.decay = float(decay)
+        self.n_averaged = 0
+        self.average = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def update(self) -> None:
+        """Fold the current values of ``params`` into the averages."""
+        weight = 1.0 - self.decay
+        for key, param in self.params.items():
+            avg = self.average[key]
+            if self.n_averaged == 0:
+                np.copyto(avg, param)
+            else:
+                avg += weight * (param - avg)
+        self.n_averaged += 1
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Return ``{"step": 0-d int64 n_averaged, "average.<name>": copy, ...}``."""
+        state = {"step": np.array(self.n_averaged, dtype=np.int64)}
+        for key in self.params:
+            state[f"average.{key}"] = self.average[key].copy()
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore from :meth:`state_dict` (copies; nothing changes on error)."""
+        step, buffers = _load_buffers(state, self.params, ("average",))
+        self.n_averaged = step
+        self.average = buffers["average"]
 
 
 def clip_grad_norm(grads: dict[str, np.ndarray], max_norm: float, *, eps: float = 1e-6) -> float:

@@ -10,6 +10,8 @@ The char-rnn job (Karpathy 2015) with this package's own layers and BPTT:
   a pass over the text starts again;
 * Adam (Kingma & Ba 2015), gradient clipping by global L2 norm (Pascanu, Mikolov & Bengio 2013),
   and a cosine learning-rate decay to ``lr * lr_min_ratio``;
+* optionally (``ema``), an exponential moving average of the weights (Polyak & Juditsky 1992) is
+  what is evaluated, saved as the model and sampled from; training itself uses the raw weights;
 * every step is logged to ``<out>/log.jsonl``; the validation loss (nats/char, also bits/char and
   perplexity) every ``eval_every`` steps; ``<out>/loss.png`` is drawn at the end;
 * ``<out>/checkpoint`` (see :mod:`hiddenstate.checkpoint`) holds the weights under torch's names
@@ -42,7 +44,7 @@ from .checkpoint import META_FILE, load_checkpoint, save_checkpoint
 from .corpus import StreamBatcher, Vocabulary, load_text, train_val_split
 from .functional import log_softmax
 from .model import CELLS, CharRNN
-from .optim import Adam, clip_grad_norm
+from .optim import Adam, ExponentialMovingAverage, clip_grad_norm
 
 __all__ = [
     "PRESETS",
@@ -89,6 +91,12 @@ class TrainConfig:
         The cosine decay ends at ``lr * lr_min_ratio``; 1.0 keeps the rate constant.
     clip : float
         Largest global L2 norm of the gradient.
+    ema : float, optional
+        None (default): evaluate, save and sample the trained weights themselves. A decay in
+        (0, 1), e.g. 0.999: keep an exponential moving average of the weights, updated after every
+        step (:class:`~hiddenstate.optim.ExponentialMovingAverage`), and use it for validation,
+        for ``model.safetensors`` and for sampling; the raw weights are kept in the checkpoint
+        for resuming.
     seed : int
         Seeds the initial weights; with the same seed (and no binding time limit) a run is
         repeatable step for step.
@@ -118,6 +126,7 @@ class TrainConfig:
     lr: float = 8e-3
     lr_min_ratio: float = 0.1
     clip: float = 5.0
+    ema: float | None = None
     seed: int = 0
     dtype: str = "float32"
     eval_every: int = 250
@@ -183,6 +192,9 @@ def _check_config(cfg: TrainConfig) -> TrainConfig:
     real("max_minutes", optional=True)
     real("val_fraction", upper=0.5)
     real("dropout", positive=False, upper=0.9)
+    real("ema", optional=True)
+    if cfg.ema is not None and not cfg.ema < 1.0:
+        raise ValueError(f"ema must be a decay in (0, 1) or None; got {cfg.ema}.")
     if cfg.cell not in CELLS:
         raise ValueError(f"cell must be one of {', '.join(CELLS)}; got {cfg.cell!r}.")
     if cfg.dtype not in ("float32", "float64"):
@@ -238,6 +250,18 @@ def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -
         total -= float(logp[np.arange(logp.shape[0]), y.reshape(-1)].sum())
         count += y.size
     return total / count
+
+
+def _evaluate_weights(model: CharRNN, ema, ids) -> float:
+    """:func:`evaluate` with the averaged weights when there are any (the raw ones are restored)."""
+    if ema is None or ema.n_averaged == 0:
+        return evaluate(model, ids)
+    raw = model.state_dict()
+    model.load_state_dict(ema.average)
+    try:
+        return evaluate(model, ids)
+    finally:
+        model.load_state_dict(raw)
 
 
 def _metrics(nats: float) -> dict:
@@ -604,12 +628,17 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     model = CharRNN(vocab.size, cfg.hidden_size, cfg.num_layers, cell=cfg.cell,
                     embedding_dim=cfg.embedding_dim, dropout=cfg.dropout, dtype=np.dtype(cfg.dtype), rng=rng)
     opt = Adam(model.params, lr=cfg.lr)
+    ema = None if cfg.ema is None else ExponentialMovingAverage(model.params, decay=cfg.ema)
 
     history = {"train_loss": [], "grad_norm": [], "val_step": [], "val_loss": []}
     step, elapsed_before, state = 0, 0.0, None
     if loaded is not None:
-        model.load_state_dict(loaded.model.params)
         arrays = loaded.arrays
+        if ema is None:
+            model.load_state_dict(loaded.model.params)
+        else:  # model.safetensors holds the averages; the raw weights travel as "weights.*"
+            model.load_state_dict({k[len("weights."):]: v for k, v in arrays.items() if k.startswith("weights.")})
+            ema.load_state_dict({"step": arrays["ema.step"], **{"average." + k: v for k, v in loaded.model.params.items()}})
         opt.load_state_dict({k[len("adam."):]: v for k, v in arrays.items() if k.startswith("adam.")})
         batcher.load_state_dict(loaded.meta["batcher"])
         rng.bit_generator.state = loaded.meta["rng"]
@@ -657,12 +686,17 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
                       f"num_layers={cfg.num_layers}) loads the 'rnn.' weights (prefix stripped)"),
         }
         arrays = {"adam." + k: v for k, v in opt.state_dict().items()}
+        weights = model.state_dict()
+        if ema is not None:
+            arrays.update({"weights." + k: v for k, v in weights.items()})
+            arrays["ema.step"] = np.array(ema.n_averaged, dtype=np.int64)
+            weights = {k: v.copy() for k, v in ema.average.items()}
         arrays.update(_state_arrays(state))
         arrays["history.train_loss"] = np.asarray(history["train_loss"], dtype=np.float64)
         arrays["history.grad_norm"] = np.asarray(history["grad_norm"], dtype=np.float64)
         arrays["history.val_step"] = np.asarray(history["val_step"], dtype=np.int64)
         arrays["history.val_loss"] = np.asarray(history["val_loss"], dtype=np.float64)
-        save_checkpoint(ckpt_dir, model.state_dict(), meta, arrays)
+        save_checkpoint(ckpt_dir, weights, meta, arrays)
 
     bar = None
     if progress:
@@ -688,6 +722,8 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
                 raise FloatingPointError(f"training loss became {loss} at step {step + 1}. Lower --lr or --clip.")
             norm = clip_grad_norm(grads, cfg.clip)
             opt.step(grads)
+            if ema is not None:
+                ema.update()
             step += 1
             history["train_loss"].append(float(loss))
             history["grad_norm"].append(float(norm))
@@ -702,7 +738,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
             stop = bool(callback(dict(record))) if callback is not None else False
             final = step == cfg.steps or out_of_time or stop
             if step % cfg.eval_every == 0 or final:
-                last_val = evaluate(model, val_ids)
+                last_val = _evaluate_weights(model, ema, val_ids)
                 history["val_step"].append(step)
                 history["val_loss"].append(last_val)
                 record.update(_metrics(last_val))
@@ -731,7 +767,9 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
         if bar is not None:
             bar.close()
     if step == first_step and last_val is None:  # nothing to do (already at cfg.steps)
-        last_val = evaluate(model, val_ids)
+        last_val = _evaluate_weights(model, ema, val_ids)
+    if ema is not None and ema.n_averaged:  # the result's model is the averaged one, as saved
+        model.load_state_dict(ema.average)
     loop_s = time.perf_counter() - t_loop
     if step > first_step:
         chars_per_s = (step - first_step) * chars_per_step / loop_s
