@@ -114,6 +114,7 @@ def test_user_errors_are_one_line_and_exit_2(make_argv, needles, text_file, run_
     (["train", "--cell", "transformer"], "invalid choice: 'transformer'"),
     (["train", "--dtype", "float16"], "invalid choice: 'float16'"),
     (["sample", "x", "--temperature", "-1"], "--temperature: must be a finite number >= 0"),
+    (["train", "--weight-drop", "0.95"], "--weight-drop: must be a number in [0, 0.9]; got 0.95"),
     (["train", "--ema", "1"], "--ema: must be a number strictly between 0 and 1; got 1"),
     (["fly"], "invalid choice: 'fly'"),
     ([], "the following arguments are required: COMMAND"),

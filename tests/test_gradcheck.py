@@ -70,6 +70,8 @@ CONFIGS = {
     "unbatched": ({"num_layers": 2, "bidirectional": True}, {"unbatched": True}),
     "no_bias": ({"num_layers": 2, "bias": False}, {}),
     "dropout": ({"num_layers": 2, "dropout": 0.4}, {"dropout_seed": 3}),
+    "weight_drop": ({"num_layers": 2, "dropout": 0.3, "weight_drop": 0.5}, {"dropout_seed": 4}),
+    "weight_drop_bidirectional": ({"bidirectional": True, "weight_drop": 0.3}, {"dropout_seed": 6}),
     "learn_h0_reset": ({"num_layers": 2, "learn_h0": True}, {"reset": np.array([[0, 1], [1, 0], [0, 0], [1, 1]], dtype=bool)}),
     "dropout_bidirectional_lengths": ({"num_layers": 2, "bidirectional": True, "dropout": 0.3},
                                       {"dropout_seed": 5, "lengths": np.array([3, 4])}),

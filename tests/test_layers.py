@@ -466,6 +466,30 @@ def test_dropout_only_in_training_and_reproducible(kind):
     np.testing.assert_array_equal(one.forward(x, training=True)[0], one(x)[0])
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_weight_drop_is_dropconnect_on_the_recurrent_weights(kind):
+    # the same forward as a plain layer whose weight_hh were multiplied by the masks drawn by hand
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((6, 3, 4))
+    layer = make_layer(kind, 4, 5, 2, bidirectional=True, weight_drop=0.4)
+    np.testing.assert_array_equal(layer.forward(x, training=False)[0], layer(x)[0])
+    out, h_n, _ = layer.forward(x, training=True, rng=np.random.default_rng(9))
+    draw = np.random.default_rng(9)
+    masked = make_layer(kind, 4, 5, 2, bidirectional=True)
+    masked.load_state_dict(layer.state_dict())
+    for sfx in ("_l0", "_l0_reverse", "_l1", "_l1_reverse"):  # the order the layer draws its masks
+        w = masked.params["weight_hh" + sfx]
+        w *= (draw.random(w.shape) >= 0.4) / 0.6
+    expect, expect_hn = masked(x)
+    np.testing.assert_allclose(out, expect, rtol=1e-13, atol=1e-15)
+    for a, b in zip(state_parts(h_n), state_parts(expect_hn)):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+    assert not np.allclose(out, layer(x)[0])
+    assert layer.params["weight_hh_l0"].all()  # the layer's own weights are untouched
+    with pytest.raises(ValueError, match="weight_drop must be a number in \\[0, 1\\); got 1.0"):
+        make_layer(kind, 4, 5, weight_drop=1.0)
+
+
 # ---------------------------------------------------------------------------- inputs untouched, reverse_padded
 
 

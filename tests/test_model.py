@@ -46,9 +46,9 @@ def test_gradcheck_full_model_loss_including_decoder(cell, embedding_dim, rng):
     check_grads(f, model.params, grads, rtol=1e-6, max_entries=24)
 
 
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_gradcheck_with_dropout_masks(cell, rng):
-    model = CharRNN(V, H, 2, cell=cell, dropout=0.3, rng=np.random.default_rng(0))
+@pytest.mark.parametrize("cell,weight_drop", [("gru", 0.0), ("lstm", 0.0), ("gru", 0.4), ("lstm", 0.4)])
+def test_gradcheck_with_dropout_masks(cell, weight_drop, rng):
+    model = CharRNN(V, H, 2, cell=cell, dropout=0.3, weight_drop=weight_drop, rng=np.random.default_rng(0))
     inputs, targets = make_batch(rng)
     loss, grads, _ = model.loss_and_grads(inputs, targets, training=True, rng=np.random.default_rng(7))
 

@@ -97,7 +97,7 @@ def test_prime_with_unknown_characters_is_a_clear_error(trained):
 
 
 @pytest.mark.parametrize("cell,extra", [("gru", {}), ("lstm", {"num_layers": 2, "dropout": 0.2}),
-                                        ("gru", {"ema": 0.9})])
+                                        ("gru", {"ema": 0.9}), ("gru", {"weight_drop": 0.3, "dropout": 0.1})])
 def test_resume_equals_the_uninterrupted_run(cell, extra, text_file, tmp_path):
     # 40 steps over 36k training characters / (64 x 16) per step: the batcher wraps to a new pass
     # (state reset) during the run, so that path is covered too; dropout draws from the saved RNG

@@ -96,6 +96,8 @@ def _build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-every", type=_positive_int, metavar="K", help="steps between validation passes")
     tr.add_argument("--save-every", type=_positive_int, metavar="K", help="steps between checkpoints")
     tr.add_argument("--dropout", type=_dropout, metavar="P", help="dropout on layer outputs (default 0)")
+    tr.add_argument("--weight-drop", type=_dropout, metavar="P",
+                    help="DropConnect on the recurrent weights (Merity et al. 2018; default 0)")
     tr.add_argument("--ema", type=_unit_open, metavar="DECAY",
                     help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.999)")
     tr.add_argument("--embedding-dim", type=_positive_int, metavar="E", help="learned embedding instead of one-hot")
@@ -137,7 +139,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 # -- commands ------------------------------------------------------------------------------------
 _TRAIN_FIELDS = ("data", "cell", "hidden_size", "num_layers", "seq_len", "batch_size", "steps", "lr", "clip",
-                 "seed", "dtype", "out", "max_minutes", "eval_every", "save_every", "embedding_dim", "dropout", "ema")
+                 "seed", "dtype", "out", "max_minutes", "eval_every", "save_every", "embedding_dim", "dropout",
+                 "weight_drop", "ema")
 
 
 def _print_result(result) -> None:

@@ -120,7 +120,7 @@ class _RecurrentLayer:
     is_lstm = False
 
     def __init__(self, input_size, hidden_size, num_layers=1, *, bias=True, batch_first=False,
-                 bidirectional=False, dropout=0.0, learn_h0=False, dtype=np.float64, rng=None):
+                 bidirectional=False, dropout=0.0, weight_drop=0.0, learn_h0=False, dtype=np.float64, rng=None):
         self.input_size = positive_int("input_size", input_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)
         self.num_layers = positive_int("num_layers", num_layers)
@@ -131,6 +131,10 @@ class _RecurrentLayer:
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}.")
         self.dropout = float(dropout)
+        if (isinstance(weight_drop, bool) or not isinstance(weight_drop, (int, float, np.floating))
+                or not 0.0 <= weight_drop < 1.0):
+            raise ValueError(f"weight_drop must be a number in [0, 1); got {weight_drop!r}.")
+        self.weight_drop = float(weight_drop)
         self.dtype = float_dtype("dtype", dtype)
         self._rng = check_rng(rng)
         self.num_directions = 2 if self.bidirectional else 1
@@ -314,7 +318,8 @@ class _RecurrentLayer:
             Where ``reset[t, n]`` is True, column n starts step t from its initial state instead
             of its previous state, and no gradient flows back across that boundary.
         training : bool, default False
-            Apply inter-layer dropout (when ``dropout > 0``).
+            Apply inter-layer dropout (when ``dropout > 0``) and DropConnect on the recurrent
+            weights (when ``weight_drop > 0``).
         rng : numpy.random.Generator, optional
             Draws the dropout masks (default: the generator given at construction).
 
@@ -352,6 +357,7 @@ class _RecurrentLayer:
             rmask_rev = _reverse(shifted, idx)[:, :, None]
         rm = None if rmask is None else rmask[:, :, None]
         use_dropout = training and self.dropout > 0.0 and L > 1
+        use_weight_drop = training and self.weight_drop > 0.0
         drng = check_rng(rng) if rng is not None else self._rng
         finals = [None] * (L * D)
         layer_caches = []
@@ -366,12 +372,17 @@ class _RecurrentLayer:
                     xw += p["bias_ih" + sfx]
                 k = layer * D + d
                 s0 = (state0[0][k], state0[1][k]) if self.is_lstm else state0[k]
-                hs, final, kc = fwd(xw, s0, p["weight_hh" + sfx], p.get("bias_hh" + sfx), keep,
+                w_hh, w_mask = p["weight_hh" + sfx], None
+                if use_weight_drop:  # one DropConnect mask for the whole chunk (Merity et al. 2018)
+                    w_mask = ((drng.random(w_hh.shape) >= self.weight_drop).astype(self.dtype)
+                              / self.dtype.type(1.0 - self.weight_drop))  # (G*H, H)
+                    w_hh = w_hh * w_mask
+                hs, final, kc = fwd(xw, s0, w_hh, p.get("bias_hh" + sfx), keep,
                                     rm if d == 0 else rmask_rev, **opts)
                 finals[k] = final
                 out = hs if keep is None else np.where(keep, hs, 0.0)
                 outs.append(out if d == 0 else _reverse(out, idx))
-                dcaches.append((xin, kc))
+                dcaches.append((xin, kc, w_mask))
             out = outs[0] if D == 1 else np.concatenate(outs, axis=2)
             mask = None
             if use_dropout and layer < L - 1:
@@ -462,7 +473,7 @@ class _RecurrentLayer:
             dinp = None
             for d in range(D):
                 sfx = self._suffix(layer, d)
-                xin, kc = dcaches[d]
+                xin, kc, w_mask = dcaches[d]
                 k = layer * D + d
                 dhs = None
                 if dout is not None:
@@ -479,7 +490,7 @@ class _RecurrentLayer:
                 dxw, dw_hh, db_hh, ds0 = bwd(kc, dhs, dfin)
                 dxw2 = dxw.reshape(T * N, G * H)
                 grads["weight_ih" + sfx] = dxw2.T @ xin.reshape(T * N, xin.shape[2])
-                grads["weight_hh" + sfx] = dw_hh
+                grads["weight_hh" + sfx] = dw_hh if w_mask is None else dw_hh * w_mask
                 if self.bias:
                     grads["bias_ih" + sfx] = dxw.sum(axis=1).sum(axis=0)
                     grads["bias_hh" + sfx] = db_hh
@@ -527,6 +538,14 @@ class RNN(_RecurrentLayer):
         D = 2: a second direction reads each sequence backwards (within its length).
     dropout : float in [0, 1), default 0
         Dropout on every layer's output except the last, in ``forward(training=True)`` only.
+    weight_drop : float in [0, 1), default 0
+        DropConnect (Wan et al. 2013) on the recurrent weights ``weight_hh_l*``, in
+        ``forward(training=True)`` only: each entry is zeroed with this probability and the
+        rest scaled by ``1 / (1 - weight_drop)``, one mask per forward call, the same for every
+        time step and sequence (the weight-dropped LSTM of Merity, Keskar & Socher 2018,
+        "Regularizing and optimizing LSTM language models", Sec. 2). It regularizes the
+        recurrent connection, which ``dropout`` leaves alone; ``backward`` returns the gradient
+        with respect to the unmasked weights.
     learn_h0 : bool, default False
         Add a trainable initial state ``params["h0"]`` (L*D, H), broadcast over the batch.
     dtype : {float64, float32}, default float64
@@ -545,12 +564,13 @@ class RNN(_RecurrentLayer):
     num_gates = _rnn.NUM_GATES
 
     def __init__(self, input_size, hidden_size, num_layers=1, *, nonlinearity="tanh", bias=True, batch_first=False,
-                 bidirectional=False, dropout=0.0, learn_h0=False, dtype=np.float64, rng=None):
+                 bidirectional=False, dropout=0.0, weight_drop=0.0, learn_h0=False, dtype=np.float64, rng=None):
         if nonlinearity not in _rnn.NONLINEARITIES:
             raise ValueError(f"nonlinearity must be one of {_rnn.NONLINEARITIES}; got {nonlinearity!r}.")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias=bias, batch_first=batch_first,
-                         bidirectional=bidirectional, dropout=dropout, learn_h0=learn_h0, dtype=dtype, rng=rng)
+                         bidirectional=bidirectional, dropout=dropout, weight_drop=weight_drop, learn_h0=learn_h0,
+                         dtype=dtype, rng=rng)
 
     def _options(self):
         return {"nonlinearity": self.nonlinearity}
@@ -573,10 +593,11 @@ class GRU(_RecurrentLayer):
     num_gates = _gru.NUM_GATES
 
     def __init__(self, input_size, hidden_size, num_layers=1, *, bias=True, batch_first=False, reset_after=False,
-                 bidirectional=False, dropout=0.0, learn_h0=False, dtype=np.float64, rng=None):
+                 bidirectional=False, dropout=0.0, weight_drop=0.0, learn_h0=False, dtype=np.float64, rng=None):
         self.reset_after = check_bool("reset_after", reset_after)
         super().__init__(input_size, hidden_size, num_layers, bias=bias, batch_first=batch_first,
-                         bidirectional=bidirectional, dropout=dropout, learn_h0=learn_h0, dtype=dtype, rng=rng)
+                         bidirectional=bidirectional, dropout=dropout, weight_drop=weight_drop, learn_h0=learn_h0,
+                         dtype=dtype, rng=rng)
 
     def _options(self):
         return {"reset_after": self.reset_after}

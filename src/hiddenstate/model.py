@@ -79,6 +79,9 @@ class CharRNN:
         Dropout on the non-recurrent connections (Zaremba, Sutskever & Vinyals 2014): on every
         layer's output, i.e. between stacked layers and before the decoder, in
         ``forward(training=True)`` only. The recurrent state itself is never dropped.
+    weight_drop : float in [0, 1), default 0
+        DropConnect on the recurrent weights ``rnn.weight_hh_l*`` in ``forward(training=True)``
+        (Merity, Keskar & Socher 2018; see :class:`hiddenstate.GRU`): one mask per chunk.
     dtype : {float64, float32}, default float64
         float32 trains about twice as fast; float64 makes gradient checks meaningful.
     rng : numpy.random.Generator, optional
@@ -93,7 +96,7 @@ class CharRNN:
         updates the layer.
     rnn : hiddenstate.GRU, LSTM or RNN
         The recurrent layers.
-    vocab_size, hidden_size, num_layers, cell, embedding_dim, dropout, dtype
+    vocab_size, hidden_size, num_layers, cell, embedding_dim, dropout, weight_drop, dtype
         The constructor arguments (see :meth:`config`).
 
     Raises
@@ -105,7 +108,7 @@ class CharRNN:
     """
 
     def __init__(self, vocab_size, hidden_size, num_layers=1, *, cell="gru", embedding_dim=None,
-                 dropout=0.0, dtype=np.float64, rng=None):
+                 dropout=0.0, weight_drop=0.0, dtype=np.float64, rng=None):
         self.vocab_size = positive_int("vocab_size", vocab_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)
         self.num_layers = positive_int("num_layers", num_layers)
@@ -122,8 +125,9 @@ class CharRNN:
         V, H = self.vocab_size, self.hidden_size
         input_size = V if self.embedding_dim is None else self.embedding_dim
         options = {"reset_after": True} if cell == "gru" else {}
-        self.rnn = _LAYERS[cell](input_size, H, self.num_layers, dropout=self.dropout, dtype=self.dtype, rng=rng,
-                                 **options)
+        self.rnn = _LAYERS[cell](input_size, H, self.num_layers, dropout=self.dropout, weight_drop=weight_drop,
+                                 dtype=self.dtype, rng=rng, **options)
+        self.weight_drop = self.rnn.weight_drop
         self.params: dict[str, np.ndarray] = {}
         if self.embedding_dim is not None:
             self.params["encoder.weight"] = rng.standard_normal((V, self.embedding_dim)).astype(self.dtype)
@@ -135,6 +139,7 @@ class CharRNN:
     def __repr__(self) -> str:
         emb = "" if self.embedding_dim is None else f", embedding_dim={self.embedding_dim}"
         emb += f", dropout={self.dropout}" if self.dropout else ""
+        emb += f", weight_drop={self.weight_drop}" if self.weight_drop else ""
         return (f"CharRNN(vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, "
                 f"num_layers={self.num_layers}, cell={self.cell!r}{emb}, dtype={self.dtype})")
 
@@ -147,7 +152,7 @@ class CharRNN:
         """The constructor arguments as a JSON-serializable dict (``CharRNN(**config)`` rebuilds it)."""
         return {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
                 "num_layers": self.num_layers, "cell": self.cell, "embedding_dim": self.embedding_dim,
-                "dropout": self.dropout, "dtype": self.dtype.name}
+                "dropout": self.dropout, "weight_drop": self.weight_drop, "dtype": self.dtype.name}
 
     # -- parameters ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

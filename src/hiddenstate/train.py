@@ -81,6 +81,9 @@ class TrainConfig:
         None: one-hot inputs; otherwise a learned embedding of this size.
     dropout : float
         Dropout on every layer's output during training (see :class:`~hiddenstate.model.CharRNN`).
+    weight_drop : float
+        DropConnect on the recurrent weights during training (Merity et al. 2018; see
+        :class:`~hiddenstate.model.CharRNN`), 0 (default) to 0.9.
     seq_len, batch_size : int
         T (truncation length) and N (parallel streams).
     steps : int
@@ -120,6 +123,7 @@ class TrainConfig:
     num_layers: int = 1
     embedding_dim: int | None = None
     dropout: float = 0.0
+    weight_drop: float = 0.0
     seq_len: int = 64
     batch_size: int = 32
     steps: int = 1500
@@ -192,6 +196,7 @@ def _check_config(cfg: TrainConfig) -> TrainConfig:
     real("max_minutes", optional=True)
     real("val_fraction", upper=0.5)
     real("dropout", positive=False, upper=0.9)
+    real("weight_drop", positive=False, upper=0.9)
     real("ema", optional=True)
     if cfg.ema is not None and not cfg.ema < 1.0:
         raise ValueError(f"ema must be a decay in (0, 1) or None; got {cfg.ema}.")
@@ -626,7 +631,8 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     batcher = StreamBatcher(train_ids, cfg.batch_size, cfg.seq_len)
     rng = np.random.default_rng(cfg.seed)
     model = CharRNN(vocab.size, cfg.hidden_size, cfg.num_layers, cell=cfg.cell,
-                    embedding_dim=cfg.embedding_dim, dropout=cfg.dropout, dtype=np.dtype(cfg.dtype), rng=rng)
+                    embedding_dim=cfg.embedding_dim, dropout=cfg.dropout, weight_drop=cfg.weight_drop,
+                    dtype=np.dtype(cfg.dtype), rng=rng)
     opt = Adam(model.params, lr=cfg.lr)
     ema = None if cfg.ema is None else ExponentialMovingAverage(model.params, decay=cfg.ema)
 
@@ -776,6 +782,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     plot = plot_history(history, out / PLOT_FILE, vocab_size=vocab.size,
                         title=(f"{cfg.cell.upper()} H={cfg.hidden_size} L={cfg.num_layers} T={cfg.seq_len} "
                                f"N={cfg.batch_size} lr={cfg.lr:g}" + (f" dropout={cfg.dropout:g}" if cfg.dropout else "")
+                               + (f" weight_drop={cfg.weight_drop:g}" if cfg.weight_drop else "")
                                + f" {cfg.dtype}; final val {last_val:.3f} nats/char"))
     m = _metrics(last_val)
     hist = {k: np.asarray(v) for k, v in history.items()}
