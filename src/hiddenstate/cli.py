@@ -99,7 +99,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--weight-drop", type=_dropout, metavar="P",
                     help="DropConnect on the recurrent weights (Merity et al. 2018; default 0)")
     tr.add_argument("--ema", type=_unit_open, metavar="DECAY",
-                    help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.999)")
+                    help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.998)")
     tr.add_argument("--embedding-dim", type=_positive_int, metavar="E", help="learned embedding instead of one-hot")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
 

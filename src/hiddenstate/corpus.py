@@ -251,7 +251,7 @@ def load_text(path: str | os.PathLike | None = None) -> str:
     if not path.exists():
         raise FileNotFoundError(
             f"path must name an existing text file; got '{path}', which does not exist. "
-            "Check the path, or pass None for the embedded Shakespeare corpus."
+            "Check the path, or leave it out (data=None, no --data) for the embedded Shakespeare corpus."
         )
     if path.is_dir():
         raise IsADirectoryError(

@@ -96,7 +96,7 @@ class TrainConfig:
         Largest global L2 norm of the gradient.
     ema : float, optional
         None (default): evaluate, save and sample the trained weights themselves. A decay in
-        (0, 1), e.g. 0.999: keep an exponential moving average of the weights, updated after every
+        (0, 1), e.g. 0.998: keep an exponential moving average of the weights, updated after every
         step (:class:`~hiddenstate.optim.ExponentialMovingAverage`), and use it for validation,
         for ``model.safetensors`` and for sampling; the raw weights are kept in the checkpoint
         for resuming.
