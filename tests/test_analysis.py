@@ -78,8 +78,14 @@ def test_inspect_checkpoint_writes_the_report(tmp_path):
     page = path.read_text(encoding="utf-8")
     for anchor in ("loss", "gates", "gradient", "memory", "pca", "fixed", "text"):
         assert f'id="{anchor}"' in page
-    assert "t.txt" in page
+    assert "t.txt" in page and "moving average" not in page
     # the CLI hook (hiddenstate inspect / the end of demo) finds it
     assert write_report(run, tmp_path / "cli.html") == tmp_path / "cli.html"
     with pytest.raises(ValueError, match="at least 20 characters"):
         inspect_checkpoint(run, out=tmp_path / "x.html", text_file=tmp_path / "t.txt", n_chars=5)
+    # a run with a moving average of the weights says which weights the report looked at
+    ema_run = tmp_path / "ema"
+    train({"hidden_size": 8, "steps": 3, "seq_len": 16, "batch_size": 2, "eval_every": 3, "save_every": 3,
+           "dtype": "float64", "ema": 0.9, "out": str(ema_run)}, progress=False)
+    page = inspect_checkpoint(ema_run, out=tmp_path / "e.html", text_file=text, n_chars=150).read_text(encoding="utf-8")
+    assert "weights: <b>moving average, decay 0.9</b>" in page

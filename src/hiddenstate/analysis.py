@@ -439,6 +439,8 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     meta = {"training steps": trained.step}
     if trained.val_loss is not None:
         meta["val loss (nats/char)"] = float(trained.val_loss)
+    if cfg.ema is not None:
+        meta["weights"] = f"moving average, decay {cfg.ema:g}"
     an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=_loss_history(run_dir),
                        fixed_point_input=fp_input, rng=rng, title_meta=meta)
     data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
