@@ -585,6 +585,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
     Returns
     -------
     TrainResult
+        Its ``model`` holds the weights that were saved: the moving average when ``ema`` is set.
 
     Raises
     ------
