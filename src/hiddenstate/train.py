@@ -150,10 +150,10 @@ class TrainConfig:
 #: * ``demo`` -- the TrainConfig defaults (GRU, H=256, T=64, N=32, lr 8e-3, 1500 steps, float32)
 #:   with a 3-minute limit: validation 1.68 nats/char after 1500 steps, about 74 s of CPU time.
 #: * ``long`` -- two GRU layers of 512 with dropout 0.4, T=100, lr 3e-3, 4000 steps: validation
-#:   1.583 nats/char, about 35 minutes of CPU time. The best of the long runs measured (README,
-#:   "Train a character model"): 768 units, an LSTM, dropout 0.5, weight drop or a moving
-#:   average of the weights all ended between 1.583 and 1.618 on this validation text, which is
-#:   a play never seen in training.
+#:   1.583 nats/char, about 35 minutes of CPU time. The other long runs measured (README, "Train
+#:   a character model": 768 units, an LSTM, dropout 0.3-0.5, weight drop, a moving average of
+#:   the weights) all ended between 1.582 and 1.618 on this validation text, which is a play
+#:   never seen in training.
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {"max_minutes": 3.0},
     "long": {
