@@ -29,6 +29,13 @@ def nonnegative_int(name: str, value) -> int:
     return int(value)
 
 
+def drop_probability(name: str, value) -> float:
+    """Return ``value`` as a float if it is a number in [0, 1) (a dropout rate; not bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1); got {value!r}.")
+    return float(value)
+
+
 def float_dtype(name: str, dtype) -> np.dtype:
     """Return ``dtype`` as float32 or float64, else raise TypeError."""
     try:

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import state as _state
-from ._validation import float_array, float_dtype, positive_int, shape_str
+from ._validation import drop_probability, float_array, float_dtype, positive_int, shape_str
 from .cells import gru as _gru
 from .cells import lstm as _lstm
 from .cells import rnn as _rnn
@@ -128,13 +128,8 @@ class _RecurrentLayer:
         self.batch_first = check_bool("batch_first", batch_first)
         self.bidirectional = check_bool("bidirectional", bidirectional)
         self.learn_h0 = check_bool("learn_h0", learn_h0)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}.")
-        self.dropout = float(dropout)
-        if (isinstance(weight_drop, bool) or not isinstance(weight_drop, (int, float, np.floating))
-                or not 0.0 <= weight_drop < 1.0):
-            raise ValueError(f"weight_drop must be a number in [0, 1); got {weight_drop!r}.")
-        self.weight_drop = float(weight_drop)
+        self.dropout = drop_probability("dropout", dropout)
+        self.weight_drop = drop_probability("weight_drop", weight_drop)
         self.dtype = float_dtype("dtype", dtype)
         self._rng = check_rng(rng)
         self.num_directions = 2 if self.bidirectional else 1

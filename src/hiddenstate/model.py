@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import float_dtype, positive_int
+from ._validation import drop_probability, float_dtype, positive_int
 from .cells._base import check_rng, uniform_init
 from .functional import cross_entropy, softmax
 from .layers import GRU, LSTM, RNN
@@ -116,9 +116,7 @@ class CharRNN:
             raise ValueError(f"cell must be one of {', '.join(CELLS)}; got {cell!r}.")
         self.cell = cell
         self.embedding_dim = None if embedding_dim is None else positive_int("embedding_dim", embedding_dim)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}.")
-        self.dropout = float(dropout)
+        self.dropout = drop_probability("dropout", dropout)
         self.dtype = float_dtype("dtype", dtype)
         rng = check_rng(rng)
         self._rng = rng  # default source of dropout masks
