@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.analysis import analyze_model, memory_sweep
+from hiddenstate.probe.analysis import analyze_model, memory_sweep
+from hiddenstate.report import build_report
 
 TEXT = ('She said "come here" and he said "no".\nThey (both) left.\n' * 4)
 
@@ -34,7 +35,7 @@ def test_analyze_one_layer_with_text(cls, rng, tmp_path):
     assert set(an.timings) >= {"trace", "gates", "gradient", "memory", "pca", "fixed points", "text"}
     kw = an.report_kwargs()
     assert kw["project_fixed_points"] is True
-    path = an.write_report(tmp_path / "r.html", title="t")
+    path = build_report(tmp_path / "r.html", an, title="t")
     page = path.read_text(encoding="utf-8")
     for anchor in ("gradient", "memory", "pca", "fixed", "text"):
         assert f'id="{anchor}"' in page
@@ -49,7 +50,7 @@ def test_analyze_stacked_bidirectional_float_inputs(rng, tmp_path):
     assert an.memory.metric == "r2"
     assert len(an.gates) == 2 * 2 * 2
     assert an.report_kwargs()["project_fixed_points"] is False
-    an.write_report(tmp_path / "r.html")
+    build_report(tmp_path / "r.html", an)
 
 
 def test_memory_sweep_capacity_grows_with_hidden_size():
@@ -65,8 +66,7 @@ def test_memory_sweep_capacity_grows_with_hidden_size():
 
 
 def test_inspect_checkpoint_writes_the_report(tmp_path):
-    from hiddenstate.cli import write_report
-    from hiddenstate.report import inspect_checkpoint
+    from hiddenstate.app import inspect_checkpoint
     from hiddenstate.train import train
 
     run = tmp_path / "run"
@@ -80,7 +80,7 @@ def test_inspect_checkpoint_writes_the_report(tmp_path):
         assert f'id="{anchor}"' in page
     assert "t.txt" in page and "moving average" not in page
     # the CLI hook (hiddenstate inspect / the end of demo) finds it
-    assert write_report(run, tmp_path / "cli.html") == tmp_path / "cli.html"
+    assert inspect_checkpoint(run, out=tmp_path / "cli.html") == tmp_path / "cli.html"
     with pytest.raises(ValueError, match="at least 20 characters"):
         inspect_checkpoint(run, out=tmp_path / "x.html", text_file=tmp_path / "t.txt", n_chars=5)
     # a run with a moving average of the weights says which weights the report looked at

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from _torch import require_torch
 
-from hiddenstate import checkpoint
-from hiddenstate.checkpoint import (
+from hiddenstate.train import checkpoint
+from hiddenstate.train.checkpoint import (
     META_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
     load_checkpoint,
     save_checkpoint,
 )
-from hiddenstate.corpus import Vocabulary
-from hiddenstate.optim import Adam
+from hiddenstate.train.corpus import Vocabulary
+from hiddenstate.train.optim import Adam
 
 
 def make_params(rng):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from hiddenstate.cli import main
-from hiddenstate.corpus import load_text
+from hiddenstate.train.corpus import load_text
 
 TINY = ["--hidden-size", "16", "--seq-len", "16", "--batch-size", "8", "--eval-every", "5", "--quiet"]
 

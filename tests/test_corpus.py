@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hiddenstate.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
+from hiddenstate.train.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
 
 SHAKESPEARE_SHA256 = "e300c8120febe2a414753ed22efe9722dd136c8c83eaae50e644024556eba478"
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.fixedpoints import classify_point, find_fixed_points, layer_map
+from hiddenstate.probe.fixedpoints import classify_point, find_fixed_points, layer_map
 
 
 def _tanh_map(a):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hiddenstate.gatestats import gate_statistics, time_constant
+from hiddenstate.probe.gatestats import gate_statistics, time_constant
 
 
 def test_saturation_fractions_and_means():

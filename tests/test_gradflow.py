@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.gradflow import (
+from hiddenstate.probe.gradflow import (
     backprop_hidden,
     hidden_gradient_norms,
     jacobian_flow,
@@ -12,7 +12,7 @@ from hiddenstate.gradflow import (
     spectral_bounds,
     step_jacobians,
 )
-from hiddenstate.trace import cell_step, trace
+from hiddenstate.probe.trace import cell_step, trace
 
 CASES = [
     (hs.RNN, {}),

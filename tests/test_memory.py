@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hiddenstate.memory import memory_curve, ridge_fit, ridge_predict
+from hiddenstate.probe.memory import memory_curve, ridge_fit, ridge_predict
 
 
 def _delay_line(x, m):

@@ -5,7 +5,7 @@ from _torch import require_torch
 
 from hiddenstate.functional import cross_entropy
 from hiddenstate.gradcheck import check_grads
-from hiddenstate.model import CharRNN
+from hiddenstate.train.model import CharRNN
 
 V, H, T, N = 7, 5, 6, 3
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from _torch import require_torch
 
-from hiddenstate.optim import SGD, Adam, ExponentialMovingAverage, clip_grad_norm
+from hiddenstate.train.optim import SGD, Adam, ExponentialMovingAverage, clip_grad_norm
 
 SHAPES = {"weight_ih_l0": (12, 3), "weight_hh_l0": (12, 4), "bias_ih_l0": (12,), "h0": (1, 4)}
 

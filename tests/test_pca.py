@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hiddenstate.pca import pca
+from hiddenstate.probe.pca import pca
 
 
 def test_recovers_planted_axes(rng):

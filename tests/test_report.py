@@ -18,10 +18,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from hiddenstate.fixedpoints import find_fixed_points
-from hiddenstate.gatestats import gate_statistics
-from hiddenstate.memory import memory_curve
-from hiddenstate.pca import pca
+from hiddenstate.probe.fixedpoints import find_fixed_points
+from hiddenstate.probe.gatestats import gate_statistics
+from hiddenstate.probe.memory import memory_curve
+from hiddenstate.probe.pca import pca
 from hiddenstate.report import build_report, render_html
 
 TEXT = 'He said "hello (there)" and left.\nShe said "bye".\n<b>not bold</b> & more\n'

@@ -6,7 +6,7 @@ seeds (see the margins noted next to each assertion).
 import numpy as np
 import pytest
 
-from hiddenstate import reproduce, tasks
+from hiddenstate.experiments import reproduce, tasks
 from hiddenstate.gradcheck import check_grads
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

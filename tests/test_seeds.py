@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import hiddenstate as hs
-from hiddenstate.seeds import (
+from hiddenstate.textbook import (
     candidate,
     elman_step,
     gru_step,

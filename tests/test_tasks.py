@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from hiddenstate import tasks
+from hiddenstate.experiments import tasks
 
 
 # ---------------------------------------------------------------------------- common behaviour

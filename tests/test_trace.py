@@ -5,7 +5,7 @@ import pytest
 
 import hiddenstate as hs
 from hiddenstate.functional import sigmoid
-from hiddenstate.trace import cell_kind, trace
+from hiddenstate.probe.trace import cell_kind, trace
 
 CASES = [
     (hs.RNN, {}),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from _torch import require_torch
 
-from hiddenstate.corpus import load_text
+from hiddenstate.train.corpus import load_text
 from hiddenstate.train import TrainConfig, evaluate, load, lr_at, resolve_checkpoint, sample, train
 
 

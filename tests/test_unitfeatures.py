@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from hiddenstate.textfeatures import (
+from hiddenstate.probe.textfeatures import (
     after_newline,
     bracket_depth,
     inside_quotes,
     position_in_line,
     text_features,
 )
-from hiddenstate.unitfeatures import best_units, unit_feature_correlation
+from hiddenstate.probe.unitfeatures import best_units, unit_feature_correlation
 
 TEXT = 'ab "cd" e\n(f(g)) "h\nij"'
 

@@ -1,16 +1,20 @@
 """hiddenstate: the hidden state of RNN, GRU and LSTM as a first-class object.
 
-Create it (:func:`init_hidden`, :func:`initial_state`), update it (:mod:`hiddenstate.seeds`,
+Create it (:func:`init_hidden`, :func:`initial_state`), update it (:mod:`hiddenstate.textbook`,
 the cells), carry it and train through it (:class:`RNN`, :class:`GRU`, :class:`LSTM` with exact
-BPTT), and check gradients (:mod:`hiddenstate.gradcheck`).
+BPTT), check gradients (:mod:`hiddenstate.gradcheck`) and look inside it
+(:mod:`hiddenstate.probe`, :mod:`hiddenstate.report`). ``import hiddenstate`` loads NumPy only;
+the names that need scipy, matplotlib or safetensors import them when first used.
 """
 
-from . import functional, gradcheck, interop, ragged, seeds
-from .analysis import analyze_model
-from .cells import GRUCell, LSTMCell, RNNCell
-from .layers import GRU, LSTM, RNN, DirectionalState, reverse_padded
-from .model import CharRNN
-from .seeds import (
+from hiddenstate import functional, gradcheck, oldpaths, ragged, textbook
+from hiddenstate.cells import GRUCell, LSTMCell, RNNCell
+from hiddenstate.layers import GRU, LSTM, RNN, DirectionalState, reverse_padded
+from hiddenstate.lazy import attach
+from hiddenstate.probe.trace import trace
+from hiddenstate.ragged import last_valid, pad_sequences
+from hiddenstate.state import init_hidden, initial_state
+from hiddenstate.textbook import (
     candidate,
     elman_step,
     gru_step,
@@ -19,13 +23,22 @@ from .seeds import (
     reset_gate,
     update_gate,
 )
-from .fixedpoints import find_fixed_points
-from .ragged import last_valid, pad_sequences
-from .report import build_report
-from .state import init_hidden, initial_state
-from .trace import trace
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+oldpaths.install()
+
+__getattr__, __dir__ = attach(__name__, {
+    "CharRNN": "hiddenstate.train.model",
+    "analyze_model": "hiddenstate.probe.analysis",
+    "build_report": "hiddenstate.report.page",
+    "find_fixed_points": "hiddenstate.probe.fixedpoints",
+    "interop": "hiddenstate.interop",
+    "probe": "hiddenstate.probe",
+    "report": "hiddenstate.report",
+    "train": "hiddenstate.train",
+    "experiments": "hiddenstate.experiments",
+}, globals())
 
 __all__ = [
     "CharRNN",
@@ -54,7 +67,7 @@ __all__ = [
     "ragged",
     "reset_gate",
     "reverse_padded",
-    "seeds",
+    "textbook",
     "trace",
     "update_gate",
 ]

@@ -63,7 +63,7 @@ _unit_open = _number(float, "a number strictly between 0 and 1", lambda v: 0.0 <
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from .model import CELLS
+    from hiddenstate.train.model import CELLS
 
     parser = _Parser(
         prog=PROG,
@@ -155,7 +155,7 @@ def _print_result(result) -> None:
 
 
 def _cmd_train(args) -> int:
-    from . import train as _train
+    from hiddenstate import train as _train
 
     given = {k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None}
     if args.resume is not None:
@@ -171,7 +171,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_sample(args) -> int:
-    from . import train as _train
+    from hiddenstate import train as _train
 
     text = _train.sample(args.checkpoint, prime=args.prime, length=args.length,
                          temperature=args.temperature, seed=args.seed)
@@ -179,24 +179,8 @@ def _cmd_sample(args) -> int:
     return 0
 
 
-def write_report(checkpoint, out, text_file=None):
-    """Hook for ``inspect`` and the end of ``demo``: write the HTML report of a checkpoint.
-
-    Delegates to ``hiddenstate.report.inspect_checkpoint(checkpoint, out=..., text_file=...)``
-    when the report module provides it; returns the path written, or None if it does not exist.
-    """
-    try:
-        from . import report
-    except ImportError:
-        return None
-    make = getattr(report, "inspect_checkpoint", None)
-    if make is None:
-        return None
-    return make(checkpoint, out=out, text_file=text_file)
-
-
 def _cmd_demo(args) -> int:
-    from . import train as _train
+    from hiddenstate import train as _train
 
     config = dict(_train.PRESETS["demo"])
     config["out"] = args.out
@@ -211,15 +195,15 @@ def _cmd_demo(args) -> int:
     print(result.sample(prime=prime, length=600, temperature=0.8, seed=0).rstrip("\n"))
     print("--- end of sample ---")
     print()
-    report = write_report(result.checkpoint, Path(args.out) / "report.html")
-    if report is not None:
-        print(f"report: {report}")
+    from hiddenstate.app import inspect_checkpoint
+
+    print(f"report: {inspect_checkpoint(result.checkpoint, Path(args.out) / 'report.html')}")
     _print_result(result)
     return 0
 
 
 def _cmd_reproduce(args) -> int:
-    from . import reproduce
+    from hiddenstate.experiments import reproduce
 
     result = reproduce.run(args.name, quick=args.quick, out_dir=args.out, seed=args.seed)
     print(reproduce.format_result(result))
@@ -227,21 +211,19 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    from . import train as _train
+    from hiddenstate import train as _train
 
     ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
     if args.text is not None:
         _check_text_file(args.text)
-    path = write_report(ckpt, args.out, text_file=args.text)
-    if path is None:
-        raise _UsageError("inspect is not available in this installation yet (hiddenstate.report has no "
-                          "inspect_checkpoint).")
-    print(f"report: {path}")
+    from hiddenstate.app import inspect_checkpoint
+
+    print(f"report: {inspect_checkpoint(ckpt, args.out, text_file=args.text)}")
     return 0
 
 
 def _check_text_file(path) -> None:
-    from .corpus import load_text
+    from hiddenstate.train.corpus import load_text
 
     load_text(path)
 

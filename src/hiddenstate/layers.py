@@ -38,12 +38,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import state as _state
-from ._validation import drop_probability, float_array, float_dtype, positive_int, shape_str
-from .cells import gru as _gru
-from .cells import lstm as _lstm
-from .cells import rnn as _rnn
-from .cells._base import check_bool, check_rng, check_state, uniform_init
+from hiddenstate import state as _state
+from hiddenstate.validation import drop_probability, float_array, float_dtype, positive_int, shape_str
+from hiddenstate.cells import gru as _gru
+from hiddenstate.cells import lstm as _lstm
+from hiddenstate.cells import rnn as _rnn
+from hiddenstate.cells.base import check_bool, check_rng, check_state, uniform_init
 
 __all__ = ["GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
 

@@ -31,8 +31,8 @@ import numbers
 
 import numpy as np
 
-from ._validation import shape_str
-from .layers import _check_lengths, reverse_padded
+from hiddenstate.validation import shape_str
+from hiddenstate.layers import _check_lengths, reverse_padded
 
 __all__ = [
     "last_valid",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import float_dtype, positive_int
+from hiddenstate.validation import float_dtype, positive_int
 
 __all__ = ["init_hidden", "initial_state"]
 

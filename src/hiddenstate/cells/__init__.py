@@ -1,7 +1,7 @@
 """One cell per file: Elman RNN, GRU and LSTM, each with its forward and exact backward kernels."""
 
-from .gru import GRUCell
-from .lstm import LSTMCell
-from .rnn import RNNCell
+from hiddenstate.cells.gru import GRUCell
+from hiddenstate.cells.lstm import LSTMCell
+from hiddenstate.cells.rnn import RNNCell
 
 __all__ = ["GRUCell", "LSTMCell", "RNNCell"]

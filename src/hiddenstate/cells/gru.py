@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..functional import gru_blend
-from ._base import Cell
+from hiddenstate.functional import gru_blend
+from hiddenstate.cells.base import Cell
 
 __all__ = ["GRUCell", "scan_backward", "scan_forward"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Cell
+from hiddenstate.cells.base import Cell
 
 __all__ = ["LSTMCell", "scan_backward", "scan_forward"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..functional import sigmoid
-from ._base import Cell
+from hiddenstate.functional import sigmoid
+from hiddenstate.cells.base import Cell
 
 __all__ = ["RNNCell", "scan_backward", "scan_forward"]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .functional import sigmoid
+from hiddenstate.functional import sigmoid
 
 __all__ = ["LayerTrace", "Trace", "cell_kind", "cell_step", "trace"]
 

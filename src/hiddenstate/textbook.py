@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._validation import float_array, shape_str
-from .functional import gru_blend, sigmoid
+from hiddenstate.validation import float_array, shape_str
+from hiddenstate.functional import gru_blend, sigmoid
 
 __all__ = [
     "candidate",

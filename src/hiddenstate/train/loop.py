@@ -40,11 +40,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .checkpoint import META_FILE, load_checkpoint, save_checkpoint
-from .corpus import StreamBatcher, Vocabulary, load_text, train_val_split
-from .functional import log_softmax
-from .model import CELLS, CharRNN
-from .optim import Adam, ExponentialMovingAverage, clip_grad_norm
+from hiddenstate.train.checkpoint import META_FILE, load_checkpoint, save_checkpoint
+from hiddenstate.train.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
+from hiddenstate.functional import log_softmax
+from hiddenstate.train.model import CELLS, CharRNN
+from hiddenstate.train.optim import Adam, ExponentialMovingAverage, clip_grad_norm
 
 __all__ = [
     "PRESETS",

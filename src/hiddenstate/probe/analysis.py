@@ -14,7 +14,8 @@ computes, with the modules of this package,
 * for text, the units that best track per-character features (:mod:`hiddenstate.textfeatures`,
   :mod:`hiddenstate.unitfeatures`).
 
-:meth:`Analysis.write_report` hands everything to :func:`hiddenstate.report.build_report`.
+``hiddenstate.report.build_report(path, analysis)`` renders an :class:`Analysis` (this module does
+not import the report: the report reads the analysis, not the other way round).
 :func:`memory_sweep` measures the memory capacity and cost of untrained layers over hidden sizes
 (the fixed-size-bottleneck trade-off as numbers).
 
@@ -24,24 +25,22 @@ layer reads (one-hot or embedded characters, (T, N, I)), the token ids and the t
 
 from __future__ import annotations
 
-import json
-import pathlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .fixedpoints import find_fixed_points, layer_map, reachable_box
-from .gatestats import gate_statistics
-from .gradflow import hidden_gradient_norms, jacobian_flow, spectral_bounds
-from .memory import memory_curve
-from .pca import pca
-from .textfeatures import text_features
-from .trace import Trace, cell_kind, trace
-from .unitfeatures import best_units
+from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map, reachable_box
+from hiddenstate.probe.gatestats import gate_statistics
+from hiddenstate.probe.gradflow import hidden_gradient_norms, jacobian_flow, spectral_bounds
+from hiddenstate.probe.memory import memory_curve
+from hiddenstate.probe.pca import pca
+from hiddenstate.probe.textfeatures import text_features
+from hiddenstate.probe.trace import Trace, cell_kind, trace
+from hiddenstate.probe.unitfeatures import best_units
 
-__all__ = ["Analysis", "analyze_model", "inspect_checkpoint", "memory_sweep"]
+__all__ = ["Analysis", "analyze_model", "memory_sweep"]
 
 _KEEP_GATE = {"gru": "z", "lstm": "f"}
 _STAT_GATES = {"rnn": (), "gru": ("r", "z"), "lstm": ("i", "f", "o")}
@@ -119,14 +118,6 @@ class Analysis:
             # fixed points belong to layer 0 forward; the PCA plane is the top layer's output
             "project_fixed_points": self.trace.num_layers == 1 and self.trace.num_directions == 1,
         }
-
-    def write_report(self, path, **overrides):
-        """Write the HTML report (see :func:`hiddenstate.report.build_report`); returns its path."""
-        from .report import build_report
-
-        kw = self.report_kwargs()
-        kw.update(overrides)
-        return build_report(path, **kw)
 
 
 def analyze_model(
@@ -331,7 +322,7 @@ def memory_sweep(cell: str, hidden_sizes, x, targets, *, max_lag: int = 20, rng:
         One row per hidden size: ``"H"``, ``"parameters"``, ``"µs per step"`` (per sequence),
         ``"capacity"``, ``"horizon (R² ≥ 0.5)"`` or ``"horizon (acc ≥ 0.5)"``.
     """
-    from . import layers
+    from hiddenstate import layers
 
     cls = {"rnn": layers.RNN, "gru": layers.GRU, "lstm": layers.LSTM}.get(cell)
     if cls is None:
@@ -354,98 +345,3 @@ def memory_sweep(cell: str, hidden_sizes, x, targets, *, max_lag: int = 20, rng:
         rows.append({"H": int(H), "parameters": int(sum(v.size for v in layer.params.values())),
                      "µs per step": 1e6 * best / (T * N), "capacity": mc.capacity, key: mc.horizon(0.5)})
     return rows
-
-
-def _loss_history(run_dir: pathlib.Path):
-    """Training and validation loss curves from a run's ``log.jsonl`` (None if absent)."""
-    log = run_dir / "log.jsonl"
-    if not log.is_file():
-        return None
-    tr_s, tr_l, va_s, va_l = [], [], [], []
-    for line in log.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or "step" not in rec:
-            continue
-        if isinstance(rec.get("train_loss"), (int, float)):
-            tr_s.append(rec["step"])
-            tr_l.append(rec["train_loss"])
-        if isinstance(rec.get("val_loss"), (int, float)):
-            va_s.append(rec["step"])
-            va_l.append(rec["val_loss"])
-    out = {}
-    if tr_s:
-        out["train"] = (np.asarray(tr_s, dtype=np.float64), np.asarray(tr_l, dtype=np.float64))
-    if va_s:
-        out["validation"] = (np.asarray(va_s, dtype=np.float64), np.asarray(va_l, dtype=np.float64))
-    return out or None
-
-
-def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
-                       rng: np.random.Generator | None = None) -> pathlib.Path:
-    """Analyse a trained character model and write its HTML report (``hiddenstate inspect``).
-
-    Parameters
-    ----------
-    checkpoint : str or os.PathLike
-        A run directory of :func:`hiddenstate.train.train` or its ``checkpoint/`` subdirectory.
-    out : str or os.PathLike, default "report.html"
-        The HTML file to write.
-    text_file : str or os.PathLike, optional
-        Text to run the model on; characters outside the model's vocabulary are dropped.
-        Default: the start of the run's validation text (the tail of its training corpus).
-    n_chars : int, default 2000
-        Characters of text analysed (one sequence; all of them appear in the coloured view).
-    rng : numpy.random.Generator, optional
-        Fixed-point starts (default ``default_rng(0)``).
-
-    Returns
-    -------
-    pathlib.Path
-        The report written.
-
-    Raises
-    ------
-    FileNotFoundError, ValueError
-        From :func:`hiddenstate.train.load` for a missing or invalid checkpoint; ValueError when
-        the text has fewer than 20 characters of the vocabulary.
-    """
-    from .corpus import load_text
-    from .train import load
-
-    trained = load(checkpoint)
-    model, vocab, cfg = trained.model, trained.vocab, trained.config
-    if text_file is not None:
-        raw = load_text(text_file)
-        source = pathlib.Path(text_file).name
-    else:
-        corpus = load_text(cfg.data)
-        raw = corpus[int(round(len(corpus) * (1.0 - cfg.val_fraction))):]
-        nl = raw.find("\n")
-        raw = raw[nl + 1:] if 0 <= nl < 200 else raw  # start at a line
-        source = "validation text"
-    known = set(vocab.chars)
-    text = "".join(ch for ch in raw if ch in known)[:n_chars]
-    if len(text) < 20:
-        raise ValueError(f"text must contain at least 20 characters of the model's vocabulary; got {len(text)}. "
-                         "Pass --text with a text in the training language.")
-    ids = vocab.encode(text)  # (T,)
-    x = model._embed(ids[:, None])  # (T, 1, I)
-    space = vocab.encode(" ")[0] if " " in known else None
-    fp_input = None if space is None else np.asarray(model._embed(np.array([[space]]))[0, 0], dtype=np.float64)
-    run_dir = trained.path.parent if trained.path is not None else pathlib.Path(checkpoint)
-    meta = {"training steps": trained.step}
-    if trained.val_loss is not None:
-        meta["val loss (nats/char)"] = float(trained.val_loss)
-    if cfg.ema is not None:
-        meta["weights"] = f"moving average, decay {cfg.ema:g}"
-    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=_loss_history(run_dir),
-                       fixed_point_input=fp_input, rng=rng, title_meta=meta)
-    data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
-    layers = f"{model.num_layers} × {model.hidden_size}" if model.num_layers > 1 else f"{model.hidden_size}"
-    subtitle = (f"Character-level {model.cell.upper()} ({layers} units) trained {trained.step:,} steps on {data}; "
-                f"measured on {len(text):,} characters of {source}"
-                + ("; fixed points with the input held at ' '." if space is not None else "."))
-    return an.write_report(out, title="Inside the hidden state", subtitle=subtitle)

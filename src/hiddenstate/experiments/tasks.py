@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate._validation import positive_int
+from hiddenstate.validation import positive_int
 
 __all__ = [
     "ELMAN_CATEGORIES",

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trace import LayerTrace, cell_kind, trace
+from hiddenstate.probe.trace import LayerTrace, cell_kind, trace
 
 __all__ = [
     "GradientNorms",

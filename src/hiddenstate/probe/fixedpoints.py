@@ -314,8 +314,8 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
     ValueError
         If the indices are out of range or ``x`` has the wrong size.
     """
-    from .gradflow import _jacobians_at
-    from .trace import LayerTrace, cell_kind, cell_step
+    from hiddenstate.probe.gradflow import _jacobians_at
+    from hiddenstate.probe.trace import LayerTrace, cell_kind, cell_step
 
     kind = cell_kind(layer)
     L, D, H = layer.num_layers, layer.num_directions, layer.hidden_size
@@ -368,7 +368,7 @@ def reachable_box(layer) -> list:
     -------
     list of (low, high) pairs, length S (H, or 2H for the LSTM)
     """
-    from .trace import cell_kind
+    from hiddenstate.probe.trace import cell_kind
 
     kind = cell_kind(layer)
     H = layer.hidden_size

@@ -50,12 +50,12 @@ import numpy as np
 from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 
-from hiddenstate import tasks
-from hiddenstate._validation import positive_int
-from hiddenstate.fixedpoints import find_fixed_points
+from hiddenstate.experiments import tasks
+from hiddenstate.validation import positive_int
+from hiddenstate.probe.fixedpoints import find_fixed_points
 from hiddenstate.functional import cross_entropy, sigmoid, softmax
 from hiddenstate.layers import GRU, LSTM, RNN
-from hiddenstate.optim import Adam, clip_grad_norm
+from hiddenstate.train.optim import Adam, clip_grad_norm
 
 __all__ = [
     "EXPERIMENTS",

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["build_report", "inspect_checkpoint", "render_html"]
+__all__ = ["build_report", "render_html"]
 
 # Palette (colour-blind safe, Okabe-Ito based) shared by figures and page.
 _COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7f7f7f", "#F0E442"]
@@ -589,7 +589,7 @@ def _render(*, title, subtitle, meta, loss, gates, gradient, gradient_refs, memo
     )
 
 
-def build_report(path, **measurements) -> pathlib.Path:
+def build_report(path, analysis=None, /, **measurements) -> pathlib.Path:
     """Write a self-contained HTML report of hidden-state measurements.
 
     Every measurement is optional; sections without data are left out.
@@ -598,6 +598,9 @@ def build_report(path, **measurements) -> pathlib.Path:
     ----------
     path : str or os.PathLike
         Output file (``.html``); parent directories are created.
+    analysis : hiddenstate.probe.analysis.Analysis, optional
+        Everything :func:`hiddenstate.analyze_model` measured: its ``report_kwargs()`` supply the
+        measurements below, and keywords given here override them.
     title : str, default "Inside the hidden state"
     subtitle : str, optional
         One line under the title (e.g. the model and data).
@@ -650,19 +653,10 @@ def build_report(path, **measurements) -> pathlib.Path:
     unknown = sorted(set(measurements) - allowed)
     if unknown:
         raise TypeError(f"build_report got unknown keyword(s) {unknown}; allowed: {sorted(allowed)}.")
+    if analysis is not None:
+        measurements = {**analysis.report_kwargs(), **measurements}
     page = render_html(**measurements)
     out = pathlib.Path(os.fspath(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
-
-
-def inspect_checkpoint(checkpoint, out="report.html", text_file=None, **options) -> pathlib.Path:
-    """Analyse a trained character model and write its report; see :func:`hiddenstate.analysis.inspect_checkpoint`.
-
-    This is the hook behind ``hiddenstate inspect CKPT [--text FILE] [--out report.html]`` and the
-    end of ``hiddenstate demo``.
-    """
-    from .analysis import inspect_checkpoint as _inspect
-
-    return _inspect(checkpoint, out=out, text_file=text_file, **options)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import float_array, float_dtype, positive_int, shape_str
+from hiddenstate.validation import float_array, float_dtype, positive_int, shape_str
 
 
 def uniform_init(rng: np.random.Generator, shape, hidden_size: int, dtype) -> np.ndarray:

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import drop_probability, float_dtype, positive_int
-from .cells._base import check_rng, uniform_init
-from .functional import cross_entropy, softmax
-from .layers import GRU, LSTM, RNN
+from hiddenstate.validation import drop_probability, float_dtype, positive_int
+from hiddenstate.cells.base import check_rng, uniform_init
+from hiddenstate.functional import cross_entropy, softmax
+from hiddenstate.layers import GRU, LSTM, RNN
 
 __all__ = ["CELLS", "CharRNN"]
 

@@ -43,9 +43,9 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from ._validation import float_dtype, shape_str
-from .cells.rnn import NONLINEARITIES
-from .layers import GRU, LSTM, RNN
+from hiddenstate.validation import float_dtype, shape_str
+from hiddenstate.cells.rnn import NONLINEARITIES
+from hiddenstate.layers import GRU, LSTM, RNN
 
 __all__ = [
     "from_keras_weights",

@@ -1,0 +1,1 @@
+"""Paper reproductions (``hiddenstate reproduce NAME``) and the synthetic tasks they train on."""
