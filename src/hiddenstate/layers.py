@@ -39,11 +39,12 @@ from typing import NamedTuple
 import numpy as np
 
 from hiddenstate import state as _state
-from hiddenstate.validation import drop_probability, float_array, float_dtype, positive_int, shape_str
+from hiddenstate.validation import boolean, drop_probability, float_array, float_dtype, generator, positive_int, shape_str, state_array
+from hiddenstate.validation import lengths as check_lengths
 from hiddenstate.cells import gru as _gru
 from hiddenstate.cells import lstm as _lstm
 from hiddenstate.cells import rnn as _rnn
-from hiddenstate.cells.base import check_bool, check_rng, check_state, uniform_init
+from hiddenstate.cells.base import uniform_init
 
 __all__ = ["GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
 
@@ -97,19 +98,8 @@ def reverse_padded(x, lengths) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim < 2:
         raise ValueError(f"x must have shape (T, N, ...); got {shape_str(x.shape)}.")
-    lengths = _check_lengths(lengths, x.shape[0], x.shape[1])
+    lengths = check_lengths(lengths, x.shape[0], x.shape[1])
     return _reverse(x, _reverse_index(x.shape[0], lengths, x.shape[1]))
-
-
-def _check_lengths(lengths, T: int, N: int) -> np.ndarray:
-    arr = np.asarray(lengths)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"lengths must be an integer array of shape (N={N},); got dtype {arr.dtype}.")
-    if arr.shape != (N,):
-        raise ValueError(f"lengths must have shape (N={N},); got {shape_str(arr.shape)}.")
-    if N and (arr.min() < 0 or arr.max() > T):
-        raise ValueError(f"lengths must lie in [0, T={T}]; got values in [{arr.min()}, {arr.max()}].")
-    return arr.astype(np.int64)
 
 
 class _RecurrentLayer:
@@ -124,14 +114,14 @@ class _RecurrentLayer:
         self.input_size = positive_int("input_size", input_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)
         self.num_layers = positive_int("num_layers", num_layers)
-        self.bias = check_bool("bias", bias)
-        self.batch_first = check_bool("batch_first", batch_first)
-        self.bidirectional = check_bool("bidirectional", bidirectional)
-        self.learn_h0 = check_bool("learn_h0", learn_h0)
+        self.bias = boolean("bias", bias)
+        self.batch_first = boolean("batch_first", batch_first)
+        self.bidirectional = boolean("bidirectional", bidirectional)
+        self.learn_h0 = boolean("learn_h0", learn_h0)
         self.dropout = drop_probability("dropout", dropout)
         self.weight_drop = drop_probability("weight_drop", weight_drop)
         self.dtype = float_dtype("dtype", dtype)
-        self._rng = check_rng(rng)
+        self._rng = generator(rng)
         self.num_directions = 2 if self.bidirectional else 1
         G, H = self.num_gates, self.hidden_size
         self.params: dict[str, np.ndarray] = {}
@@ -252,10 +242,10 @@ class _RecurrentLayer:
                     return np.repeat(self.params[learned_key][:, None, :], N, axis=1), True
                 return np.zeros((LD, N, H), dtype=self.dtype), False
             if unbatched:
-                a = check_state(name, value, None, H, self.dtype, lead=(LD,), legend=f"(L*D={LD}, H={H})")
+                a = state_array(name, value, None, H, self.dtype, lead=(LD,), legend=f"(L*D={LD}, H={H})")
                 return a[:, None, :].copy(), False
             legend = f"(num_layers*num_directions={LD}, N={N}, H={H})"
-            return check_state(name, value, N, H, self.dtype, lead=(LD,), legend=legend).copy(), False
+            return state_array(name, value, N, H, self.dtype, lead=(LD,), legend=legend).copy(), False
 
         if self.is_lstm:
             if h0 is None:
@@ -274,7 +264,7 @@ class _RecurrentLayer:
         if lengths is not None:
             if unbatched:
                 raise ValueError("lengths must be None for unbatched (T, I) input; add a batch axis to use lengths.")
-            lens = _check_lengths(lengths, T, N)
+            lens = check_lengths(lengths, T, N)
             if (lens < T).any():
                 keep = (np.arange(T)[:, None] < lens[None, :])[:, :, None]  # (T, N, 1)
         rmask = None
@@ -353,7 +343,7 @@ class _RecurrentLayer:
         rm = None if rmask is None else rmask[:, :, None]
         use_dropout = training and self.dropout > 0.0 and L > 1
         use_weight_drop = training and self.weight_drop > 0.0
-        drng = check_rng(rng) if rng is not None else self._rng
+        drng = generator(rng) if rng is not None else self._rng
         finals = [None] * (L * D)
         layer_caches = []
         inp = x
@@ -589,7 +579,7 @@ class GRU(_RecurrentLayer):
 
     def __init__(self, input_size, hidden_size, num_layers=1, *, bias=True, batch_first=False, reset_after=False,
                  bidirectional=False, dropout=0.0, weight_drop=0.0, learn_h0=False, dtype=np.float64, rng=None):
-        self.reset_after = check_bool("reset_after", reset_after)
+        self.reset_after = boolean("reset_after", reset_after)
         super().__init__(input_size, hidden_size, num_layers, bias=bias, batch_first=batch_first,
                          bidirectional=bidirectional, dropout=dropout, weight_drop=weight_drop, learn_h0=learn_h0,
                          dtype=dtype, rng=rng)

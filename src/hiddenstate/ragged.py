@@ -32,7 +32,9 @@ import numbers
 import numpy as np
 
 from hiddenstate.validation import shape_str
-from hiddenstate.layers import _check_lengths, reverse_padded
+from hiddenstate.layers import reverse_padded
+from hiddenstate.validation import boolean
+from hiddenstate.validation import lengths as check_lengths
 
 __all__ = [
     "last_valid",
@@ -50,12 +52,6 @@ def _time_major(name: str, a, batch_first: bool, min_ndim: int = 2) -> np.ndarra
         legend = "(N, T, ...)" if batch_first else "(T, N, ...)"
         raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}.")
     return np.swapaxes(a, 0, 1) if batch_first else a
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}.")
-    return bool(value)
 
 
 def pad_sequences(sequences, *, batch_first=False, padding_value=0.0):
@@ -87,7 +83,7 @@ def pad_sequences(sequences, *, batch_first=False, padding_value=0.0):
     TypeError
         ``sequences`` is a single array or not a sequence; a non-numeric element.
     """
-    batch_first = _check_bool("batch_first", batch_first)
+    batch_first = boolean("batch_first", batch_first)
     if isinstance(sequences, np.ndarray) or not isinstance(sequences, (list, tuple)):
         raise TypeError(f"sequences must be a list or tuple of arrays of shape (T_n, ...); got "
                         f"{type(sequences).__name__}. Wrap a single array as [x].")
@@ -137,7 +133,7 @@ def mask_from_lengths(lengths, T=None, *, batch_first=False) -> np.ndarray:
     -------
     ndarray of bool, shape (T, N) ((N, T) if ``batch_first``)
     """
-    batch_first = _check_bool("batch_first", batch_first)
+    batch_first = boolean("batch_first", batch_first)
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must have shape (N,); got {shape_str(arr.shape)}.")
@@ -145,7 +141,7 @@ def mask_from_lengths(lengths, T=None, *, batch_first=False) -> np.ndarray:
         T = int(arr.max(initial=0)) if arr.dtype.kind in "iu" else 0
     if isinstance(T, (bool, np.bool_)) or not isinstance(T, (numbers.Integral, np.integer)) or T < 0:
         raise ValueError(f"T must be a non-negative integer; got {T!r}.")
-    lens = _check_lengths(arr, int(T), arr.shape[0])
+    lens = check_lengths(arr, int(T), arr.shape[0])
     mask = np.arange(T)[:, None] < lens[None, :]  # (T, N)
     return np.ascontiguousarray(mask.T) if batch_first else mask
 
@@ -170,7 +166,7 @@ def lengths_from_mask(mask, *, batch_first=False) -> np.ndarray:
         ``mask`` is not 2-D, or a row has a valid step after a padded one (left padding or
         holes cannot be expressed as lengths; use ``reset`` or right-pad the data).
     """
-    batch_first = _check_bool("batch_first", batch_first)
+    batch_first = boolean("batch_first", batch_first)
     m = np.asarray(mask)
     if m.dtype != bool:
         raise TypeError(f"mask must be a bool array; got dtype {m.dtype}. Use mask.astype(bool) or x != pad.")
@@ -215,10 +211,10 @@ def last_valid(output, lengths, *, batch_first=False) -> np.ndarray:
     TypeError
         Non-integer lengths.
     """
-    batch_first = _check_bool("batch_first", batch_first)
+    batch_first = boolean("batch_first", batch_first)
     out = _time_major("output", output, batch_first)  # (T, N, ...)
     T, N = out.shape[:2]
-    lens = _check_lengths(lengths, T, N)
+    lens = check_lengths(lengths, T, N)
     if T == 0:
         return np.zeros((N,) + out.shape[2:], dtype=out.dtype)
     cols = np.arange(N)
@@ -246,14 +242,14 @@ def last_valid_backward(d_last, lengths, T, *, batch_first=False) -> np.ndarray:
         Zero except ``[lengths[n] - 1, n]``; rows of length 0 get no gradient. Pass it as
         ``d_output`` to ``layer.backward``.
     """
-    batch_first = _check_bool("batch_first", batch_first)
+    batch_first = boolean("batch_first", batch_first)
     d = np.asarray(d_last)
     if d.ndim < 1 or d.dtype.kind != "f":
         raise ValueError(f"d_last must be a float array of shape (N, ...); got {shape_str(d.shape)} {d.dtype}.")
     if isinstance(T, (bool, np.bool_)) or not isinstance(T, (numbers.Integral, np.integer)) or T < 0:
         raise ValueError(f"T must be a non-negative integer; got {T!r}.")
     N = d.shape[0]
-    lens = _check_lengths(lengths, int(T), N)
+    lens = check_lengths(lengths, int(T), N)
     out = np.zeros((int(T),) + d.shape, dtype=d.dtype)  # (T, N, ...)
     rows = np.flatnonzero(lens > 0)
     out[lens[rows] - 1, rows] = d[rows]

@@ -1,10 +1,32 @@
-"""Argument checks used once at the public boundary (the inner loops trust their inputs)."""
+"""Every argument check of the package, each rule stated once (the inner loops trust their inputs).
+
+The public functions, layers, cells, training configuration and the CLI's argument types all call
+these: a rule such as "a drop probability lies in [0, 1)" lives here and nowhere else. Each
+raises ``TypeError`` for a value of the wrong type and ``ValueError`` for a wrong value, with the
+message ``"<name> must <rule>; got <value>."`` (the CLI passes the flag as ``name``).
+"""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
+
+__all__ = [
+    "boolean",
+    "drop_probability",
+    "expect_shape",
+    "float_array",
+    "float_dtype",
+    "generator",
+    "lengths",
+    "nonnegative_int",
+    "positive_int",
+    "real",
+    "shape_str",
+    "state_array",
+]
 
 
 def positive_int(name: str, value) -> int:
@@ -29,15 +51,105 @@ def nonnegative_int(name: str, value) -> int:
     return int(value)
 
 
+def boolean(name: str, value) -> bool:
+    """Return ``value`` as a bool if it is a Python or NumPy bool (strings and ints are refused).
+
+    Raises
+    ------
+    TypeError
+        For anything that is not a bool, e.g. ``"False"`` or ``0``.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}.")
+    return bool(value)
+
+
+def generator(rng, *, name: str = "rng", required: bool = False) -> np.random.Generator:
+    """Return ``rng`` if it is a :class:`numpy.random.Generator`; None gives a fresh unseeded one.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator or None
+    name : str, default "rng"
+    required : bool, default False
+        Refuse None (for results that must be reproducible, e.g. a task's data).
+
+    Raises
+    ------
+    TypeError
+        For anything else (the global ``np.random`` module, a seed, a ``RandomState``).
+    """
+    if rng is None and not required:
+        return np.random.default_rng()
+    if not isinstance(rng, np.random.Generator):
+        allowed = "a numpy.random.Generator" + ("" if required else " or None")
+        raise TypeError(f"{name} must be {allowed}; got {type(rng).__name__}. "
+                        f"Pass {name}=np.random.default_rng(seed).")
+    return rng
+
+
+def real(name: str, value, *, low: float | None = None, high: float | None = None,
+         low_open: bool = False, high_open: bool = False) -> float:
+    """Return ``value`` as a float if it is a finite real number in the given range (not bool).
+
+    Parameters
+    ----------
+    name : str
+    value : int or float
+    low, high : float, optional
+        Bounds of the range; None leaves that side unbounded (finite all the same).
+    low_open, high_open : bool, default False
+        Exclude the bound itself.
+
+    Raises
+    ------
+    TypeError
+        Not a real number (bool, str, array ...).
+    ValueError
+        NaN, infinite, or outside the range; the message states the range.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number; got {type(value).__name__} {value!r}.")
+    v = float(value)
+    rule = "a finite number"
+    if low is not None and high is not None:
+        rule = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        rule = f"a finite number {'>' if low_open else '>='} {low:g}"
+    elif high is not None:
+        rule = f"a finite number {'<' if high_open else '<='} {high:g}"
+    ok = math.isfinite(v)
+    ok = ok and (low is None or (v > low if low_open else v >= low))
+    ok = ok and (high is None or (v < high if high_open else v <= high))
+    if not ok:
+        raise ValueError(f"{name} must be {rule}; got {value!r}.")
+    return v
+
+
 def drop_probability(name: str, value) -> float:
-    """Return ``value`` as a float if it is a number in [0, 1) (a dropout rate; not bool)."""
+    """Return ``value`` as a float if it is a number in [0, 1) (a dropout rate; not bool).
+
+    The one rule for every dropout-like rate of the package (``dropout``, ``weight_drop``, the
+    CLI's ``--dropout`` and ``--weight-drop``): 1 would drop everything.
+
+    Raises
+    ------
+    ValueError
+        Outside [0, 1), NaN, or not a number.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be a number in [0, 1); got {value!r}.")
     return float(value)
 
 
 def float_dtype(name: str, dtype) -> np.dtype:
-    """Return ``dtype`` as float32 or float64, else raise TypeError."""
+    """Return ``dtype`` as float32 or float64, else raise TypeError.
+
+    Raises
+    ------
+    TypeError
+        Not a dtype, or another dtype than float32/float64.
+    """
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -60,6 +172,18 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
         float32 and every other floating type becomes float64.
     finite : bool, default True
         Reject NaN and Inf.
+
+    Returns
+    -------
+    ndarray
+        float32 or float64; ``value`` itself when no conversion was needed.
+
+    Raises
+    ------
+    TypeError
+        bool, integer arrays (Python lists of ints are promoted), complex, object or strings.
+    ValueError
+        NaN or Inf when ``finite``.
     """
     if isinstance(value, np.ndarray):
         arr = value
@@ -89,6 +213,7 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
 
 
 def shape_str(shape) -> str:
+    """``(3, 4)``, ``(3,)`` or ``()``: a shape as Python prints a tuple, for messages."""
     return "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
@@ -99,3 +224,72 @@ def expect_shape(name: str, arr: np.ndarray, expected: tuple, legend: str, hint:
         if hint:
             msg += " " + hint
         raise ValueError(msg)
+
+
+def state_array(name: str, value, batch: int | None, hidden: int, dtype, lead: tuple = (), legend: str = "") -> np.ndarray:
+    """Validate a hidden state of shape ``lead + (N, H)`` (or ``lead + (H,)``); never broadcast.
+
+    Parameters
+    ----------
+    name : str
+    value : array_like
+    batch : int or None
+        N, or None for an unbatched state.
+    hidden : int
+        H.
+    dtype : dtype
+        The result's dtype.
+    lead : tuple of int, default ()
+        Leading axes, e.g. ``(L*D,)`` for a layer's ``h0``.
+    legend : str, optional
+        The expected shape spelled with symbols, for the message.
+
+    Returns
+    -------
+    ndarray
+        C-contiguous, of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        Any other shape: a state with fewer axes would broadcast silently across the batch.
+    """
+    arr = float_array(name, value, dtype=dtype)
+    want = lead + ((batch,) if batch is not None else ()) + (hidden,)
+    if arr.shape != want:
+        hint = ""
+        if arr.ndim < len(want):
+            hint = " A state with fewer dimensions would broadcast silently across the batch; give every row its own state."
+        raise ValueError(f"{name} must have shape {legend or shape_str(want)}; got {shape_str(arr.shape)}.{hint}")
+    return np.ascontiguousarray(arr)
+
+
+def lengths(value, T: int, N: int, *, name: str = "lengths") -> np.ndarray:
+    """Validate the valid steps of each column of a padded batch.
+
+    Parameters
+    ----------
+    value : array_like of int, shape (N,)
+    T, N : int
+        Time steps and batch size of the padded batch.
+    name : str, default "lengths"
+
+    Returns
+    -------
+    ndarray of int64, shape (N,)
+
+    Raises
+    ------
+    TypeError
+        Not an integer array (bool refused).
+    ValueError
+        Wrong shape, or a value outside [0, T].
+    """
+    arr = np.asarray(value)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array of shape (N={N},); got dtype {arr.dtype}.")
+    if arr.shape != (N,):
+        raise ValueError(f"{name} must have shape (N={N},); got {shape_str(arr.shape)}.")
+    if N and (arr.min() < 0 or arr.max() > T):
+        raise ValueError(f"{name} must lie in [0, T={T}]; got values in [{arr.min()}, {arr.max()}].")
+    return arr.astype(np.int64)

@@ -4,42 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.validation import float_array, float_dtype, positive_int, shape_str
+from hiddenstate.validation import boolean, float_array, float_dtype, generator, positive_int, shape_str, state_array
 
 
 def uniform_init(rng: np.random.Generator, shape, hidden_size: int, dtype) -> np.ndarray:
     """PyTorch's default RNN initialisation U(-1/sqrt(H), 1/sqrt(H))."""
     k = 1.0 / np.sqrt(hidden_size)
     return rng.uniform(-k, k, size=shape).astype(dtype)
-
-
-def check_rng(rng) -> np.random.Generator:
-    if rng is None:
-        return np.random.default_rng()
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator or None; got {type(rng).__name__}. "
-            "Use np.random.default_rng(seed)."
-        )
-    return rng
-
-
-def check_bool(name, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}.")
-    return bool(value)
-
-
-def check_state(name: str, value, batch: int | None, hidden: int, dtype, lead: tuple = (), legend: str = "") -> np.ndarray:
-    """Validate a state of shape ``lead + (N, H)``; never broadcast a smaller array."""
-    arr = float_array(name, value, dtype=dtype)
-    want = lead + ((batch,) if batch is not None else ()) + (hidden,)
-    if arr.shape != want:
-        hint = ""
-        if arr.ndim < len(want):
-            hint = " A state with fewer dimensions would broadcast silently across the batch; give every row its own state."
-        raise ValueError(f"{name} must have shape {legend or shape_str(want)}; got {shape_str(arr.shape)}.{hint}")
-    return np.ascontiguousarray(arr)
 
 
 class Cell:
@@ -52,9 +23,9 @@ class Cell:
     def __init__(self, input_size, hidden_size, *, bias=True, dtype=np.float64, rng=None):
         self.input_size = positive_int("input_size", input_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)
-        self.bias = check_bool("bias", bias)
+        self.bias = boolean("bias", bias)
         self.dtype = float_dtype("dtype", dtype)
-        rng = check_rng(rng)
+        rng = generator(rng)
         G, H, I = self.num_gates, self.hidden_size, self.input_size
         self.params = {
             "weight_ih": uniform_init(rng, (G * H, I), H, self.dtype),
@@ -79,7 +50,7 @@ class Cell:
         def one(name, v):
             if v is None:
                 return np.zeros((1 if unbatched else batch, H), dtype=self.dtype)
-            a = check_state(name, v, n, H, self.dtype, legend=legend)
+            a = state_array(name, v, n, H, self.dtype, legend=legend)
             return a[None] if unbatched else a
 
         if self.is_lstm:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import positive_int
+from hiddenstate.validation import generator, positive_int
 
 __all__ = [
     "ELMAN_CATEGORIES",
@@ -57,15 +57,6 @@ __all__ = [
     "one_hot",
     "temporal_xor",
 ]
-
-
-def _check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator; got {type(rng).__name__}. "
-            "Pass rng=numpy.random.default_rng(seed)."
-        )
-    return rng
 
 
 def one_hot(ids: np.ndarray, size: int, *, dtype=np.float64) -> np.ndarray:
@@ -132,7 +123,7 @@ def temporal_xor(n_triples: int, *, rng: np.random.Generator) -> np.ndarray:
     True
     """
     n_triples = positive_int("n_triples", n_triples)
-    rng = _check_rng(rng)
+    rng = generator(rng, required=True)
     ab = rng.integers(0, 2, size=(n_triples, 2))  # (n, 2)
     triples = np.concatenate([ab, (ab[:, :1] ^ ab[:, 1:])], axis=1)  # (n, 3)
     return triples.reshape(-1).astype(np.int64)
@@ -190,7 +181,7 @@ def elman_letters(n_consonants: int, *, rng: np.random.Generator) -> tuple[np.nd
         ``LETTER_FEATURES[letters]``: the network's inputs (and, shifted by one, targets).
     """
     n_consonants = positive_int("n_consonants", n_consonants)
-    rng = _check_rng(rng)
+    rng = generator(rng, required=True)
     consonants = rng.integers(0, 3, size=n_consonants)
     letters = np.fromiter(
         (c for k in consonants for c in _LETTER_EXPANSION[int(k)]), dtype=np.int64
@@ -370,7 +361,7 @@ def elman_sentences(
         Token ids, categories, positions and likelihood vectors (see its attributes).
     """
     n_sentences = positive_int("n_sentences", n_sentences)
-    rng = _check_rng(rng)
+    rng = generator(rng, required=True)
     names = tuple(ELMAN_CATEGORIES)
     word_id = {w: i for i, w in enumerate(ELMAN_VOCAB)}
     members = {c: [word_id[w] for w in ws] for c, ws in ELMAN_CATEGORIES.items()}
@@ -456,7 +447,7 @@ def adding_problem(
     seq_len = positive_int("seq_len", seq_len)
     if seq_len < 2:
         raise ValueError(f"seq_len must be at least 2 (one marker per half); got {seq_len}.")
-    rng = _check_rng(rng)
+    rng = generator(rng, required=True)
     half = seq_len // 2
     values = rng.uniform(0.0, 1.0, size=(seq_len, n))  # (T, N)
     first = rng.integers(0, half, size=n)
@@ -533,7 +524,7 @@ def copy_memory(
     delay = positive_int("delay", delay)
     n_symbols = positive_int("n_symbols", n_symbols)
     n_copy = positive_int("n_copy", n_copy)
-    rng = _check_rng(rng)
+    rng = generator(rng, required=True)
     blank, delim = n_symbols, n_symbols + 1
     length = delay + 2 * n_copy
     message = rng.integers(0, n_symbols, size=(n_copy, n))  # (n_copy, N)
@@ -587,7 +578,7 @@ def flipflop(
     n_bits = positive_int("n_bits", n_bits)
     if not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"p must lie in [0, 1]; got {p}.")
-    rng = _check_rng(rng)
+    rng = generator(rng, required=True)
     shape = (seq_len, n_trials, n_bits)
     pulses = rng.random(shape) < p
     pulses[0] = True

@@ -43,7 +43,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from hiddenstate.validation import float_dtype, shape_str
+from hiddenstate.validation import boolean, float_dtype, shape_str
 from hiddenstate.cells.rnn import NONLINEARITIES
 from hiddenstate.layers import GRU, LSTM, RNN
 
@@ -101,12 +101,6 @@ def _to_numpy(name: str, value) -> np.ndarray:
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must be a floating-point array; got dtype {arr.dtype}.")
     return arr
-
-
-def _check_flag(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}.")
-    return bool(value)
 
 
 def _config(layer) -> dict:
@@ -238,7 +232,7 @@ def from_torch(source, *, kind=None, nonlinearity=None, batch_first=None, dtype=
     if nonlinearity is not None and nonlinearity not in NONLINEARITIES:
         raise ValueError(f"nonlinearity must be one of {NONLINEARITIES} or None; got {nonlinearity!r}.")
     if batch_first is not None:
-        batch_first = _check_flag("batch_first", batch_first)
+        batch_first = boolean("batch_first", batch_first)
     if isinstance(source, Mapping):
         state = {str(k): _to_numpy(f"state_dict[{k!r}]", v) for k, v in source.items()}
         return _layer_from_state(state, "state_dict", kind=kind, nonlinearity=nonlinearity or "tanh",
@@ -286,7 +280,7 @@ def to_torch(layer, *, strict=True):
         ``nonlinearity="sigmoid"``, or a learned ``h0`` with ``strict=True``.
     """
     kind = _layer_kind(layer)
-    strict = _check_flag("strict", strict)
+    strict = boolean("strict", strict)
     if kind == "gru" and not layer.reset_after:
         raise ValueError("layer must be a GRU with reset_after=True to become a torch.nn.GRU; got reset_after=False "
                          "(torch computes r * (W_hn h + b_hn), not W_hn (r * h)). Use to_keras_weights for Keras "
@@ -492,11 +486,11 @@ def from_keras_weights(kind, weights, *, reset_after=None, bidirectional=False, 
         as ``kind="gru"``): the message names the array and the shapes.
     """
     kind = _kind("kind", kind)
-    bidirectional = _check_flag("bidirectional", bidirectional)
-    batch_first = _check_flag("batch_first", batch_first)
+    bidirectional = boolean("bidirectional", bidirectional)
+    batch_first = boolean("batch_first", batch_first)
     dtype = float_dtype("dtype", dtype)
     if reset_after is not None:
-        reset_after = _check_flag("reset_after", reset_after)
+        reset_after = boolean("reset_after", reset_after)
         if kind != "gru":
             raise ValueError(f"reset_after must be None for kind={kind!r}; got {reset_after}.")
     if nonlinearity not in NONLINEARITIES:
@@ -607,7 +601,7 @@ def to_keras_weights(layer, *, strict=True):
         A learned ``h0`` with ``strict=True``.
     """
     kind = _layer_kind(layer)
-    strict = _check_flag("strict", strict)
+    strict = boolean("strict", strict)
     if layer.learn_h0 and strict:
         raise ValueError("layer has a learned initial state (params['h0']) that Keras weights cannot hold; got "
                          "strict=True. Call to_keras_weights(layer, strict=False) and pass "

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.validation import drop_probability, float_dtype, positive_int
-from hiddenstate.cells.base import check_rng, uniform_init
+from hiddenstate.validation import drop_probability, float_dtype, generator, positive_int
+from hiddenstate.cells.base import uniform_init
 from hiddenstate.functional import cross_entropy, softmax
 from hiddenstate.layers import GRU, LSTM, RNN
 
@@ -118,7 +118,7 @@ class CharRNN:
         self.embedding_dim = None if embedding_dim is None else positive_int("embedding_dim", embedding_dim)
         self.dropout = drop_probability("dropout", dropout)
         self.dtype = float_dtype("dtype", dtype)
-        rng = check_rng(rng)
+        rng = generator(rng)
         self._rng = rng  # default source of dropout masks
         V, H = self.vocab_size, self.hidden_size
         input_size = V if self.embedding_dim is None else self.embedding_dim
@@ -249,7 +249,7 @@ class CharRNN:
         hs, state, rnn_cache = self.rnn.forward(x, state, training=training, rng=rng if rng is not None else self._rng)  # (T, N, H)
         mask = None
         if training and self.dropout > 0.0:
-            rng = self._rng if rng is None else check_rng(rng)
+            rng = self._rng if rng is None else generator(rng)
             keep = rng.random(hs.shape, dtype=np.float32) >= self.dropout  # (T, N, H)
             mask = keep.astype(self.dtype) / self.dtype.type(1.0 - self.dropout)
             hs = hs * mask
@@ -382,7 +382,7 @@ class CharRNN:
                 or not np.isfinite(temperature) or temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}. "
                              "Use 1.0 for the model's own distribution, 0 for greedy decoding.")
-        rng = check_rng(rng)
+        rng = generator(rng)
         out = np.empty(length, dtype=np.int64)
         if length == 0:
             return out
