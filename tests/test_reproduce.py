@@ -6,8 +6,9 @@ seeds (see the margins noted next to each assertion).
 import numpy as np
 import pytest
 
-from hiddenstate.experiments import reproduce, tasks
+from hiddenstate.experiments import reproduce, tasks, training
 from hiddenstate.gradcheck import check_grads
+from hiddenstate.train.optim import Adam
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -57,29 +58,29 @@ def test_training_gradients_match_finite_differences(cell, loss):
     """The readout, losses and layer backward compose into the exact gradient."""
     rng = np.random.default_rng(0)
     T, N, I, H, V = 5, 3, 4, 6, 5
-    net = reproduce._Net(cell, I, H, V, rng=rng)
+    net = training.Net(cell, I, H, V, rng=rng)
     x = rng.standard_normal((T, N, I))
     h0 = net.zero_state(N)
     targets = {
-        "bce": lambda: reproduce._bce(rng.integers(0, 2, (T, N, V)).astype(float)),
-        "ce": lambda: reproduce._ce(rng.integers(0, V, (T, N))),
-        "mse": lambda: reproduce._mse(rng.standard_normal((T, N, V))),
-        "mse_last": lambda: reproduce._mse_last(rng.standard_normal(N)),
+        "bce": lambda: training.bce_loss(rng.integers(0, 2, (T, N, V)).astype(float)),
+        "ce": lambda: training.ce_loss(rng.integers(0, V, (T, N))),
+        "mse": lambda: training.mse_loss(rng.standard_normal((T, N, V))),
+        "mse_last": lambda: training.last_step_mse_loss(rng.standard_normal(N)),
     }
     loss_fn = targets[loss]()
-    _, grads, _ = reproduce._loss_and_grads(net, x, h0, loss_fn)
-    f = lambda: reproduce._loss_and_grads(net, x, h0, loss_fn)[0]  # noqa: E731
+    _, grads, _ = training.loss_and_grads(net, x, h0, loss_fn)
+    f = lambda: training.loss_and_grads(net, x, h0, loss_fn)[0]  # noqa: E731
     check_grads(f, net.params, grads, rtol=1e-6)
 
 
 def test_stream_training_updates_once_per_window():
     """Stateful truncated BPTT: the chunks run as one batch, one update per window."""
     rng = np.random.default_rng(1)
-    net = reproduce._Net("rnn", 1, 3, 1, rng=rng)
-    opt = reproduce.Adam(net.params, lr=1e-3)
+    net = training.Net("rnn", 1, 3, 1, rng=rng)
+    opt = Adam(net.params, lr=1e-3)
     x = rng.integers(0, 2, (60, 1)).astype(float)
-    hist = reproduce._fit_stream(net, opt, x, np.roll(x, -1, 0), reproduce._bce,
-                                 n_chunks=4, window=5, passes=2, clip=1.0)
+    hist = training.fit_stream(net, opt, x, np.roll(x, -1, 0), training.bce_loss,
+                               n_chunks=4, window=5, passes=2, clip=1.0)
     assert len(hist) == 2 and all(np.isfinite(hist))
     assert opt.step_count == 2 * 3  # 60 steps = 4 chunks of 15 = 3 windows of 5; 2 passes
 

@@ -8,6 +8,7 @@ HTML report (:mod:`hiddenstate.report`). None of those packages imports this one
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -16,47 +17,49 @@ from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.report import build_report
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.loop import load
+from hiddenstate.validation import generator, positive_int
 
 __all__ = ["inspect_checkpoint", "loss_history"]
 
 
-def loss_history(run_dir: pathlib.Path):
+def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
     """Training and validation loss curves from a run's ``log.jsonl``.
 
     Parameters
     ----------
-    run_dir : pathlib.Path
+    run_dir : str or os.PathLike
         A run directory of :func:`hiddenstate.train.train`.
 
     Returns
     -------
     dict or None
         ``{"train": (steps, nats), "validation": (steps, nats)}``, each a pair of float64 arrays of
-        shape (K,) (nats per character against the optimizer step); None without a log.
+        shape (K,) (nats per character against the optimizer step; a curve without any point is
+        left out); None without a log or without any point. Lines that are not a JSON object
+        with a numeric ``step`` are skipped, as are losses that are not numbers.
     """
-    log = run_dir / "log.jsonl"
+    log = pathlib.Path(os.fspath(run_dir)) / "log.jsonl"
     if not log.is_file():
         return None
-    tr_s, tr_l, va_s, va_l = [], [], [], []
+    curves = {"train": ([], []), "validation": ([], [])}
     for line in log.read_text(encoding="utf-8").splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not isinstance(rec, dict) or "step" not in rec:
+        if not isinstance(rec, dict) or not _is_number(rec.get("step")):
             continue
-        if isinstance(rec.get("train_loss"), (int, float)):
-            tr_s.append(rec["step"])
-            tr_l.append(rec["train_loss"])
-        if isinstance(rec.get("val_loss"), (int, float)):
-            va_s.append(rec["step"])
-            va_l.append(rec["val_loss"])
-    out = {}
-    if tr_s:
-        out["train"] = (np.asarray(tr_s, dtype=np.float64), np.asarray(tr_l, dtype=np.float64))
-    if va_s:
-        out["validation"] = (np.asarray(va_s, dtype=np.float64), np.asarray(va_l, dtype=np.float64))
+        for name, key in (("train", "train_loss"), ("validation", "val_loss")):
+            if _is_number(rec.get(key)):
+                curves[name][0].append(rec["step"])
+                curves[name][1].append(rec[key])
+    out = {name: (np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64))
+           for name, (steps, values) in curves.items() if steps}
     return out or None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
@@ -84,10 +87,16 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
 
     Raises
     ------
-    FileNotFoundError, ValueError
-        From :func:`hiddenstate.train.load` for a missing or invalid checkpoint; ValueError when
-        the text has fewer than 20 characters of the vocabulary.
+    FileNotFoundError
+        From :func:`hiddenstate.train.load` when there is no checkpoint at ``checkpoint``.
+    ValueError
+        From :func:`hiddenstate.train.load` for an invalid checkpoint; when the text has fewer than
+        20 characters of the model's vocabulary; when ``n_chars`` is not positive.
+    TypeError
+        When ``n_chars`` is not an integer or ``rng`` not a :class:`numpy.random.Generator`.
     """
+    n_chars = positive_int("n_chars", n_chars)
+    rng = np.random.default_rng(0) if rng is None else generator(rng)
     trained = load(checkpoint)
     model, vocab, cfg = trained.model, trained.vocab, trained.config
     if text_file is not None:
@@ -95,7 +104,7 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
         source = pathlib.Path(text_file).name
     else:
         corpus = load_text(cfg.data)
-        raw = corpus[int(round(len(corpus) * (1.0 - cfg.val_fraction))):]
+        raw = corpus[round(len(corpus) * (1.0 - cfg.val_fraction)):]
         nl = raw.find("\n")
         raw = raw[nl + 1:] if 0 <= nl < 200 else raw  # start at a line
         source = "validation text"
@@ -121,4 +130,4 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     subtitle = (f"Character-level {model.cell.upper()} ({layers} units) trained {trained.step:,} steps on {data}; "
                 f"measured on {len(text):,} characters of {source}"
                 + ("; fixed points with the input held at ' '." if space is not None else "."))
-    return build_report(out, an, title="Inside the hidden state", subtitle=subtitle)
+    return build_report(out, an, title="Inside the hidden state", subtitle=subtitle, max_chars=len(text))

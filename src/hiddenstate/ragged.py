@@ -31,9 +31,7 @@ import numbers
 
 import numpy as np
 
-from hiddenstate.validation import shape_str
-from hiddenstate.layers import reverse_padded
-from hiddenstate.validation import boolean
+from hiddenstate.validation import boolean, shape_str
 from hiddenstate.validation import lengths as check_lengths
 
 __all__ = [
@@ -42,8 +40,76 @@ __all__ = [
     "lengths_from_mask",
     "mask_from_lengths",
     "pad_sequences",
+    "reverse_index",
     "reverse_padded",
+    "reverse_time",
 ]
+
+
+def reverse_index(T: int, lengths) -> np.ndarray:
+    """Time index (T, N) that reverses each column within its own length (an involution).
+
+    Parameters
+    ----------
+    T : int
+        Padded length.
+    lengths : ndarray of int, shape (N,)
+        Valid steps per column, each in [0, T] (already validated).
+
+    Returns
+    -------
+    ndarray of int64, shape (T, N)
+        ``idx[t, n] = lengths[n] - 1 - t`` for ``t < lengths[n]``, else ``t`` (padding stays).
+    """
+    t = np.arange(T)[:, None]
+    lens = np.asarray(lengths)[None, :]
+    return np.where(t < lens, lens - 1 - t, t)
+
+
+def reverse_time(a: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    """``a`` (T, N, ...) with each column's time reversed by ``idx`` from :func:`reverse_index`.
+
+    Parameters
+    ----------
+    a : ndarray of shape (T, N, ...)
+    idx : ndarray of int, shape (T, N), or None
+        None reverses the whole time axis (every column has length T).
+
+    Returns
+    -------
+    ndarray of shape (T, N, ...), C-contiguous (a new array)
+    """
+    if idx is None:
+        return np.ascontiguousarray(a[::-1])
+    return a[idx, np.arange(a.shape[1])[None, :]]
+
+
+def reverse_padded(x, lengths) -> np.ndarray:
+    """Reverse each sequence of a padded batch within its own length; padding stays in place.
+
+    Parameters
+    ----------
+    x : ndarray of shape (T, N, ...)
+        Time-major padded batch.
+    lengths : array_like of int, shape (N,)
+        Valid steps per column, each in [0, T].
+
+    Returns
+    -------
+    ndarray of shape (T, N, ...)
+        ``out[t, n] = x[lengths[n] - 1 - t, n]`` for ``t < lengths[n]``, else ``x[t, n]``.
+        Applying it twice gives back ``x``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        ``x`` with fewer than two axes; ``lengths`` of the wrong shape, type or range.
+    """
+    x = np.asarray(x)
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (T, N, ...); got {shape_str(x.shape)}.")
+    lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+    return reverse_time(x, reverse_index(x.shape[0], lengths))
 
 
 def _time_major(name: str, a, batch_first: bool, min_ndim: int = 2) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 
 __all__ = [
     "boolean",
+    "choice",
     "drop_probability",
     "expect_shape",
     "float_array",
@@ -293,3 +294,23 @@ def lengths(value, T: int, N: int, *, name: str = "lengths") -> np.ndarray:
     if N and (arr.min() < 0 or arr.max() > T):
         raise ValueError(f"{name} must lie in [0, T={T}]; got values in [{arr.min()}, {arr.max()}].")
     return arr.astype(np.int64)
+
+
+def choice(name: str, value, options) -> str:
+    """Return ``value`` if it is one of ``options`` (strings, e.g. a cell kind or a dtype name).
+
+    Parameters
+    ----------
+    name : str
+    value : str
+    options : sequence of str
+        The allowed values, in the order the message lists them.
+
+    Raises
+    ------
+    ValueError
+        For any other value (including one of another type); the message lists the options.
+    """
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}.")
+    return value

@@ -1,7 +1,44 @@
-"""One cell per file: Elman RNN, GRU and LSTM, each with its forward and exact backward kernels."""
+"""The cell kinds, one module each (Elman RNN, GRU, LSTM), and the registry that names them.
 
+Each module declares its :class:`~hiddenstate.cells.base.CellKind` once (gate blocks, scan
+kernels, recorded gates, step Jacobian, options, reachable box) and its one-step cell class;
+the sequence layers (:mod:`hiddenstate.layers`) and every analysis tool read the kind from a
+layer's ``kind`` attribute. To add a kind, write a module like :mod:`~hiddenstate.cells.gru`
+and add its ``KIND`` to :data:`KINDS`.
+"""
+
+from hiddenstate.cells import gru, lstm, rnn
+from hiddenstate.cells.base import Cell, CellKind, Record, Step
 from hiddenstate.cells.gru import GRUCell
 from hiddenstate.cells.lstm import LSTMCell
 from hiddenstate.cells.rnn import RNNCell
 
-__all__ = ["GRUCell", "LSTMCell", "RNNCell"]
+#: Every cell kind by name.
+KINDS: dict[str, CellKind] = {k.name: k for k in (rnn.KIND, gru.KIND, lstm.KIND)}
+
+
+def kind_of(obj) -> CellKind:
+    """The :class:`CellKind` of a layer or cell of this package (its ``kind`` attribute).
+
+    Parameters
+    ----------
+    obj : hiddenstate layer or cell
+        An :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU`, :class:`~hiddenstate.LSTM`, a
+        cell, or anything else whose ``kind`` attribute is a registered :class:`CellKind`.
+
+    Returns
+    -------
+    CellKind
+
+    Raises
+    ------
+    TypeError
+        If ``obj`` has no registered cell kind.
+    """
+    kind = getattr(obj, "kind", None)
+    if not isinstance(kind, CellKind) or KINDS.get(kind.name) is not kind:
+        raise TypeError(f"layer must be a hiddenstate RNN, GRU or LSTM layer or cell; got {type(obj).__name__}.")
+    return kind
+
+
+__all__ = ["KINDS", "Cell", "CellKind", "GRUCell", "LSTMCell", "RNNCell", "Record", "Step", "kind_of"]

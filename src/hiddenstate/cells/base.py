@@ -1,24 +1,242 @@
-"""What the three cells share: parameters in torch's layout, validation, one-step forward/backward."""
+"""What every cell kind declares, and the one-step cell built on it.
+
+A *cell kind* (:class:`CellKind`) is the whole definition of one recurrence, written once in its
+own module (:mod:`~hiddenstate.cells.rnn`, :mod:`~hiddenstate.cells.gru`,
+:mod:`~hiddenstate.cells.lstm`):
+
+* its gate blocks: the names of the G row blocks of ``weight_ih`` (G*H, I) and ``weight_hh``
+  (G*H, H), in torch's order;
+* the forward and exact backward **scan kernels** over all T steps (the contract below), which
+  can also record every gate value they compute (``record=True``);
+* ``recorded(cache)``: those values as named (T, N, H) arrays (:class:`Record`), which is what
+  :func:`hiddenstate.probe.trace` returns;
+* ``jacobian(record, w_hh, **options)``: the step Jacobian ``dF/dh`` (and ``dF/dc``) from them,
+  which gradient flow, fixed points and the reports use;
+* the options that change the math (``nonlinearity``, ``reset_after``), the keep gate, the box
+  of reachable states.
+
+:meth:`CellKind.step` runs the scan kernel for one step and hands back the new state, the record
+and the Jacobian: the one-step map ``F`` of the network, with nothing re-derived.
+
+Kernel contract
+---------------
+``scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, **options) -> (hs, final, cache)``
+    ``xw`` (T, N, G*H): the input projection ``x_t W_ih^T + b_ih`` of every step, computed by
+    the caller in one matrix multiply. ``h0`` (N, H) (LSTM: a pair ``(h0, c0)``). ``w_hh``
+    (G*H, H), ``b_hh`` (G*H,) or None. ``keep`` (T, N, 1) bool or None: where False the step
+    is padding and the state is carried unchanged. ``reset`` (T, N, 1) bool or None: where True
+    the step starts from ``h0`` instead of the previous state (no gradient crosses that
+    boundary). ``record``: also keep the pre-activations. Returns every step's state ``hs``
+    (T, N, H), the final state ``final`` (a copy of ``h0`` when T = 0; LSTM: a pair) and an
+    opaque ``cache`` for the backward kernel and ``recorded``.
+``scan_backward(cache, d_hs, d_final) -> (d_xw, d_w_hh, d_b_hh, d_h0)``
+    ``d_hs`` (T, N, H): gradient of the loss with respect to ``hs`` (or None); ``d_final``
+    with respect to the final state (or None; LSTM: a pair, either part None). ``d_xw``
+    (T, N, G*H), ``d_w_hh`` (G*H, H), ``d_b_hh`` (G*H,), ``d_h0`` shaped like ``h0``. The
+    weight gradients are one matrix multiply after the time loop.
+
+Adding a cell kind means writing one module with these pieces, a :class:`CellKind` and its
+layer and cell classes, and registering it in :data:`hiddenstate.cells.KINDS`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Callable
+
 import numpy as np
 
+from hiddenstate.params import uniform_init
 from hiddenstate.validation import boolean, float_array, float_dtype, generator, positive_int, shape_str, state_array
 
+__all__ = ["Cell", "CellKind", "Record", "Step"]
 
-def uniform_init(rng: np.random.Generator, shape, hidden_size: int, dtype) -> np.ndarray:
-    """PyTorch's default RNN initialisation U(-1/sqrt(H), 1/sqrt(H))."""
-    k = 1.0 / np.sqrt(hidden_size)
-    return rng.uniform(-k, k, size=shape).astype(dtype)
+
+@dataclass(frozen=True)
+class Record:
+    """What a scan kernel computed at every step, by name, in processing order.
+
+    Attributes
+    ----------
+    h : ndarray of shape (T, N, H)
+        The state each step produced (before padding is applied).
+    h_prev : ndarray of shape (T, N, H)
+        The state each step read (after resets).
+    gates : dict of str to ndarray of shape (T, N, H)
+        Gate values and candidates (GRU r, z, n; LSTM i, f, g, o; none for the Elman RNN).
+    preacts : dict of str to ndarray of shape (T, N, H)
+        Arguments of the nonlinearities (RNN ``a``; the gates' pre-activations), or empty when
+        the kernel ran without ``record=True``.
+    c, c_prev : ndarray of shape (T, N, H) or None
+        LSTM cell state after / before each step.
+    s : ndarray of shape (T, N, H) or None
+        GRU: ``W_hn h + b_hn`` (``reset_after=True``) or ``r * h`` (the Cho form).
+    """
+
+    h: np.ndarray
+    h_prev: np.ndarray
+    gates: dict
+    preacts: dict = field(default_factory=dict)
+    c: np.ndarray | None = None
+    c_prev: np.ndarray | None = None
+    s: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a cell from one state, with everything it computed (:meth:`CellKind.step`).
+
+    Attributes
+    ----------
+    state : ndarray of shape (N, S)
+        The new state, ``S = H`` (LSTM: ``2H``, ``(h, c)`` concatenated, ``h`` first).
+    record : Record
+        The step's gates and pre-activations, each of shape (1, N, H).
+    jacobian : ndarray of shape (N, S, S)
+        ``d state_new / d state`` (row ``i`` is the gradient of ``state_new[:, i]``).
+    """
+
+    state: np.ndarray
+    record: Record
+    jacobian: np.ndarray
+
+
+@dataclass(frozen=True)
+class CellKind:
+    """The definition of one kind of recurrent cell (see the module docstring).
+
+    Attributes
+    ----------
+    name : str
+        ``"rnn"``, ``"gru"`` or ``"lstm"``: the key in :data:`hiddenstate.cells.KINDS`.
+    blocks : tuple of str
+        Names of the G row blocks of the weights, in order (``("h",)``, ``("r", "z", "n")``,
+        ``("i", "f", "g", "o")``).
+    gates : tuple of str
+        Names of the recorded gate values (:attr:`Record.gates`).
+    preacts : tuple of str
+        Names of the recorded pre-activations.
+    sigmoid_gates : tuple of str
+        The gates in [0, 1] (what gate statistics measure).
+    keep_gate : str or None
+        The gate whose value near 1 carries the state unchanged (GRU ``z``, LSTM ``f``).
+    has_cell : bool
+        The state is a pair ``(h, c)`` (LSTM).
+    options : tuple of str
+        Constructor options that change the math (``nonlinearity``, ``reset_after``).
+    scan_forward, scan_backward : callable
+        The kernels (contract in the module docstring).
+    recorded : callable
+        ``recorded(cache) -> Record`` from a forward cache.
+    jacobian : callable
+        ``jacobian(record, w_hh, **options) -> ndarray (..., S, S)`` for record arrays of shape
+        (..., H) (any leading axes, e.g. (K, N)): ``d state_t / d state_{t-1}``.
+    bounds : callable
+        ``bounds(H, **options) -> list of (low, high)`` of length S: a box that contains every
+        state reachable from a state inside it (None: unbounded).
+    """
+
+    name: str
+    blocks: tuple
+    gates: tuple
+    preacts: tuple
+    sigmoid_gates: tuple
+    keep_gate: str | None
+    has_cell: bool
+    options: tuple
+    scan_forward: Callable
+    scan_backward: Callable
+    recorded: Callable
+    jacobian: Callable
+    bounds: Callable
+
+    @property
+    def num_gates(self) -> int:
+        """G, the number of gate blocks in the weights."""
+        return len(self.blocks)
+
+    def state_size(self, hidden_size: int) -> int:
+        """S: H, or 2H for a cell whose state is ``(h, c)``."""
+        return 2 * hidden_size if self.has_cell else hidden_size
+
+    def step(self, weights: dict, x: np.ndarray, state: np.ndarray, **options) -> Step:
+        """One step ``state -> F(state)`` with input ``x``, its record and its Jacobian.
+
+        Runs :attr:`scan_forward` for T = 1 (so the map is exactly the layers' map).
+
+        Parameters
+        ----------
+        weights : dict
+            ``weight_ih`` (G*H, I), ``weight_hh`` (G*H, H), optional ``bias_ih``, ``bias_hh``
+            (G*H,), in torch's layout.
+        x : ndarray of shape (N, I)
+        state : ndarray of shape (N, S)
+            ``h``, or ``(h, c)`` concatenated for the LSTM.
+        **options
+            This kind's :attr:`options` (e.g. ``reset_after=True``).
+
+        Returns
+        -------
+        Step
+        """
+        w_hh = weights["weight_hh"]
+        H = w_hh.shape[1]
+        xw = x @ weights["weight_ih"].T  # (N, G*H)
+        if weights.get("bias_ih") is not None:
+            xw = xw + weights["bias_ih"]
+        s = np.ascontiguousarray(state)
+        s0 = (s[:, :H], s[:, H:]) if self.has_cell else s
+        with np.errstate(under="ignore"):
+            _, final, cache = self.scan_forward(xw[None], s0, w_hh, weights.get("bias_hh"), record=True, **options)
+            rec = self.recorded(cache)
+            J = self.jacobian(Record(*(_first(v) for v in (rec.h, rec.h_prev, rec.gates, rec.preacts, rec.c,
+                                                               rec.c_prev, rec.s))), w_hh, **options)
+        new = np.concatenate(final, axis=1) if self.has_cell else final
+        return Step(state=new, record=rec, jacobian=J)
+
+
+def _first(v):
+    """Step 0 of a record entry (arrays (1, N, H) -> (N, H); dicts entry-wise; None stays)."""
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        return {k: a[0] for k, a in v.items()}
+    return v[0]
 
 
 class Cell:
-    """Base of :class:`RNNCell`, :class:`GRUCell` and :class:`LSTMCell` (one recurrence step)."""
+    """One recurrence step of a cell kind with its own parameters (base of the three cells).
 
-    num_gates = 1
-    is_lstm = False
-    _kernel = None
+    Subclasses set :attr:`kind` (a :class:`CellKind`); the constructor arguments and the
+    parameters are torch's (``torch.nn.RNNCell``/``GRUCell``/``LSTMCell``).
+
+    Parameters
+    ----------
+    input_size : int
+        I, features per input vector.
+    hidden_size : int
+        H, hidden units.
+    bias : bool, default True
+        Whether ``bias_ih`` and ``bias_hh`` (each (G*H,)) exist.
+    dtype : {float64, float32}, default float64
+    rng : numpy.random.Generator, optional
+        Draws the initial weights from U(-1/sqrt(H), 1/sqrt(H)) like PyTorch.
+
+    Attributes
+    ----------
+    kind : CellKind
+        What kind of cell this is (a class attribute).
+    params : dict of str to ndarray
+        ``weight_ih`` (G*H, I), ``weight_hh`` (G*H, H), ``bias_ih`` (G*H,), ``bias_hh`` (G*H,).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Sizes that are not positive integers, a non-bool ``bias``, a dtype other than
+        float32/float64, an ``rng`` that is not a Generator.
+    """
+
+    kind: CellKind
 
     def __init__(self, input_size, hidden_size, *, bias=True, dtype=np.float64, rng=None):
         self.input_size = positive_int("input_size", input_size)
@@ -26,7 +244,7 @@ class Cell:
         self.bias = boolean("bias", bias)
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
-        G, H, I = self.num_gates, self.hidden_size, self.input_size
+        G, H, I = self.kind.num_gates, self.hidden_size, self.input_size
         self.params = {
             "weight_ih": uniform_init(rng, (G * H, I), H, self.dtype),
             "weight_hh": uniform_init(rng, (G * H, H), H, self.dtype),
@@ -35,13 +253,25 @@ class Cell:
             self.params["bias_ih"] = uniform_init(rng, (G * H,), H, self.dtype)
             self.params["bias_hh"] = uniform_init(rng, (G * H,), H, self.dtype)
 
-    def _options(self):
-        return {}
+    @property
+    def num_gates(self) -> int:
+        """G, the number of gate blocks."""
+        return self.kind.num_gates
 
-    def __repr__(self):
-        return f"{type(self).__name__}({self.input_size}, {self.hidden_size})"
+    @property
+    def is_lstm(self) -> bool:
+        """True when the state is a pair ``(h, c)``."""
+        return self.kind.has_cell
 
-    # -- state ---------------------------------------------------------------------------------
+    @property
+    def options(self) -> dict:
+        """The kind's options of this cell (e.g. ``{"reset_after": False}``)."""
+        return {name: getattr(self, name) for name in self.kind.options}
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({self.input_size}, {self.hidden_size}{opts})"
+
     def _state(self, h, batch, unbatched):
         H = self.hidden_size
         legend = f"(H={H},)" if unbatched else f"(N={batch}, H={H})"
@@ -61,12 +291,26 @@ class Cell:
             return one("h", h[0]), one("c", h[1])
         return one("h", h)
 
-    # -- forward / backward ----------------------------------------------------------------------
     def forward(self, x, h=None):
-        """One step: returns ``(h_new, cache)`` (LSTM: ``((h_new, c_new), cache)``).
+        """One step, keeping what :meth:`backward` needs.
 
-        ``x`` of shape (N, I) or (I,); ``h`` of shape (N, H) or (H,), None meaning zeros
-        (LSTM: a pair). Raises ValueError/TypeError for shapes, dtypes or NaN/Inf.
+        Parameters
+        ----------
+        x : ndarray of shape (N, I) or (I,), float
+        h : ndarray of shape (N, H) or (H,), optional
+            Previous state; None means zeros. LSTM: a pair ``(h, c)``.
+
+        Returns
+        -------
+        h_new : ndarray of shape (N, H) or (H,)
+            LSTM: a pair ``(h_new, c_new)``.
+        cache : object
+            Opaque; pass it to :meth:`backward`.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Shapes, dtypes or NaN/Inf in ``x`` or ``h``.
         """
         x = float_array("x", x, dtype=self.dtype)
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
@@ -80,30 +324,42 @@ class Cell:
         xw = x2 @ p["weight_ih"].T  # (N, G*H)
         if self.bias:
             xw += p["bias_ih"]
-        fwd, _ = self._kernel
         with np.errstate(under="ignore"):
-            _, final, kcache = fwd(xw[None], state0, p["weight_hh"], p.get("bias_hh"), **self._options())
+            _, final, kcache = self.kind.scan_forward(xw[None], state0, p["weight_hh"], p.get("bias_hh"),
+                                                      **self.options)
         if unbatched:
             final = tuple(s[0] for s in final) if self.is_lstm else final[0]
         return final, (x2, kcache, unbatched)
 
     def __call__(self, x, h=None):
+        """``h_new = cell(x, h)`` (see :meth:`forward`)."""
         return self.forward(x, h)[0]
 
     def backward(self, cache, d_out):
-        """Gradients of one step: returns ``(grads, dx, dh)`` (LSTM: ``dh`` is ``(dh, dc)``).
+        """Gradients of one step.
 
-        ``d_out`` is the gradient with respect to the new state (LSTM: a pair, either part None).
-        ``grads`` has the keys of :attr:`params`.
+        Parameters
+        ----------
+        cache : object
+            From :meth:`forward`.
+        d_out : ndarray of shape (N, H) or (H,)
+            Gradient of the loss with respect to the new state (LSTM: a pair ``(dh, dc)``,
+            either part None).
+
+        Returns
+        -------
+        grads : dict
+            Same keys and shapes as :attr:`params`.
+        dx : ndarray shaped like ``x``
+        dh : ndarray shaped like ``h`` (LSTM: a pair ``(dh, dc)``)
         """
         x2, kcache, unbatched = cache
         if unbatched:
             d_out = tuple(None if d is None else np.asarray(d)[None] for d in d_out) if self.is_lstm else np.asarray(d_out)[None]
         elif self.is_lstm and d_out is not None:
             d_out = tuple(d_out)
-        _, bwd = self._kernel
         with np.errstate(under="ignore"):
-            dxw, dw_hh, db_hh, dstate = bwd(kcache, None, d_out)
+            dxw, dw_hh, db_hh, dstate = self.kind.scan_backward(kcache, None, d_out)
         dxw = dxw[0]  # (N, G*H)
         p = self.params
         grads = {"weight_ih": dxw.T @ x2, "weight_hh": dw_hh}

@@ -9,7 +9,7 @@ Gate order r, z, n (PyTorch). Two forms of the candidate:
   one (N, H) x (H, 3H) product per step serves all three gates.
 
 Both end in ``h_t = z * h_{t-1} + (1 - z) * n`` (:func:`hiddenstate.seeds.hidden_state_update`).
-Kernel contract: see :mod:`hiddenstate.cells.rnn`.
+Kernel contract: :mod:`hiddenstate.cells.base`.
 
 Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
 (3, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate (r and z only
@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.cells.base import Cell, CellKind, Record
 from hiddenstate.functional import gru_blend
-from hiddenstate.cells.base import Cell
+from hiddenstate.validation import boolean
 
-__all__ = ["GRUCell", "scan_backward", "scan_forward"]
-
-NUM_GATES = 3
+__all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
 
 
-def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
+def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, reset_after=False):
+    """GRU recurrence over all T steps (contract: :mod:`hiddenstate.cells.base`)."""
     T, N, H3 = xw.shape
     H = H3 // 3
     dt = xw.dtype
@@ -56,6 +56,7 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False
     hs = hnew if keep is None else np.empty_like(S)
     gh = np.empty((G, N, H), dtype=dt)
     rs = np.empty((N, H), dtype=dt)
+    pre = np.empty((T, 3, N, H), dtype=dt) if record else None  # pre-activations, only when recording
     h = h0
     for t in range(T):
         if reset is not None:
@@ -64,6 +65,8 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False
         np.matmul(h, w_g, out=gh)  # (G, N, H): W_hr h / 2, W_hz h / 2 (and W_hn h) in one product
         rz, n, s = A[t, :2], A[t, 2], S[t]
         rz += gh[:2]
+        if pre is not None:
+            np.multiply(rz, 2.0, out=pre[t, :2])  # undo the exact halving
         np.tanh(rz, out=rz)  # r and z: sigmoid = 0.5 * tanh(a / 2) + 0.5
         rz *= 0.5
         rz += 0.5
@@ -77,17 +80,21 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False
         else:
             np.multiply(r, h, out=s)
             n += np.matmul(s, w_n_t, out=rs)
+        if pre is not None:
+            pre[t, 2] = n
         np.tanh(n, out=n)
         a = gru_blend(z, h, n, out=hnew[t])
         if keep is not None:
             hs[t] = np.where(keep[t], a, h)
         h = hs[t]
-    cache = (A, S, hprev, w_hh, h0, keep, reset, reset_after)
+    cache = (A, S, hprev, w_hh, h0, keep, reset, reset_after, hnew, pre)
     return hs, h.copy() if T else h0.copy(), cache
 
 
-def scan_backward(cache, dhs, d_final):
-    A, S, hprev, w_hh, h0, keep, reset, reset_after = cache
+def scan_backward(cache, d_hs, d_final):
+    """Exact BPTT through :func:`scan_forward` (contract: :mod:`hiddenstate.cells.base`)."""
+    dhs = d_hs
+    A, S, hprev, w_hh, h0, keep, reset, reset_after, _, _ = cache
     T, N, H = S.shape
     R, Z, Nc = A[:, 0], A[:, 1], A[:, 2]  # (T, N, H) each
     # every factor that does not depend on the recurrence, for all steps at once
@@ -146,6 +153,47 @@ def scan_backward(cache, dhs, d_final):
     return dxw, dw_hh, db_hh, dh0
 
 
+def recorded(cache) -> Record:
+    """Gates r, z, candidate n, ``s`` and (if recorded) pre-activations from a :func:`scan_forward` cache."""
+    A, S, hprev, *_, hnew, pre = cache
+    gates = {"r": A[:, 0], "z": A[:, 1], "n": A[:, 2]}
+    preacts = {} if pre is None else {"r": pre[:, 0], "z": pre[:, 1], "n": pre[:, 2]}
+    return Record(h=hnew, h_prev=hprev, gates=gates, preacts=preacts, s=S)
+
+
+def jacobian(rec: Record, w_hh: np.ndarray, *, reset_after: bool = False) -> np.ndarray:
+    """``dh_t/dh_{t-1}`` of ``h_t = z h_{t-1} + (1 - z) n`` for record arrays (..., H); returns (..., H, H).
+
+    ``diag(z) + diag((1 - z)(1 - n^2)) dA_n/dh + diag((h_{t-1} - n) z (1 - z)) W_hz``, where the
+    candidate's argument depends on ``h`` through ``r`` and, in the Cho form, through ``r * h``
+    (Cho et al. 2014, Eqs. 5-8). The first term is the carried part, the "gradient highway".
+    """
+    g = rec.gates
+    r, z, n, hp, s = g["r"], g["z"], g["n"], rec.h_prev, rec.s
+    H = z.shape[-1]
+    W_r, W_z, W_n = w_hh[:H], w_hh[H:2 * H], w_hh[2 * H:]
+    dr, dz, dn = r * (1.0 - r), z * (1.0 - z), 1.0 - n * n
+    Jz = dz[..., :, None] * W_z
+    if reset_after:
+        M = r[..., :, None] * W_n + (s * dr)[..., :, None] * W_r
+    else:
+        M = W_n * r[..., None, :] + W_n @ ((hp * dr)[..., :, None] * W_r)
+    J = (1.0 - z)[..., :, None] * (dn[..., :, None] * M) + (hp - n)[..., :, None] * Jz
+    return J + np.eye(H) * z[..., None, :]  # + diag(z): the carried part
+
+
+def bounds(hidden_size: int, *, reset_after: bool = False) -> list:
+    """(-1, 1) per unit: a GRU state is a convex combination of its previous state and a tanh candidate."""
+    return [(-1.0, 1.0)] * hidden_size
+
+
+#: The gated recurrent unit (Cho et al. 2014; both places of the reset gate), declared once.
+KIND = CellKind(name="gru", blocks=("r", "z", "n"), gates=("r", "z", "n"), preacts=("r", "z", "n"),
+                sigmoid_gates=("r", "z"), keep_gate="z", has_cell=False, options=("reset_after",),
+                scan_forward=scan_forward, scan_backward=scan_backward, recorded=recorded, jacobian=jacobian,
+                bounds=bounds)
+
+
 class GRUCell(Cell):
     """Gated recurrent unit cell (Cho et al. 2014), PyTorch parameter layout.
 
@@ -174,14 +222,8 @@ class GRUCell(Cell):
         gate order r, z, n.
     """
 
-    num_gates = NUM_GATES
-    _kernel = staticmethod(scan_forward), staticmethod(scan_backward)
+    kind = KIND
 
     def __init__(self, input_size, hidden_size, *, bias=True, reset_after=False, dtype=np.float64, rng=None):
-        if not isinstance(reset_after, (bool, np.bool_)):
-            raise TypeError(f"reset_after must be a bool; got {type(reset_after).__name__}.")
-        self.reset_after = bool(reset_after)
+        self.reset_after = boolean("reset_after", reset_after)
         super().__init__(input_size, hidden_size, bias=bias, dtype=dtype, rng=rng)
-
-    def _options(self):
-        return {"reset_after": self.reset_after}

@@ -4,7 +4,7 @@ Gate order i, f, g, o (PyTorch). The state is a pair (h, c):
 ``i = sigmoid(.)``, ``f = sigmoid(.)``, ``g = tanh(.)``, ``o = sigmoid(.)`` of
 ``W_ih x + b_ih + W_hh h + b_hh``; ``c' = f * c + i * g``; ``h' = o * tanh(c')``
 (Hochreiter & Schmidhuber 1997; forget gate of Gers, Schmidhuber & Cummins 2000).
-Kernel contract: see :mod:`hiddenstate.cells.rnn`; here ``h0``, ``final`` and ``d_h0`` are (h, c) pairs.
+Kernel contract: :mod:`hiddenstate.cells.base`; here ``h0``, ``final`` and ``d_h0`` are (h, c) pairs.
 
 Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
 (4, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate, one ``tanh``
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells.base import Cell
+from hiddenstate.cells.base import Cell, CellKind, Record
 
-__all__ = ["LSTMCell", "scan_backward", "scan_forward"]
-
-NUM_GATES = 4
+__all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
 
 
 # sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 (functional.sigmoid). The kernel halves the rows of the
@@ -29,8 +27,9 @@ NUM_GATES = 4
 _HALF = (0.5, 0.5, 1.0, 0.5)  # gate order i, f, g, o
 
 
-def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
-    h0, c0 = state0
+def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):
+    """LSTM recurrence over all T steps; ``h0`` is the pair ``(h0, c0)`` (contract: :mod:`hiddenstate.cells.base`)."""
+    h0, c0 = h0
     T, N, H4 = xw.shape
     H = H4 // 4
     dt = xw.dtype
@@ -47,6 +46,7 @@ def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
     cs = C if keep is None else np.empty_like(C)
     gh = np.empty((4, N, H), dtype=dt)
     ig = np.empty((N, H), dtype=dt)
+    pre = np.empty((T, 4, N, H), dtype=dt) if record else None  # pre-activations, only when recording
     h, c = h0, c0
     for t in range(T):
         if reset is not None:
@@ -56,6 +56,8 @@ def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
         cprev[t] = c
         a = A[t]
         a += np.matmul(h, w4, out=gh)  # (4, N, H): one batched product for the four gates
+        if pre is not None:
+            np.divide(a, half, out=pre[t])  # undo the exact halving
         np.tanh(a, out=a)  # g; and tanh(a / 2) for i, f, o
         for s in (a[:2], a[3]):  # i, f, o: sigmoid = 0.5 * tanh(a / 2) + 0.5
             s *= 0.5
@@ -71,13 +73,15 @@ def scan_forward(xw, state0, w_hh, b_hh, keep=None, reset=None):
             hs[t] = np.where(keep[t], o * tc, h)
             cs[t] = np.where(keep[t], cn, c)
         h, c = hs[t], cs[t]
-    cache = (A, TC, hprev, cprev, w_hh, h0, c0, keep, reset)
+    cache = (A, TC, hprev, cprev, w_hh, h0, c0, keep, reset, C, hs, pre)
     final = (h.copy(), c.copy()) if T else (h0.copy(), c0.copy())
     return hs, final, cache
 
 
-def scan_backward(cache, dhs, d_final):
-    A, TC, hprev, cprev, w_hh, h0, c0, keep, reset = cache
+def scan_backward(cache, d_hs, d_final):
+    """Exact BPTT through :func:`scan_forward`; ``d_final`` and ``d_h0`` are pairs (contract: :mod:`hiddenstate.cells.base`)."""
+    dhs = d_hs
+    A, TC, hprev, cprev, w_hh, h0, c0, keep, reset, *_ = cache
     T, _, N, H = A.shape
     I, F, G, O = A[:, 0], A[:, 1], A[:, 2], A[:, 3]  # (T, N, H) each
     dh_last, dc_last = (None, None) if d_final is None else d_final
@@ -124,6 +128,50 @@ def scan_backward(cache, dhs, d_final):
     return DA, dw_hh, db_hh, (dh0, dc0)
 
 
+def recorded(cache) -> Record:
+    """Gates i, f, g, o, cell states and (if recorded) pre-activations from a :func:`scan_forward` cache."""
+    A, TC, hprev, cprev, *_, C, hs, pre = cache
+    h = A[:, 3] * TC  # o * tanh(c): the state each step produced (``hs`` carries padding)
+    gates = {k: A[:, j] for j, k in enumerate("ifgo")}
+    preacts = {} if pre is None else {k: pre[:, j] for j, k in enumerate("ifgo")}
+    return Record(h=h, h_prev=hprev, gates=gates, preacts=preacts, c=C, c_prev=cprev)
+
+
+def jacobian(rec: Record, w_hh: np.ndarray) -> np.ndarray:
+    """Jacobian of ``(h_t, c_t)`` with respect to ``(h_{t-1}, c_{t-1})`` for record arrays (..., H).
+
+    Returns (..., 2H, 2H) with blocks ``[[dh/dh, dh/dc], [dc/dh, dc/dc]]``: ``dc/dc = diag(f)`` is
+    the constant error carousel (Hochreiter & Schmidhuber 1997; Gers et al. 2000) and
+    ``dh/dc = diag(o (1 - tanh(c)^2) f)``.
+    """
+    g = rec.gates
+    i, f, gg, o = g["i"], g["f"], g["g"], g["o"]
+    cp, c = rec.c_prev, rec.c
+    H = i.shape[-1]
+    tc = np.tanh(c)
+    Wi, Wf, Wg, Wo = (w_hh[k * H:(k + 1) * H] for k in range(4))
+    dc_dh = ((cp * f * (1.0 - f))[..., :, None] * Wf + (gg * i * (1.0 - i))[..., :, None] * Wi
+             + (i * (1.0 - gg * gg))[..., :, None] * Wg)
+    do_dh = (o * (1.0 - o))[..., :, None] * Wo
+    k_c = o * (1.0 - tc * tc)
+    dh_dh = tc[..., :, None] * do_dh + k_c[..., :, None] * dc_dh
+    eye = np.eye(H)
+    dh_dc = eye * (k_c * f)[..., None, :]
+    dc_dc = eye * f[..., None, :]
+    return np.concatenate([np.concatenate([dh_dh, dh_dc], axis=-1), np.concatenate([dc_dh, dc_dc], axis=-1)], axis=-2)
+
+
+def bounds(hidden_size: int) -> list:
+    """(-1, 1) for each unit of ``h`` (``o * tanh(c)``), unbounded for ``c``."""
+    return [(-1.0, 1.0)] * hidden_size + [(None, None)] * hidden_size
+
+
+#: The long short-term memory cell with a forget gate, declared once.
+KIND = CellKind(name="lstm", blocks=("i", "f", "g", "o"), gates=("i", "f", "g", "o"), preacts=("i", "f", "g", "o"),
+                sigmoid_gates=("i", "f", "o"), keep_gate="f", has_cell=True, options=(), scan_forward=scan_forward,
+                scan_backward=scan_backward, recorded=recorded, jacobian=jacobian, bounds=bounds)
+
+
 class LSTMCell(Cell):
     """Long short-term memory cell (Hochreiter & Schmidhuber 1997), PyTorch parameter layout.
 
@@ -152,6 +200,4 @@ class LSTMCell(Cell):
     ``((h', c'), cache)``; ``cell.backward(cache, (dh', dc'))`` returns ``(grads, dx, (dh, dc))``.
     """
 
-    num_gates = NUM_GATES
-    is_lstm = True
-    _kernel = staticmethod(scan_forward), staticmethod(scan_backward)
+    kind = KIND

@@ -4,41 +4,31 @@
 (Elman 1990 with PyTorch's parameter layout: ``weight_ih`` (H, I), ``weight_hh`` (H, H)).
 ``"sigmoid"`` (logistic units in [0, 1]) is Elman's own choice; torch offers only tanh and relu.
 
-Kernel contract (shared by the three cell files and used by :mod:`hiddenstate.layers`):
-
-``scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, **options) -> (hs, final, cache)``
-    ``xw`` (T, N, G*H): the input projection ``x_t W_ih^T + b_ih`` of every step, computed by
-    the caller in one matrix multiply. ``h0`` (N, H). ``keep`` (T, N, 1) bool or None: where
-    False the step is padding and the state is carried unchanged. ``reset`` (T, N, 1) bool or
-    None: where True the step starts from ``h0`` instead of the previous state (and no gradient
-    crosses that boundary). Returns every step's output state ``hs`` (T, N, H) and the final
-    state ``final`` (``h0`` itself when T = 0). For the LSTM ``h0``, ``final`` are (h, c) pairs.
-``scan_backward(cache, dhs, d_final) -> (dxw, dw_hh, db_hh, d_h0)``
-    ``dhs`` (T, N, H) gradient of the loss with respect to ``hs`` (or None), ``d_final`` with
-    respect to the final state (or None); ``d_h0`` has the structure of ``h0``. Weight gradients are one matrix multiply after
-    the time loop.
+Kernel contract: :mod:`hiddenstate.cells.base`. The step Jacobian is
+``dF/dh = diag(act'(a)) W_hh`` (Pascanu, Mikolov & Bengio 2013, Eq. 7).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.cells.base import Cell, CellKind, Record
 from hiddenstate.functional import sigmoid
-from hiddenstate.cells.base import Cell
 
-__all__ = ["RNNCell", "scan_backward", "scan_forward"]
+__all__ = ["KIND", "NONLINEARITIES", "RNNCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
 
-NUM_GATES = 1
 NONLINEARITIES = ("tanh", "relu", "sigmoid")
 
 
-def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tanh"):
+def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, nonlinearity="tanh"):
+    """Elman recurrence over all T steps (contract: :mod:`hiddenstate.cells.base`)."""
     T, N, H = xw.shape
     xw = xw + b_hh if b_hh is not None else xw  # (T, N, H), bias folded once outside the loop
     w_t = np.ascontiguousarray(w_hh.T)  # (H, H); a contiguous copy: up to 1.2x faster products than the view
     hnew = np.empty((T, N, H), dtype=xw.dtype)  # activation output of every step
     hs = hnew if keep is None else np.empty_like(hnew)
     hprev = np.empty_like(hnew)  # the state each step read (after resets)
+    pre = np.empty_like(hnew) if record else None  # pre-activations, kept only when recording
     act = nonlinearity
     h = h0
     for t in range(T):
@@ -48,6 +38,8 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tan
         a = hnew[t]
         np.matmul(h, w_t, out=a)
         a += xw[t]
+        if pre is not None:
+            pre[t] = a
         if act == "tanh":
             np.tanh(a, out=a)
         elif act == "relu":
@@ -57,19 +49,25 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tan
         if keep is not None:
             hs[t] = np.where(keep[t], a, h)
         h = hs[t]
-    cache = (hnew, hprev, w_hh, h0, keep, reset, act)
+    cache = (hnew, hprev, w_hh, h0, keep, reset, act, pre)
     return hs, h.copy() if T else h0.copy(), cache
 
 
-def scan_backward(cache, dhs, dh_last):
-    hnew, hprev, w_hh, h0, keep, reset, act = cache
-    T, N, H = hnew.shape
+def _derivative(act: str, h: np.ndarray) -> np.ndarray:
+    """``act'(a)`` from the activation's output ``h = act(a)``."""
     if act == "tanh":
-        deriv = 1.0 - hnew * hnew  # (T, N, H)
-    elif act == "relu":
-        deriv = (hnew > 0).astype(hnew.dtype)
-    else:
-        deriv = hnew * (1.0 - hnew)
+        return 1.0 - h * h
+    if act == "relu":
+        return (h > 0).astype(h.dtype)
+    return h * (1.0 - h)
+
+
+def scan_backward(cache, d_hs, d_final):
+    """Exact BPTT through :func:`scan_forward` (contract: :mod:`hiddenstate.cells.base`)."""
+    dhs, dh_last = d_hs, d_final
+    hnew, hprev, w_hh, h0, keep, reset, act, _ = cache
+    T, N, H = hnew.shape
+    deriv = _derivative(act, hnew)  # (T, N, H)
     da = np.empty_like(hnew)  # (T, N, H) pre-activation gradients
     carry = np.zeros_like(h0) if dh_last is None else np.array(dh_last, dtype=h0.dtype)
     dh0 = np.zeros_like(h0)
@@ -90,6 +88,29 @@ def scan_backward(cache, dhs, dh_last):
     dw_hh = da.reshape(-1, H).T @ hprev.reshape(-1, H)  # (H, H)
     db_hh = da.sum(axis=1).sum(axis=0)  # two-level sum: over N, then over T
     return da, dw_hh, db_hh, dh0
+
+
+def recorded(cache) -> Record:
+    """Every step's state and pre-activation from a :func:`scan_forward` cache (no gates)."""
+    hnew, hprev, *_, pre = cache
+    return Record(h=hnew, h_prev=hprev, gates={}, preacts={} if pre is None else {"a": pre})
+
+
+def jacobian(rec: Record, w_hh: np.ndarray, *, nonlinearity: str = "tanh") -> np.ndarray:
+    """``dh_t/dh_{t-1} = diag(act'(a_t)) W_hh`` for record arrays of shape (..., H); returns (..., H, H)."""
+    return _derivative(nonlinearity, rec.h)[..., :, None] * w_hh
+
+
+def bounds(hidden_size: int, *, nonlinearity: str = "tanh") -> list:
+    """The range of the activation, per unit: (-1, 1) tanh, (0, 1) sigmoid, (0, None) relu."""
+    box = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "relu": (0.0, None)}[nonlinearity]
+    return [box] * hidden_size
+
+
+#: The Elman RNN (tanh, relu or Elman's logistic units), declared once.
+KIND = CellKind(name="rnn", blocks=("h",), gates=(), preacts=("a",), sigmoid_gates=(), keep_gate=None,
+                has_cell=False, options=("nonlinearity",), scan_forward=scan_forward,
+                scan_backward=scan_backward, recorded=recorded, jacobian=jacobian, bounds=bounds)
 
 
 class RNNCell(Cell):
@@ -121,14 +142,10 @@ class RNNCell(Cell):
     Equivalent to ``torch.nn.RNNCell`` with the same weights.
     """
 
-    _kernel = staticmethod(scan_forward), staticmethod(scan_backward)
-    num_gates = NUM_GATES
+    kind = KIND
 
     def __init__(self, input_size, hidden_size, *, nonlinearity="tanh", bias=True, dtype=np.float64, rng=None):
         if nonlinearity not in NONLINEARITIES:
             raise ValueError(f"nonlinearity must be one of {NONLINEARITIES}; got {nonlinearity!r}.")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias=bias, dtype=dtype, rng=rng)
-
-    def _options(self):
-        return {"nonlinearity": self.nonlinearity}

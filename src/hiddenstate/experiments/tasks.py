@@ -2,7 +2,10 @@
 
 One function per task, each drawing every random number from an explicit
 ``numpy.random.Generator`` (same seed, same data). Sequence tasks are returned
-time-major, ``(T, N, ...)``, the layout the layers use inside.
+time-major, ``(T, N, ...)``, the layout the layers use inside. Elman's sentence corpus lives
+in :mod:`hiddenstate.experiments.sentences` and :func:`one_hot` in
+:mod:`hiddenstate.experiments.encoding`; both are re-exported here, so this module is the one
+place to import a task from.
 
 =====================  ==============================================  ==========================
 task                   paper                                           generator
@@ -33,11 +36,19 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import generator, positive_int
+from hiddenstate.experiments.encoding import one_hot
+from hiddenstate.experiments.sentences import (
+    ELMAN_CATEGORIES,
+    ELMAN_NOUN_GROUPS,
+    ELMAN_TEMPLATES,
+    ELMAN_VOCAB,
+    SentenceCorpus,
+    elman_sentences,
+)
+from hiddenstate.validation import generator, positive_int, real
 
 __all__ = [
     "ELMAN_CATEGORIES",
@@ -57,39 +68,6 @@ __all__ = [
     "one_hot",
     "temporal_xor",
 ]
-
-
-def one_hot(ids: np.ndarray, size: int, *, dtype=np.float64) -> np.ndarray:
-    """One-hot encode integer ids.
-
-    Parameters
-    ----------
-    ids : ndarray of int, any shape S
-        Values in ``[0, size)``.
-    size : int
-        Length of each one-hot vector.
-    dtype : dtype, default float64
-
-    Returns
-    -------
-    ndarray of shape S + (size,), dtype ``dtype``
-
-    Raises
-    ------
-    ValueError
-        If an id lies outside ``[0, size)``.
-    """
-    ids = np.asarray(ids)
-    size = positive_int("size", size)
-    if not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"ids must be an integer array; got dtype {ids.dtype}.")
-    if ids.size and (ids.min() < 0 or ids.max() >= size):
-        raise ValueError(
-            f"ids must lie in [0, size={size}); got values in [{ids.min()}, {ids.max()}]."
-        )
-    out = np.zeros(ids.shape + (size,), dtype=dtype)
-    np.put_along_axis(out, ids[..., None], 1.0, axis=-1)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,6 +93,13 @@ def temporal_xor(n_triples: int, *, rng: np.random.Generator) -> np.ndarray:
         The *phase* of position ``t`` is ``t % 3``; at phase 2, ``bits[t] ==
         bits[t-2] ^ bits[t-1]``. For next-bit prediction (input ``bits[t]``, target
         ``bits[t+1]``) the target is predictable exactly when ``t % 3 == 1``.
+
+    Raises
+    ------
+    TypeError
+        If ``n_triples`` is not an integer, or ``rng`` is not a ``numpy.random.Generator``.
+    ValueError
+        If ``n_triples`` is not positive.
 
     Examples
     --------
@@ -179,6 +164,13 @@ def elman_letters(n_consonants: int, *, rng: np.random.Generator) -> tuple[np.nd
         ``M = 2*n_b + 3*n_d + 4*n_g``.
     features : ndarray of shape (M, 6), float64
         ``LETTER_FEATURES[letters]``: the network's inputs (and, shifted by one, targets).
+
+    Raises
+    ------
+    TypeError
+        If ``n_consonants`` is not an integer, or ``rng`` is not a ``numpy.random.Generator``.
+    ValueError
+        If ``n_consonants`` is not positive.
     """
     n_consonants = positive_int("n_consonants", n_consonants)
     rng = generator(rng, required=True)
@@ -189,226 +181,6 @@ def elman_letters(n_consonants: int, *, rng: np.random.Generator) -> tuple[np.nd
     return letters, LETTER_FEATURES[letters]
 
 
-# ----------------------------------------------------------------------------------------------
-# Elman (1990): simple sentences
-# ----------------------------------------------------------------------------------------------
-
-ELMAN_CATEGORIES: dict[str, tuple[str, ...]] = {
-    "NOUN-HUM": ("man", "woman", "boy", "girl"),
-    "NOUN-ANIM": ("cat", "mouse", "dog"),
-    "NOUN-INANIM": ("book", "rock", "car"),
-    "NOUN-AGRESS": ("dragon", "monster", "lion"),
-    "NOUN-FRAG": ("glass", "plate"),
-    "NOUN-FOOD": ("cookie", "bread", "sandwich"),
-    "VERB-INTRAN": ("think", "sleep", "exist"),
-    "VERB-TRAN": ("see", "chase", "like"),
-    "VERB-AGPAT": ("move", "break"),
-    "VERB-PERCEPT": ("smell", "see"),
-    "VERB-DESTROY": ("break", "smash"),
-    "VERB-EAT": ("eat",),
-}
-"""Elman (1990) Table 3 with the members read off Fig. 7 (12 categories, 29 words).
-
-Disjoint version; ``see`` and ``break`` belong to two verb categories each, as in the
-paper. See :func:`elman_sentences` for the inclusive reading.
-"""
-
-ELMAN_TEMPLATES: tuple[tuple[str, ...], ...] = (
-    ("NOUN-HUM", "VERB-EAT", "NOUN-FOOD"),
-    ("NOUN-HUM", "VERB-PERCEPT", "NOUN-INANIM"),
-    ("NOUN-HUM", "VERB-DESTROY", "NOUN-FRAG"),
-    ("NOUN-HUM", "VERB-INTRAN"),
-    ("NOUN-HUM", "VERB-TRAN", "NOUN-HUM"),
-    ("NOUN-HUM", "VERB-AGPAT", "NOUN-INANIM"),
-    ("NOUN-HUM", "VERB-AGPAT"),
-    ("NOUN-ANIM", "VERB-EAT", "NOUN-FOOD"),
-    ("NOUN-ANIM", "VERB-TRAN", "NOUN-ANIM"),
-    ("NOUN-ANIM", "VERB-AGPAT", "NOUN-INANIM"),
-    ("NOUN-ANIM", "VERB-AGPAT"),
-    ("NOUN-INANIM", "VERB-AGPAT"),
-    ("NOUN-AGRESS", "VERB-DESTROY", "NOUN-FRAG"),
-    ("NOUN-AGRESS", "VERB-EAT", "NOUN-HUM"),
-    ("NOUN-AGRESS", "VERB-EAT", "NOUN-ANIM"),
-    ("NOUN-AGRESS", "VERB-EAT", "NOUN-FOOD"),
-)
-"""Elman (1990) Table 4: the 16 sentence templates (the text says 15)."""
-
-ELMAN_VOCAB: tuple[str, ...] = (
-    "man", "woman", "boy", "girl",
-    "cat", "mouse", "dog",
-    "book", "rock", "car",
-    "dragon", "monster", "lion",
-    "glass", "plate",
-    "cookie", "bread", "sandwich",
-    "think", "sleep", "exist",
-    "see", "chase", "like",
-    "move", "break",
-    "smell",
-    "smash",
-    "eat",
-    "zog",
-)
-"""The 29 words (18 nouns first, then 11 verbs) plus the novel word ``zog`` (id 29).
-
-Ids are positions in this tuple; one-hot inputs have 31 bits (id 30 is the second spare
-bit, never used).
-"""
-
-ELMAN_NOUN_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("man", "woman", "boy", "girl"),
-    ("cat", "mouse", "dog"),
-    ("dragon", "monster", "lion"),
-    ("book", "rock", "car"),
-    ("cookie", "bread", "sandwich"),
-    ("glass", "plate"),
-)
-"""The six noun groups of Elman's Fig. 7 (humans, small animals, aggressors,
-inanimates, food, breakables); the first three are the animates."""
-
-_N_NOUNS = 18
-_N_WORDS = 29
-_N_INPUTS = 31
-_ZOG = 29
-
-_INCLUSIVE_EXTRA = {
-    "NOUN-ANIM": ("NOUN-HUM", "NOUN-AGRESS"),
-    "NOUN-INANIM": ("NOUN-FRAG", "NOUN-FOOD"),
-    "VERB-TRAN": ("VERB-PERCEPT", "VERB-DESTROY", "VERB-EAT"),
-}
-
-
-@dataclass(frozen=True)
-class SentenceCorpus:
-    """A stream of Elman sentences and what is known about each token.
-
-    Attributes
-    ----------
-    words : ndarray of shape (M,), int64
-        Word id of each token (index into :data:`ELMAN_VOCAB`); sentences are concatenated
-        with no boundary marker.
-    categories : ndarray of shape (M,), int64
-        Category of each token, as the index into ``category_names`` of the template slot
-        that produced it (``see`` is VERB-TRAN or VERB-PERCEPT depending on the template).
-    sentence : ndarray of shape (M,), int64
-        Index of the sentence each token belongs to.
-    position : ndarray of shape (M,), int64
-        Position of the token within its sentence (0, 1 or 2).
-    templates : ndarray of shape (S,), int64
-        Template (row of :data:`ELMAN_TEMPLATES`) of each sentence.
-    likelihood : ndarray of shape (M, 31), float64
-        Row ``t`` is the empirical distribution of the token at ``t + 1`` over all tokens of
-        the corpus that end the same within-sentence prefix (the prefix is the sentence up
-        to and including token ``t``). This is Elman's "likelihood vector" target for the
-        prediction made at ``t``. The stream wraps around (token ``M-1`` is followed by token
-        0). Each row sums to 1.
-    category_names : tuple of str
-        Names of the categories, in the order of :data:`ELMAN_CATEGORIES`.
-    vocab : tuple of str
-        :data:`ELMAN_VOCAB`.
-    """
-
-    words: np.ndarray
-    categories: np.ndarray
-    sentence: np.ndarray
-    position: np.ndarray
-    templates: np.ndarray
-    likelihood: np.ndarray
-    category_names: tuple[str, ...]
-    vocab: tuple[str, ...]
-
-    @property
-    def n_inputs(self) -> int:
-        """Size of the one-hot code: 31 (29 words, ``zog`` and one unused spare bit)."""
-        return _N_INPUTS
-
-    def one_hot(self) -> np.ndarray:
-        """The token stream as one-hot rows, shape (M, 31), float64."""
-        return one_hot(self.words, _N_INPUTS)
-
-
-def elman_sentences(
-    n_sentences: int,
-    *,
-    rng: np.random.Generator,
-    inclusive: bool = False,
-    zog: bool = False,
-) -> SentenceCorpus:
-    """Elman's simple-sentence corpus: random 2- and 3-word sentences from 16 templates.
-
-    Elman (1990) [1]_, section "Discovering the notion 'word'"/"lexical classes": 10,000
-    sentences, each made by choosing a template (Table 4) uniformly and then each word
-    uniformly from its category (Table 3), concatenated with no sentence boundaries
-    (about 27,500 words). The network predicts the next word; its hidden states,
-    averaged per word, cluster into nouns/verbs, animates/inanimates, ... (Fig. 7).
-
-    Parameters
-    ----------
-    n_sentences : int
-        Number of sentences.
-    rng : numpy.random.Generator
-    inclusive : bool, default False
-        The paper says some categories "may be included in others". With ``inclusive=True``
-        a slot of NOUN-ANIM may also draw from NOUN-HUM and NOUN-AGRESS, NOUN-INANIM from
-        NOUN-FRAG and NOUN-FOOD, and VERB-TRAN from VERB-PERCEPT, VERB-DESTROY and VERB-EAT
-        (our reading). Default: the disjoint table :data:`ELMAN_CATEGORIES`.
-    zog : bool, default False
-        Replace every ``man`` by the novel word ``zog`` (id 29, the first spare input bit),
-        as in Elman's Fig. 8 test of a frozen network.
-
-    Returns
-    -------
-    SentenceCorpus
-        Token ids, categories, positions and likelihood vectors (see its attributes).
-    """
-    n_sentences = positive_int("n_sentences", n_sentences)
-    rng = generator(rng, required=True)
-    names = tuple(ELMAN_CATEGORIES)
-    word_id = {w: i for i, w in enumerate(ELMAN_VOCAB)}
-    members = {c: [word_id[w] for w in ws] for c, ws in ELMAN_CATEGORIES.items()}
-    if inclusive:
-        for c, extra in _INCLUSIVE_EXTRA.items():
-            members[c] = sorted(set(members[c]).union(*(members[e] for e in extra)))
-    templates = rng.integers(0, len(ELMAN_TEMPLATES), size=n_sentences)
-    words, cats, sent, pos = [], [], [], []
-    for s, k in enumerate(templates):
-        for p, cat in enumerate(ELMAN_TEMPLATES[int(k)]):
-            choices = members[cat]
-            words.append(choices[int(rng.integers(0, len(choices)))])
-            cats.append(names.index(cat))
-            sent.append(s)
-            pos.append(p)
-    words = np.asarray(words, dtype=np.int64)
-    if zog:
-        words[words == word_id["man"]] = _ZOG
-    position = np.asarray(pos, dtype=np.int64)
-    likelihood = _likelihood_vectors(words, position)
-    return SentenceCorpus(
-        words=words,
-        categories=np.asarray(cats, dtype=np.int64),
-        sentence=np.asarray(sent, dtype=np.int64),
-        position=position,
-        templates=templates.astype(np.int64),
-        likelihood=likelihood,
-        category_names=names,
-        vocab=ELMAN_VOCAB,
-    )
-
-
-def _likelihood_vectors(words: np.ndarray, position: np.ndarray) -> np.ndarray:
-    """Empirical next-word distribution given the within-sentence prefix, shape (M, 31)."""
-    m = words.shape[0]
-    nxt = np.roll(words, -1)  # wraps: the last token is followed by the first
-    # Encode each prefix (w0, ..., wt) as an integer key, base 32, length <= 3.
-    key = np.empty(m, dtype=np.int64)
-    running = 0
-    for t in range(m):
-        running = (words[t] + 1) if position[t] == 0 else running * 32 + (words[t] + 1)
-        key[t] = running
-    uniq, inverse = np.unique(key, return_inverse=True)
-    counts = np.zeros((uniq.shape[0], _N_INPUTS), dtype=np.float64)
-    np.add.at(counts, (inverse, nxt), 1.0)
-    counts /= counts.sum(axis=1, keepdims=True)
-    return counts[inverse]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,6 +214,13 @@ def adding_problem(
         ``x[..., 0]`` the values, ``x[..., 1]`` the markers.
     y : ndarray of shape (N,), float64
         Sum of the two marked values, in [0, 2].
+
+    Raises
+    ------
+    TypeError
+        If ``n`` or ``seq_len`` is not an integer, or ``rng`` is not a ``numpy.random.Generator``.
+    ValueError
+        If ``n`` or ``seq_len`` is not positive, or ``seq_len < 2``.
     """
     n = positive_int("n", n)
     seq_len = positive_int("seq_len", seq_len)
@@ -479,6 +258,14 @@ def copy_baseline(delay: int, *, n_symbols: int = 8, n_copy: int = 10) -> float:
     Returns
     -------
     float
+        Nats per step.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer.
+    ValueError
+        If a size is not positive.
     """
     delay = positive_int("delay", delay)
     n_symbols = positive_int("n_symbols", n_symbols)
@@ -519,6 +306,13 @@ def copy_memory(
         Input token ids in ``[0, n_symbols + 2)`` (one-hot them with :func:`one_hot`).
     y : ndarray of shape (delay + 2*n_copy, N), int64
         Target token ids in ``[0, n_symbols]``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer, or ``rng`` is not a ``numpy.random.Generator``.
+    ValueError
+        If a size is not positive.
     """
     n = positive_int("n", n)
     delay = positive_int("delay", delay)
@@ -572,12 +366,21 @@ def flipflop(
     inputs : ndarray of shape (T, N, n_bits), float64, values in {-1, 0, 1}
     targets : ndarray of shape (T, N, n_bits), float64, values in {-1, 1}
         ``targets[t, n, i]`` is the sign of the last nonzero ``inputs[s, n, i]``, ``s <= t``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer, ``p`` is not a number, or ``rng`` is not a
+        ``numpy.random.Generator``.
+    ValueError
+        If a size is not positive, or ``p`` is NaN or outside [0, 1].
     """
     n_trials = positive_int("n_trials", n_trials)
     seq_len = positive_int("seq_len", seq_len)
     n_bits = positive_int("n_bits", n_bits)
-    if not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"p must lie in [0, 1]; got {p}.")
+    p = real("p", p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must lie in [0, 1]; got {p}. It is a per-step pulse probability.")
     rng = generator(rng, required=True)
     shape = (seq_len, n_trials, n_bits)
     pulses = rng.random(shape) < p

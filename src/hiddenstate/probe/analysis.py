@@ -37,13 +37,13 @@ from hiddenstate.probe.gradflow import hidden_gradient_norms, jacobian_flow, spe
 from hiddenstate.probe.memory import memory_curve
 from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import text_features
-from hiddenstate.probe.trace import Trace, cell_kind, trace
+from hiddenstate import layers
+from hiddenstate.cells import kind_of
+from hiddenstate.probe.trace import Trace, trace
 from hiddenstate.probe.unitfeatures import best_units
 
 __all__ = ["Analysis", "analyze_model", "memory_sweep"]
 
-_KEEP_GATE = {"gru": "z", "lstm": "f"}
-_STAT_GATES = {"rnn": (), "gru": ("r", "z"), "lstm": ("i", "f", "o")}
 
 
 @dataclass
@@ -178,7 +178,8 @@ def analyze_model(
     Analysis
     """
     rng = np.random.default_rng(0) if rng is None else rng
-    kind = cell_kind(layer)
+    cell = kind_of(layer)
+    kind = cell.name
     timings = {}
     t0 = time.perf_counter()
     tr = trace(layer, x, h0, lengths=lengths)
@@ -193,7 +194,7 @@ def analyze_model(
     # gates
     t0 = time.perf_counter()
     for lt in tr:
-        for g in _STAT_GATES[kind]:
+        for g in cell.sigmoid_gates:
             an.gates.append(gate_statistics(lt.gates[g], mask=tr.mask, name=f"{lt.label} {g}"))
     timings["gates"] = time.perf_counter() - t0
 
@@ -282,12 +283,12 @@ def analyze_model(
                 used.add(unit)
                 r = float(u.r[unit])
                 an.text_units[f"unit {unit} · tracks {name} · r = {r:+.2f}"] = acts[:, unit]
-        if kind in _KEEP_GATE:
-            gate = tr[L - 1, 0].gates[_KEEP_GATE[kind]][:n_chars, 0]  # (T', H)
+        if cell.keep_gate is not None:
+            gate = tr[L - 1, 0].gates[cell.keep_gate][:n_chars, 0]  # (T', H)
             if n_chars:
                 j = int(np.argmax(gate.mean(axis=0)))
                 tau = 1.0 / max(1.0 - float(gate[:, j].mean()), 1e-12)
-                an.text_units[f"{_KEEP_GATE[kind]} gate of unit {j} · longest memory, τ ≈ {tau:.1f} steps"] = gate[:, j]
+                an.text_units[f"{cell.keep_gate} gate of unit {j} · longest memory, τ ≈ {tau:.1f} steps"] = gate[:, j]
         an.text = text[:n_chars]
     timings["text"] = time.perf_counter() - t0
     an.timings = timings
@@ -322,8 +323,6 @@ def memory_sweep(cell: str, hidden_sizes, x, targets, *, max_lag: int = 20, rng:
         One row per hidden size: ``"H"``, ``"parameters"``, ``"µs per step"`` (per sequence),
         ``"capacity"``, ``"horizon (R² ≥ 0.5)"`` or ``"horizon (acc ≥ 0.5)"``.
     """
-    from hiddenstate import layers
-
     cls = {"rnn": layers.RNN, "gru": layers.GRU, "lstm": layers.LSTM}.get(cell)
     if cls is None:
         raise ValueError(f"cell must be 'rnn', 'gru' or 'lstm'; got {cell!r}.")

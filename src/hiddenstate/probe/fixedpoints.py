@@ -30,6 +30,8 @@ from typing import Callable
 import numpy as np
 from scipy import optimize
 
+from hiddenstate.cells import kind_of
+
 __all__ = ["FixedPoint", "classify_point", "find_fixed_points", "layer_map", "reachable_box"]
 
 _KINDS = ("stable", "marginal", "saddle", "unstable")
@@ -307,51 +309,37 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
         whose state is ``(h, c)`` concatenated (``h`` first).
     jac : callable
         ``jac(s) -> ndarray (S, S)``, the analytic Jacobian ``dF/ds`` (the same step Jacobian as
-        :func:`hiddenstate.gradflow.step_jacobians`).
+        :func:`hiddenstate.probe.gradflow.step_jacobians`). Both run the cell kind's scan kernel
+        for one step (:meth:`hiddenstate.cells.base.CellKind.step`): the layers' own map.
 
     Raises
     ------
     ValueError
         If the indices are out of range or ``x`` has the wrong size.
     """
-    from hiddenstate.probe.gradflow import _jacobians_at
-    from hiddenstate.probe.trace import LayerTrace, cell_kind, cell_step
-
-    kind = cell_kind(layer)
-    L, D, H = layer.num_layers, layer.num_directions, layer.hidden_size
+    kind = kind_of(layer)
+    L, D = layer.num_layers, layer.num_directions
     li = layer_index % L if -L <= layer_index < L else None
     if li is None or not 0 <= direction < D:
         raise ValueError(f"layer_index must be in [-{L}, {L}) and direction in [0, {D}); got {layer_index}, {direction}.")
-    sfx = f"_l{li}" + ("_reverse" if direction else "")
     # float64 whatever the layer's dtype: q must reach ~1e-12 to call a point fixed
-    w = {k: (None if layer.params.get(k + sfx) is None else np.asarray(layer.params[k + sfx], dtype=np.float64))
-         for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+    w = {k: (None if v is None else np.asarray(v, dtype=np.float64)) for k, v in layer.weights(li, direction).items()}
     width = w["weight_ih"].shape[1]
     xv = np.zeros(width) if x is None else np.asarray(x, dtype=np.float64).reshape(-1)
     if xv.shape != (width,):
         raise ValueError(f"x must have shape ({width},) (the input width of layer {li}); got {np.shape(x)}.")
     xv = xv[None, :]  # (1, I)
-    opts = {"reset_after": layer.reset_after} if kind == "gru" else (
-        {"nonlinearity": layer.nonlinearity} if kind == "rnn" else {})
-    S = 2 * H if kind == "lstm" else H
+    opts = layer.options
+    S = kind.state_size(layer.hidden_size)
 
-    def _step(s):
-        s = np.asarray(s, dtype=np.float64).reshape(1, S)
-        h, c = (s[:, :H], s[:, H:]) if kind == "lstm" else (s, None)
-        return h, c, cell_step(kind, w, xv, h, c, **opts)
+    def step(s):
+        return kind.step(w, xv, np.asarray(s, dtype=np.float64).reshape(1, S), **opts)
 
     def F(s):
-        _, _, out = _step(s)
-        return np.concatenate([out["h"], out["c"]], axis=1)[0] if kind == "lstm" else out["h"][0]
+        return step(s).state[0]
 
     def jac(s):
-        h, c, out = _step(s)
-        one = lambda a: None if a is None else a[None]  # noqa: E731  (1, 1, H)
-        lt = LayerTrace(kind=kind, layer=li, direction=0, x=xv[None], h=one(out["h"]), h_prev=one(h),
-                        c=one(out.get("c")), c_prev=one(c), gates={k: one(v) for k, v in out["gates"].items()},
-                        preacts={k: one(v) for k, v in out["preacts"].items()}, mask=np.ones((1, 1), dtype=bool),
-                        reset=None, weights=w, options=opts, s=one(out.get("s")))
-        return _jacobians_at(lt, np.zeros((1, 1), dtype=np.int64))[0, 0]
+        return step(s).jacobian[0]
 
     return F, jac
 
@@ -368,13 +356,4 @@ def reachable_box(layer) -> list:
     -------
     list of (low, high) pairs, length S (H, or 2H for the LSTM)
     """
-    from hiddenstate.probe.trace import cell_kind
-
-    kind = cell_kind(layer)
-    H = layer.hidden_size
-    if kind == "lstm":
-        return [(-1.0, 1.0)] * H + [(None, None)] * H
-    if kind == "rnn":
-        box = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "relu": (0.0, None)}[layer.nonlinearity]
-        return [box] * H
-    return [(-1.0, 1.0)] * H
+    return kind_of(layer).bounds(layer.hidden_size, **layer.options)

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.probe.trace import LayerTrace, cell_kind, trace
+from hiddenstate.cells import kind_of
+from hiddenstate.cells.base import Record
+from hiddenstate.probe.trace import LayerTrace, trace
 
 __all__ = [
     "GradientNorms",
@@ -44,6 +46,7 @@ __all__ = [
     "backprop_hidden",
     "hidden_gradient_norms",
     "jacobian_flow",
+    "jacobians_at",
     "sensitivity",
     "spectral_bounds",
     "step_jacobians",
@@ -61,52 +64,29 @@ def _gather(a, t_idx):
     return a[np.clip(t_idx, 0, None), n]
 
 
-def _jacobians_at(lt: LayerTrace, t_idx: np.ndarray) -> np.ndarray:
-    """Step Jacobians d state_t / d state_{t-1} of a trace in processing order at times t_idx (K, N).
+def jacobians_at(lt: LayerTrace, t_idx: np.ndarray) -> np.ndarray:
+    """Step Jacobians ``d state_t / d state_{t-1}`` of a trace in processing order, at chosen times.
 
-    Returns (K, N, S, S) with S = H (2H for the LSTM state (h, c)); identity at padded steps,
-    zero at reset steps and at t_idx < 0.
+    The per-step math is the cell kind's (:attr:`hiddenstate.cells.base.CellKind.jacobian`);
+    this function adds what a ragged, reset batch needs.
+
+    Parameters
+    ----------
+    lt : LayerTrace
+        In processing order (:meth:`~hiddenstate.probe.trace.LayerTrace.in_processing_order`).
+    t_idx : ndarray of int, shape (K, N)
+        The step of each sequence to take, per row; negative entries give zero matrices.
+
+    Returns
+    -------
+    ndarray of shape (K, N, S, S), float
+        S = H, or 2H for the LSTM state (h, c); identity at padded steps, zero at steps that
+        were reset and at ``t_idx < 0``.
     """
-    kind, W = lt.kind, lt.weights["weight_hh"]
-    H = lt.hidden_size
-    g = {k: _gather(v, t_idx) for k, v in lt.gates.items()}  # (K, N, H)
-    hp = _gather(lt.h_prev, t_idx)
-    if kind == "rnn":
-        hn = _gather(lt.h, t_idx)
-        act = lt.options.get("nonlinearity", "tanh")
-        if act == "tanh":
-            d = 1.0 - hn * hn
-        elif act == "relu":
-            d = (_gather(lt.preacts["a"], t_idx) > 0).astype(hn.dtype)
-        else:
-            d = hn * (1.0 - hn)
-        J = d[..., :, None] * W  # (K, N, H, H)
-    elif kind == "gru":
-        r, z, n = g["r"], g["z"], g["n"]
-        s = _gather(lt.s, t_idx)
-        W_r, W_z, W_n = W[:H], W[H:2 * H], W[2 * H:]
-        dr, dz, dn = r * (1.0 - r), z * (1.0 - z), 1.0 - n * n
-        Jz = dz[..., :, None] * W_z
-        if lt.options.get("reset_after", False):
-            M = r[..., :, None] * W_n + (s * dr)[..., :, None] * W_r
-        else:
-            M = W_n * r[..., None, :] + W_n @ ((hp * dr)[..., :, None] * W_r)
-        J = (1.0 - z)[..., :, None] * (dn[..., :, None] * M) + (hp - n)[..., :, None] * Jz
-        J = J + np.eye(H) * z[..., None, :]  # + diag(z): the carried part
-    else:  # lstm, state (h, c)
-        i, f, gg, o = g["i"], g["f"], g["g"], g["o"]
-        cp, c = _gather(lt.c_prev, t_idx), _gather(lt.c, t_idx)
-        tc = np.tanh(c)
-        Wi, Wf, Wg, Wo = (W[k * H:(k + 1) * H] for k in range(4))
-        dc_dh = ((cp * f * (1.0 - f))[..., :, None] * Wf + (gg * i * (1.0 - i))[..., :, None] * Wi
-                 + (i * (1.0 - gg * gg))[..., :, None] * Wg)
-        do_dh = (o * (1.0 - o))[..., :, None] * Wo
-        k_c = o * (1.0 - tc * tc)
-        dh_dh = tc[..., :, None] * do_dh + k_c[..., :, None] * dc_dh
-        eye = np.eye(H)
-        dh_dc = eye * (k_c * f)[..., None, :]
-        dc_dc = eye * f[..., None, :]
-        J = np.concatenate([np.concatenate([dh_dh, dh_dc], axis=-1), np.concatenate([dc_dh, dc_dc], axis=-1)], axis=-2)
+    g = lambda a: None if a is None else _gather(a, t_idx)  # noqa: E731  (K, N, H)
+    rec = Record(h=g(lt.h), h_prev=g(lt.h_prev), gates={k: g(v) for k, v in lt.gates.items()},
+                 preacts={k: g(v) for k, v in lt.preacts.items()}, c=g(lt.c), c_prev=g(lt.c_prev), s=g(lt.s))
+    J = lt.cell.jacobian(rec, lt.weights["weight_hh"], **lt.options)
     S = J.shape[-1]
     valid = _gather(lt.mask, t_idx) & (t_idx >= 0)
     J = np.where(valid[..., None, None], J, np.eye(S))  # padding carries the state unchanged
@@ -137,7 +117,7 @@ def step_jacobians(lt: LayerTrace) -> np.ndarray:
     T, N = p.mask.shape
     t_idx = np.repeat(np.arange(T)[:, None], N, axis=1)
     with np.errstate(under="ignore"):
-        return _jacobians_at(p, t_idx)
+        return jacobians_at(p, t_idx)
 
 
 # --------------------------------------------------------------------------- products against lag
@@ -223,20 +203,20 @@ def jacobian_flow(source, *, max_lag: int | None = None, block: str = "h") -> Ja
             T, N = p.mask.shape
             lens = p.mask.sum(axis=0)
             H = p.hidden_size
-            S = 2 * H if p.kind == "lstm" else H
+            S = p.cell.state_size(H)
             K = T if max_lag is None else int(max_lag)
             if K < 0:
                 raise ValueError(f"max_lag must be >= 0; got {max_lag}.")
             # J at lag k is the step at index lens - k (the k-th step back from the last valid one)
             t_idx = lens[None, :] - np.arange(1, K + 1)[:, None]  # (K, N)
-            Js = _jacobians_at(p, t_idx) if K else None
+            Js = jacobians_at(p, t_idx) if K else None
 
             def J_of_lag(k):
                 return Js[k - 1]
 
-            sub = "h" if (p.kind == "lstm" and block == "h") else "state"
+            sub = "h" if (p.cell.has_cell and block == "h") else "state"
             fro, spec = _flow(J_of_lag, lens, K, S, sub, H, N)
-            blk = block if p.kind == "lstm" else "h"
+            blk = block if p.cell.has_cell else "h"
         else:
             J = np.asarray(source, dtype=np.float64)
             if J.ndim == 3:
@@ -385,7 +365,7 @@ def hidden_gradient_norms(layer, x, h0=None, *, dh_last=None) -> GradientNorms:
     ValueError
         For a bidirectional layer, or ``dh_last`` of the wrong shape.
     """
-    cell_kind(layer)
+    kind_of(layer)
     if layer.num_directions != 1:
         raise ValueError("layer must be unidirectional for gradient flow over time; got bidirectional=True. "
                          "Measure each direction with sensitivity(..., direction=d) instead.")
@@ -463,8 +443,8 @@ def spectral_bounds(layer) -> list[dict]:
         ``"sigma_max"``, ``"bound"`` (``1/gamma``, or None for gated cells) and
         ``"vanishing guaranteed"`` (True/False, or None when the bound does not apply).
     """
-    kind = cell_kind(layer)
-    names = {"rnn": ("h",), "gru": ("r", "z", "n"), "lstm": ("i", "f", "g", "o")}[kind]
+    kind = kind_of(layer).name
+    names = kind_of(layer).blocks
     H = layer.hidden_size
     rows = []
     for li in range(layer.num_layers):

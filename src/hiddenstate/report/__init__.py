@@ -1,4 +1,16 @@
-"""The self-contained HTML report of hidden-state measurements (figures drawn with matplotlib)."""
+"""The self-contained HTML report of hidden-state measurements (figures drawn with matplotlib).
+
+It renders the data it is given and imports nothing from :mod:`hiddenstate.probe`,
+:mod:`hiddenstate.train` or the application layer (:mod:`hiddenstate.app` joins them).
+
+* :mod:`~hiddenstate.report.page`: :func:`build_report` and :func:`render_html`, the HTML page;
+  its style sheet and script are package data in ``static/``, inlined into each page.
+* :mod:`~hiddenstate.report.plots`: one figure per measurement (loss, gates, gradient, memory,
+  PCA, eigenvalues).
+* :mod:`~hiddenstate.report.textview`: text coloured by unit activation.
+* :mod:`~hiddenstate.report.figures`: the plumbing shared with training and the experiments
+  (house style, Agg figures, PNG output).
+"""
 
 from hiddenstate.report.page import build_report, render_html
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.validation import drop_probability, float_dtype, generator, positive_int
-from hiddenstate.cells.base import uniform_init
+from hiddenstate.params import uniform_init
 from hiddenstate.functional import cross_entropy, softmax
 from hiddenstate.layers import GRU, LSTM, RNN
 

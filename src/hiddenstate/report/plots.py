@@ -1,0 +1,331 @@
+"""One figure per measurement of the report: loss, gates, gradient flow, memory, PCA, eigenvalues.
+
+Each function takes the measurement as :mod:`hiddenstate.probe` returns it (duck-typed: only the
+attributes named in its docstring are read, so this module imports nothing from ``probe``) and
+returns a :class:`matplotlib.figure.Figure` drawn in the house style of
+:mod:`hiddenstate.report.figures`. Save it inside :func:`~hiddenstate.report.figures.style` to get
+the house resolution too::
+
+    with style():
+        b64 = png_base64(loss_figure({"train": losses}))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from hiddenstate.report.figures import COLORS, KIND_COLORS, figure, style
+
+__all__ = ["eigenvalue_figure", "gates_figure", "gradient_figure", "is_keep_gate", "loss_figure",
+           "memory_figure", "pca_figure"]
+
+_REF_GREYS = ("#5f6368", "#9aa0a6", "#3c4043")  # dashed reference curves of the gradient figure
+
+
+def _xy(name: str, obj) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) float64 arrays of shape (n,) from an array (x = 0..n-1) or a pair (x, y)."""
+    if isinstance(obj, tuple) and len(obj) == 2:
+        x, y = np.asarray(obj[0], dtype=np.float64), np.asarray(obj[1], dtype=np.float64)
+    else:
+        y = np.asarray(obj, dtype=np.float64).reshape(-1)
+        x = np.arange(y.size, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"{name} must be an array (n,) or a pair (x, y) of equal-length arrays; got shapes "
+                         f"{x.shape} and {y.shape}.")
+    return x, y
+
+
+def _plain_log_ticks(axis) -> None:
+    """Label a log axis 1, 10, 100 rather than 10^0, 10^1, 10^2."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def is_keep_gate(name: str) -> bool:
+    """Whether a gate's label names a keep gate (GRU update ``z``, LSTM forget ``f``).
+
+    Parameters
+    ----------
+    name : str
+        A :class:`~hiddenstate.probe.gatestats.GateStats` name such as ``"layer 0 z"``; its last
+        word decides (``z``, ``f``, ``update`` or ``forget``, any case).
+
+    Returns
+    -------
+    bool
+    """
+    words = name.strip().split()
+    return bool(words) and words[-1].lower() in ("z", "f", "update", "forget")
+
+
+def loss_figure(loss: Mapping[str, object]):
+    """Loss curves against the step, each labelled with its last finite value.
+
+    Parameters
+    ----------
+    loss : mapping of str to array_like or pair of array_like
+        Curve name -> values of shape (S,) (drawn at x = 0..S-1) or a pair ``(steps, values)`` of
+        two arrays of shape (S,). Non-finite values are skipped.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If a pair's arrays differ in shape or are not one-dimensional.
+    """
+    with style():
+        fig, ax = figure(6.0, 3.2)
+        for name, obj in loss.items():
+            x, y = _xy(f"loss[{name!r}]", obj)
+            ok = np.isfinite(y)
+            ax.plot(x[ok], y[ok], lw=1.6, label=name)
+            if ok.any():
+                ax.annotate(f"{y[ok][-1]:.3f}", (x[ok][-1], y[ok][-1]), textcoords="offset points",
+                            xytext=(4, 0), va="center", fontsize=8, color="#3c4043")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.legend(loc="upper right")
+    return fig
+
+
+def gates_figure(gates: Sequence):
+    """The gate-saturation scatter of Karpathy et al. (2015), and the keep gates' time constants.
+
+    Parameters
+    ----------
+    gates : non-empty sequence of :class:`~hiddenstate.probe.gatestats.GateStats`
+        Reads ``name``, ``left`` and ``right`` (each of shape (H,)), ``low`` and ``high`` (the
+        thresholds of the first one label the axes) and, for keep gates (:func:`is_keep_gate`),
+        ``time_constant`` of shape (H,).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One axes (scatter, one dot per unit) or, when some gate is a keep gate, two: the scatter
+        and the sorted time constants ``1 / (1 - mean)`` on a log scale.
+    """
+    keep = any(is_keep_gate(g.name) for g in gates)
+    with style():
+        fig, axes = figure(6.4, 3.3, ncols=2, width_ratios=[1.15, 1]) if keep else figure(6.0, 3.3)
+        ax = axes[0] if keep else axes
+        ax.fill_between([0, 1], [1, 0], [1, 1], color="#f1f3f4", zorder=0, lw=0)
+        ax.plot([0, 1], [1, 0], color="#bdc1c6", lw=0.8, zorder=1)
+        for i, g in enumerate(gates):
+            ax.scatter(g.left, g.right, s=18, alpha=0.75, color=COLORS[i % len(COLORS)],
+                       edgecolors="white", linewidths=0.4, label=g.name, zorder=2)
+        ax.set_xlim(-0.03, 1.03)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"fraction left-saturated (< {gates[0].low:g})")
+        ax.set_ylabel(f"fraction right-saturated (> {gates[0].high:g})")
+        ax.set_title("gate saturation, one dot per unit")
+        ax.legend(loc="upper right", markerscale=1.3)
+        if keep:
+            ax2 = axes[1]
+            for i, g in enumerate(gates):  # the scatter's colour for each keep gate
+                if not is_keep_gate(g.name):
+                    continue
+                tau = np.sort(np.minimum(g.time_constant, 1e6))[::-1]  # (H,), longest first
+                ax2.plot(np.arange(1, tau.size + 1), tau, marker="o", ms=3, lw=1.2, label=g.name,
+                         color=COLORS[i % len(COLORS)])
+            ax2.set_yscale("log")
+            _plain_log_ticks(ax2.yaxis)
+            ax2.set_xlabel("unit (sorted)")
+            ax2.set_ylabel("time constant 1/(1 - mean) [steps]")
+            ax2.set_title("memory time constant")
+            ax2.axhline(10, color="#bdc1c6", lw=0.8, ls="--")
+            ax2.legend(loc="upper right")
+    return fig
+
+
+def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] | None = None):
+    """Gradient (or Jacobian-product) norms against the lag, on a log scale.
+
+    Parameters
+    ----------
+    gradient : mapping of str to array_like or pair of array_like
+        Curve name -> norms of shape (K,) (at lags 0..K-1) or a pair ``(lags, norms)``, e.g. from
+        :mod:`hiddenstate.probe.gradflow`. Values that are not finite and positive are skipped.
+    refs : mapping of str to array_like or pair of array_like, optional
+        Reference curves in the same forms, drawn thin, dashed and grey (e.g. the bound ``0.9**k``).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        If a pair's arrays differ in shape or are not one-dimensional.
+    """
+    with style():
+        fig, ax = figure(6.0, 3.4)
+        lo = np.inf
+        for name, obj in gradient.items():
+            x, y = _xy(f"gradient[{name!r}]", obj)
+            ok = np.isfinite(y) & (y > 0)
+            if ok.any():
+                lo = min(lo, y[ok].min())
+                ax.plot(x[ok], y[ok], lw=1.8, label=name)
+        for j, (name, obj) in enumerate((refs or {}).items()):
+            x, y = _xy(f"gradient_refs[{name!r}]", obj)
+            ok = np.isfinite(y) & (y > 0)
+            if ok.any():
+                ax.plot(x[ok], y[ok], lw=1.0, ls="--", color=_REF_GREYS[j % len(_REF_GREYS)], label=name)
+        ax.set_yscale("log")
+        if np.isfinite(lo):
+            ax.set_ylim(bottom=max(lo * 0.3, 1e-300))
+        ax.set_xlabel("lag k (steps back from the last step)")
+        ax.set_ylabel("norm")
+        ax.legend(loc="best")
+    return fig
+
+
+def memory_figure(memory: Mapping[str, object]):
+    """Memory curves: held-out decodability of the input k steps back, against k.
+
+    Parameters
+    ----------
+    memory : mapping of str to :class:`~hiddenstate.probe.memory.MemoryCurve`
+        Reads ``lags`` and ``score`` (shape (K+1,)), ``capacity`` (shown in the legend),
+        ``metric`` (``"r2"`` or ``"accuracy"``; the last one names the y axis) and ``chance``
+        (drawn dotted for accuracy).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with style():
+        fig, ax = figure(6.0, 3.4)
+        metric = None
+        for i, (name, mc) in enumerate(memory.items()):
+            color = COLORS[i % len(COLORS)]
+            ax.plot(mc.lags, mc.score, marker="o", ms=3.5, lw=1.6, color=color,
+                    label=f"{name} (capacity {mc.capacity:.1f})")
+            if mc.metric == "accuracy":
+                ax.axhline(mc.chance, color=color, lw=0.8, ls=":")
+            metric = mc.metric
+        ax.axhline(0.0, color="#9aa0a6", lw=0.8)
+        ax.set_ylim(min(-0.05, ax.get_ylim()[0]), 1.05)
+        ax.set_xlabel("lag k")
+        ax.set_ylabel("held-out R²" if metric == "r2" else "held-out accuracy")
+        ax.legend(loc="upper right")
+    return fig
+
+
+def _draw_fixed_points(ax, res, fixed_points, lo, hi) -> None:
+    """Fixed points of the PCA's state size, projected on PC1-PC2, unless far outside [lo, hi]."""
+    span = np.maximum(hi - lo, 1e-9)
+    seen = set()
+    for p in fixed_points:
+        if p.h.shape != res.mean.shape:
+            continue
+        xy = res.transform(p.h)[:2]
+        if xy.size < 2:
+            xy = np.append(xy, 0.0)
+        if np.any(xy < lo - 0.5 * span) or np.any(xy > hi + 0.5 * span):
+            continue  # far from every visited state: would squash the trajectory
+        stable = p.kind == "stable"
+        lab = None if p.kind in seen else f"{p.kind} fixed point"
+        seen.add(p.kind)
+        ax.scatter([xy[0]], [xy[1]], s=260 if stable else 130, marker="*" if stable else "X",
+                   color=KIND_COLORS.get(p.kind, "#3c4043"), edgecolors="#202124", linewidths=0.9,
+                   zorder=5, label=lab)
+
+
+def pca_figure(pca, fixed_points: Sequence = ()):
+    """The trajectory in the top-two principal-component plane, and the explained variance.
+
+    Parameters
+    ----------
+    pca : :class:`~hiddenstate.probe.pca.PCAResult`
+        Reads ``scores`` of shape (T, K) (one sequence) or (T, N, K) (the first 4 sequences are
+        drawn, the first one strongest), ``explained_variance_ratio`` (K,), and for fixed points
+        ``mean`` (H,) and ``transform``.
+    fixed_points : sequence of :class:`~hiddenstate.probe.fixedpoints.FixedPoint`, default ()
+        Drawn as stars (stable) or crosses (other kinds) when their ``h`` has the shape of
+        ``pca.mean`` and they lie near the trajectory.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two axes: the trajectory coloured by time step, and the per-component and cumulative
+        explained variance ratio of the first 10 components.
+    """
+    from matplotlib.collections import LineCollection
+
+    sc = np.asarray(pca.scores)
+    if sc.shape[-1] < 2:
+        sc = np.concatenate([sc, np.zeros(sc.shape[:-1] + (1,))], axis=-1)
+    trajs = [sc] if sc.ndim == 2 else [sc[:, n] for n in range(min(sc.shape[1], 4))]  # each (T, K)
+    with style():
+        fig, (ax, ax2) = figure(12.5, 4.6, ncols=2, width_ratios=[1.9, 1])
+        for j, tr in enumerate(trajs):
+            pts = tr[:, :2]  # (T, 2)
+            segs = np.stack([pts[:-1], pts[1:]], axis=1)  # (T-1, 2, 2)
+            lw = 1.4 if len(segs) < 300 else (0.9 if len(segs) < 1000 else 0.45)
+            lc = LineCollection(segs, cmap="viridis", linewidths=lw if j == 0 else 0.6 * lw,
+                                alpha=(0.95 if len(segs) < 1000 else 0.7) if j == 0 else 0.4)
+            lc.set_array(np.arange(len(segs), dtype=np.float64))
+            ax.add_collection(lc)
+            ax.scatter(pts[:1, 0], pts[:1, 1], marker="o", s=28, color="#3c4043", zorder=3,
+                       label="start" if j == 0 else None)
+            ax.scatter(pts[-1:, 0], pts[-1:, 1], marker="s", s=26, color="#fde725", edgecolors="#3c4043",
+                       zorder=3, label="end" if j == 0 else None)
+        allpts = np.concatenate([t[:, :2] for t in trajs])
+        if fixed_points:
+            _draw_fixed_points(ax, pca, fixed_points, allpts.min(axis=0), allpts.max(axis=0))
+        ax.autoscale_view()
+        fig.colorbar(lc, ax=ax, label="time step", shrink=0.85, pad=0.01)
+        evr = pca.explained_variance_ratio
+        ax.set_xlabel(f"PC1 ({100 * evr[0]:.1f} %)")
+        ax.set_ylabel(f"PC2 ({100 * evr[1]:.1f} %)" if evr.size > 1 else "PC2")
+        ax.set_title("trajectory in the top-two PC plane")
+        ax.legend(loc="best", fontsize=7.5)
+        k = min(10, evr.size)
+        ax2.bar(np.arange(1, k + 1), evr[:k], color=COLORS[0], alpha=0.85, label="per component")
+        ax2.plot(np.arange(1, k + 1), np.cumsum(evr[:k]), color=COLORS[1], marker="o", ms=3, label="cumulative")
+        ax2.set_ylim(0, 1.05)
+        ax2.set_xlabel("component")
+        ax2.set_ylabel("explained variance ratio")
+        ax2.set_title("explained variance")
+        ax2.legend(loc="upper left")
+    return fig
+
+
+def eigenvalue_figure(fixed_points: Sequence):
+    """The Jacobian eigenvalues of fixed points in the complex plane, with the unit circle.
+
+    Parameters
+    ----------
+    fixed_points : sequence of :class:`~hiddenstate.probe.fixedpoints.FixedPoint`
+        Reads ``eigenvalues`` (complex, shape (H,)) and ``kind`` (the colour, :data:`KIND_COLORS`).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with style():
+        fig, ax = figure(3.6, 3.4)
+        th = np.linspace(0, 2 * np.pi, 256)
+        ax.plot(np.cos(th), np.sin(th), color="#9aa0a6", lw=1.0, ls="--")
+        seen = set()
+        for p in fixed_points:
+            ev = np.asarray(p.eigenvalues)
+            lab = None if p.kind in seen else p.kind
+            seen.add(p.kind)
+            ax.scatter(ev.real, ev.imag, s=14, alpha=0.7, color=KIND_COLORS.get(p.kind, "#3c4043"), label=lab,
+                       edgecolors="none")
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_xlabel("Re λ")
+        ax.set_ylabel("Im λ")
+        ax.set_title("Jacobian eigenvalues")
+        ax.legend(loc="upper right", fontsize=7.5)
+    return fig

@@ -1,0 +1,116 @@
+"""Text coloured by unit activation: the "quote cell" view of Karpathy, Johnson and Fei-Fei (2015).
+
+Every character is a ``<span>`` whose background is the activation of one unit after reading it:
+warm for positive and cool for negative values on a scale symmetric about 0, or white to warm for
+values that all lie in [0, 1] (gates). Each span carries its step and value (``data-t``,
+``data-v``), which the report's script (``static/report.js``) shows on hover.
+
+References
+----------
+A. Karpathy, J. Johnson, L. Fei-Fei, "Visualizing and understanding recurrent networks",
+arXiv:1506.02078, 2015.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+
+import numpy as np
+
+from hiddenstate.report.figures import COLORS
+
+__all__ = ["text_views_html"]
+
+
+def _rgb(hex_color: str) -> tuple[int, int, int]:
+    return int(hex_color[1:3], 16), int(hex_color[3:5], 16), int(hex_color[5:7], 16)
+
+
+_WARM = _rgb(COLORS[1])  # positive activations (213, 94, 0)
+_COOL = _rgb(COLORS[0])  # negative activations (0, 114, 178)
+
+
+def _esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _rgba(v: float, lo: float, hi: float, diverging: bool) -> str:
+    """The CSS background of one value: warm/cool by sign up to ``hi`` (diverging), else warm in [lo, hi]."""
+    if diverging:
+        a = min(abs(v) / hi, 1.0) if hi > 0 else 0.0
+        c = _WARM if v >= 0 else _COOL
+    else:
+        a = min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
+        c = _WARM
+    return f"rgba({c[0]},{c[1]},{c[2]},{0.88 * a:.2f})"
+
+
+def _view(idx: int, label: str, text: str, values: np.ndarray) -> str:
+    """One unit's view: a legend bar, the coloured characters and the hover read-out ``readout{idx}``."""
+    v = np.asarray(values, dtype=np.float64)
+    lo, hi = float(np.min(v)), float(np.max(v))
+    diverging = lo < 0.0
+    scale = max(abs(lo), abs(hi)) if diverging else hi
+    base_lo = 0.0 if (not diverging and lo >= 0 and hi <= 1) else lo
+    base_hi = 1.0 if (not diverging and lo >= 0 and hi <= 1) else hi
+    parts = []
+    for t, ch in enumerate(text):
+        bg = _rgba(v[t], base_lo, scale if diverging else base_hi, diverging)
+        strong = (abs(v[t]) / scale if diverging and scale > 0 else
+                  (v[t] - base_lo) / (base_hi - base_lo) if base_hi > base_lo else 0.0) > 0.7
+        style = f"background:{bg}" + (";color:#fff" if strong else "")
+        if ch == "\n":
+            parts.append(f'<span class="nl" style="{style}" data-t="{t}" data-v="{v[t]:.3f}"></span>\n')
+        else:
+            parts.append(f'<span style="{style}" data-t="{t}" data-v="{v[t]:.3f}">{_esc(ch)}</span>')
+    if diverging:
+        bar = (f"linear-gradient(90deg, rgba({_COOL[0]},{_COOL[1]},{_COOL[2]},.88), #fff, "
+               f"rgba({_WARM[0]},{_WARM[1]},{_WARM[2]},.88))")
+        ends = (f"{-scale:.2f}", f"{scale:.2f}")
+    else:
+        bar = f"linear-gradient(90deg, #fff, rgba({_WARM[0]},{_WARM[1]},{_WARM[2]},.88))"
+        ends = (f"{base_lo:.2f}", f"{base_hi:.2f}")
+    rid = f"readout{idx}"
+    return (
+        f'<div class="textview"><div class="unit-head"><b>{_esc(label)}</b>'
+        f'<span class="legend">{ends[0]}<span class="bar" style="background:{bar}"></span>{ends[1]}</span></div>'
+        f'<pre class="chars" data-readout="{rid}">{"".join(parts)}</pre>'
+        f'<div class="readout" id="{rid}">hover a character to read its value</div></div>'
+    )
+
+
+def text_views_html(text: str, text_units, *, max_chars: int = 2000) -> str:
+    """One coloured view of ``text`` per unit, as an HTML fragment (a ``<div class="textviews">``).
+
+    Parameters
+    ----------
+    text : str
+        The text the activations were recorded on, one step per character.
+    text_units : mapping of str to array_like, or sequence of (label, array_like)
+        Label -> activations of shape (T,) with ``T >= min(len(text), max_chars)`` (extra values are
+        ignored); any shape is flattened. Each entry is one view, in order.
+    max_chars : int, default 2000
+        Characters shown: the first ``max_chars`` of ``text``.
+
+    Returns
+    -------
+    str
+        The fragment; characters and labels are HTML-escaped.
+
+    Raises
+    ------
+    ValueError
+        If an entry has fewer values than characters shown, or a shown value is NaN or infinite.
+    """
+    units = list(text_units.items()) if isinstance(text_units, Mapping) else list(text_units)
+    shown = text[:max_chars]
+    views = []
+    for i, (label, vals) in enumerate(units):
+        v = np.asarray(vals, dtype=np.float64).reshape(-1)  # (T,)
+        if v.size < len(shown):
+            raise ValueError(f"text_units[{label!r}] must have one value per character (>= {len(shown)}); got {v.size}.")
+        if not np.isfinite(v[: len(shown)]).all():
+            raise ValueError(f"text_units[{label!r}] must be finite; got NaN or Inf.")
+        views.append(_view(i, str(label), shown, v[: len(shown)]))
+    return f'<div class="textviews">{"".join(views)}</div>'

@@ -1,0 +1,199 @@
+"""What the checkpoint of a training run holds, defined once for the save and the load side.
+
+:func:`~hiddenstate.train.checkpoint.save_checkpoint` stores weights, a JSON document and other
+arrays; for a run of :func:`~hiddenstate.train.train` they are a :class:`Snapshot`, whose fields
+are the entries below. :meth:`Snapshot.save` writes them and :meth:`Snapshot.read` reads them back
+with the same tables (:data:`META`, :data:`ARRAYS`, :data:`HISTORY`), so a key is named in one
+place only.
+
+``model.safetensors``
+    ``weights``: the model's parameters under torch's names (``rnn.weight_ih_l0`` ...,
+    ``decoder.weight``), the moving average when the run has ``ema``.
+``meta.json``
+    The document :data:`META` describes (configuration, vocabulary, step, RNG state ...).
+``optimizer.safetensors``
+    The arrays :data:`ARRAYS` describes (optimizer moments, raw weights, carried state, history).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hiddenstate.train.checkpoint import load_checkpoint, save_checkpoint
+
+__all__ = ["ARRAYS", "HISTORY", "KIND", "META", "Snapshot"]
+
+#: ``meta["kind"]`` of every run checkpoint: what wrote it.
+KIND = "hiddenstate.CharRNN"
+
+#: ``meta.json``'s document: key -> meaning. Every key but ``kind`` and ``torch`` is a field of
+#: :class:`Snapshot` of the same name.
+META = {
+    "kind": f"always {KIND!r}: the checkpoint was written by hiddenstate.train",
+    "model": "CharRNN.config(): the constructor arguments that rebuild the model",
+    "train": "TrainConfig.to_dict(): the run's configuration",
+    "vocab": "Vocabulary.to_json(): the characters in id order",
+    "step": "optimizer steps done (int)",
+    "val_loss": "the last validation loss in nats/char (float), None before the first evaluation",
+    "batcher": "StreamBatcher.state_dict(): where the next training batch starts",
+    "rng": "rng.bit_generator.state of the run's generator (the dropout masks still to draw)",
+    "elapsed_s": "wall-clock seconds of the run so far, summed over resumed parts (float)",
+    "text": "the training text: chars, sha256 (of its UTF-8), source, train_chars, val_chars",
+    "torch": "a note for people: which torch.nn module loads the 'rnn.' weights",
+}
+
+#: ``optimizer.safetensors``: array name -> meaning. A name ending in ``"."`` is a prefix, one
+#: array per entry of a dict (``"adam.exp_avg.rnn.weight_hh_l0"``).
+ARRAYS = {
+    "adam.": "Snapshot.adam: Adam.state_dict() ('step', 'exp_avg.<param>', 'exp_avg_sq.<param>')",
+    "weights.": "Snapshot.raw_weights: the trained (not averaged) parameters, only with ema",
+    "ema.step": "Snapshot.ema_steps: updates folded into the moving average, int64 (), only with ema",
+    "carry.h": "Snapshot.carry: the hidden state carried into the next chunk, (L, N, H)",
+    "carry.c": "Snapshot.carry: the LSTM's carried cell state, (L, N, H)",
+    "history.": "Snapshot.history: one 1-D array per entry of HISTORY",
+}
+
+#: The loss history of a run (``history.<key>`` in ``optimizer.safetensors``): key -> dtype.
+#: ``train_loss`` and ``grad_norm`` (before clipping) have one entry per step (index i is step
+#: i+1); ``val_step`` and ``val_loss`` one per validation pass. Losses in nats/char.
+HISTORY = {"train_loss": np.float64, "grad_norm": np.float64, "val_step": np.int64, "val_loss": np.float64}
+
+
+def _prefixed(prefix: str, arrays: dict) -> dict:
+    return {prefix + key: value for key, value in arrays.items()}
+
+
+def _unprefixed(prefix: str, arrays: dict) -> dict:
+    return {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+
+
+@dataclass
+class Snapshot:
+    """Everything a training run saves to resume exactly: the contents of its checkpoint.
+
+    Parameters
+    ----------
+    model, train, vocab, step, val_loss, batcher, rng, elapsed_s, text
+        The entries of ``meta.json`` of the same names (see :data:`META`).
+    weights : dict of str to ndarray
+        ``model.safetensors``: what is evaluated and sampled (the average when ``ema`` is set).
+    adam : dict of str to ndarray
+        ``Adam.state_dict()``.
+    history : dict of str to list
+        The keys of :data:`HISTORY`, as Python lists.
+    carry : ndarray of shape (L, N, H), a pair of them (LSTM), or None
+        The hidden state carried into the next chunk; None at the start of a pass over the text.
+    raw_weights : dict of str to ndarray, optional
+        With ``ema``: the trained weights that training resumes from.
+    ema_steps : int, optional
+        With ``ema``: ``ExponentialMovingAverage.n_averaged``.
+    """
+
+    model: dict
+    train: dict
+    vocab: dict
+    step: int
+    val_loss: float | None
+    batcher: dict
+    rng: dict
+    elapsed_s: float
+    text: dict
+    weights: dict = field(repr=False)
+    adam: dict = field(repr=False)
+    history: dict = field(repr=False)
+    carry: np.ndarray | tuple | None = field(default=None, repr=False)
+    raw_weights: dict | None = field(default=None, repr=False)
+    ema_steps: int | None = None
+
+    def torch_note(self) -> str:
+        """``meta["torch"]``: which ``torch.nn`` module loads the ``rnn.`` weights."""
+        m = self.model
+        input_size = m["embedding_dim"] if m.get("embedding_dim") else m["vocab_size"]
+        return (f"torch.nn.{m['cell'].upper()}({input_size}, {m['hidden_size']}, "
+                f"num_layers={m['num_layers']}) loads the 'rnn.' weights (prefix stripped)")
+
+    def to_files(self) -> tuple[dict, dict, dict]:
+        """The three parts :func:`~hiddenstate.train.checkpoint.save_checkpoint` writes.
+
+        Returns
+        -------
+        params : dict of str to ndarray
+            ``weights``.
+        meta : dict
+            The document of :data:`META` (JSON-serializable).
+        arrays : dict of str to ndarray
+            The arrays of :data:`ARRAYS`; history as float64/int64 1-D arrays.
+        """
+        meta = {key: getattr(self, key) for key in META if key not in ("kind", "torch")}
+        meta = {"kind": KIND, **meta, "torch": self.torch_note()}
+        arrays = _prefixed("adam.", self.adam)
+        if self.raw_weights is not None:
+            arrays.update(_prefixed("weights.", self.raw_weights))
+            arrays["ema.step"] = np.array(self.ema_steps, dtype=np.int64)
+        if isinstance(self.carry, tuple):
+            arrays["carry.h"] = np.ascontiguousarray(self.carry[0])
+            arrays["carry.c"] = np.ascontiguousarray(self.carry[1])
+        elif self.carry is not None:
+            arrays["carry.h"] = np.ascontiguousarray(self.carry)
+        for key, dtype in HISTORY.items():
+            arrays["history." + key] = np.asarray(self.history[key], dtype=dtype)
+        return self.weights, meta, arrays
+
+    @classmethod
+    def from_files(cls, params: dict, meta: dict, arrays: dict, *, name: str = "checkpoint") -> Snapshot:
+        """The inverse of :meth:`to_files`.
+
+        Parameters
+        ----------
+        params, meta, arrays
+            As :func:`~hiddenstate.train.checkpoint.load_checkpoint` returns them.
+        name : str, default "checkpoint"
+            What the messages call the checkpoint (e.g. ``"checkpoint 'runs/gru/checkpoint'"``).
+
+        Returns
+        -------
+        Snapshot
+
+        Raises
+        ------
+        ValueError
+            ``meta`` is not a run's document (another ``kind``), or an entry is missing.
+        """
+        if not isinstance(meta, dict) or meta.get("kind") != KIND:
+            kind = meta.get("kind") if isinstance(meta, dict) else None
+            raise ValueError(f"{name} must be written by hiddenstate.train (kind {KIND!r}); got kind {kind!r}. "
+                             "It cannot be loaded as a model.")
+        missing = [key for key in META if key not in meta and key != "torch"]
+        missing += [f"history.{key}" for key in HISTORY if f"history.{key}" not in arrays]
+        if missing:
+            raise ValueError(f"{name} must hold every entry of a run checkpoint; missing {missing}. "
+                             "It was written by another version or edited.")
+        carry = arrays.get("carry.h")
+        if carry is not None:
+            carry = (carry.copy(), arrays["carry.c"].copy()) if "carry.c" in arrays else carry.copy()
+        ema = "ema.step" in arrays
+        return cls(**{key: meta[key] for key in META if key not in ("kind", "torch")},
+                   weights=params, adam=_unprefixed("adam.", arrays),
+                   history={key: arrays["history." + key].tolist() for key in HISTORY}, carry=carry,
+                   raw_weights=_unprefixed("weights.", arrays) if ema else None,
+                   ema_steps=int(arrays["ema.step"]) if ema else None)
+
+    def save(self, directory) -> None:
+        """Write the checkpoint to ``directory`` (atomically; see :mod:`hiddenstate.train.checkpoint`)."""
+        save_checkpoint(directory, *self.to_files())
+
+    @classmethod
+    def read(cls, directory) -> Snapshot:
+        """Read and verify the checkpoint in ``directory`` (the checkpoint directory itself).
+
+        Raises
+        ------
+        FileNotFoundError, ValueError
+            From :func:`~hiddenstate.train.checkpoint.load_checkpoint` (missing, truncated or
+            modified files) and :meth:`from_files` (not a run checkpoint); the messages name
+            ``directory``.
+        """
+        params, meta, arrays = load_checkpoint(directory)
+        return cls.from_files(params, meta, arrays, name=f"checkpoint '{directory}'")
