@@ -130,11 +130,9 @@ def environment_report(torch, args) -> list[str]:
         f"numpy OpenBLAS kernel: {openblas_kernel()}",
     ]
     lines.append(f"clock: {'time.process_time (CPU time of this process)' if args.clock == 'cpu' else 'time.perf_counter (wall)'}")
-    try:
+    with contextlib.suppress(AttributeError):
         lines.append(f"torch BLAS: MKL available={torch.backends.mkl.is_available()}, "
                      f"mkldnn={torch.backends.mkldnn.is_available()}")
-    except AttributeError:
-        pass
     return lines
 
 
@@ -293,7 +291,7 @@ def format_table(rows, markdown):
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
-    fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
+    fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))
     return "\n".join([fmt(HEADER), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 

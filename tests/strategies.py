@@ -18,6 +18,8 @@ Kinds of recurrence used across the tests::
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -76,7 +78,7 @@ def random_state(layer, batch_size: int | None, rng: np.random.Generator, scale:
     """A random initial state of the layer's structure: (L*D, N, H) (or (L*D, H) for None); LSTM a pair."""
     LD = layer.num_layers * layer.num_directions
     shape = (LD, layer.hidden_size) if batch_size is None else (LD, batch_size, layer.hidden_size)
-    make = lambda: (scale * rng.standard_normal(shape)).astype(layer.dtype)  # noqa: E731
+    make = lambda: (scale * rng.standard_normal(shape)).astype(layer.dtype)
     return (make(), make()) if layer.is_lstm else make()
 
 
@@ -115,7 +117,7 @@ def chunkings(draw, T: int):
     """Positive chunk lengths that sum to ``T``."""
     cuts = sorted(draw(st.sets(st.integers(1, T - 1), max_size=min(4, T - 1)))) if T > 1 else []
     edges = [0, *cuts, T]
-    return [b - a for a, b in zip(edges[:-1], edges[1:])]
+    return [b - a for a, b in itertools.pairwise(edges)]
 
 
 def finite_floats(bound: float = 1e6):

@@ -89,3 +89,45 @@ def test_inspect_checkpoint_writes_the_report(tmp_path):
            "dtype": "float64", "ema": 0.9, "out": str(ema_run)}, progress=False)
     page = inspect_checkpoint(ema_run, out=tmp_path / "e.html", text_file=text, n_chars=150).read_text(encoding="utf-8")
     assert "weights: <b>moving average, decay 0.9</b>" in page
+
+
+def test_loss_history_reads_the_log(tmp_path):
+    from hiddenstate.app import loss_history
+
+    assert loss_history(tmp_path) is None  # no log
+    lines = [
+        '{"step": 1, "train_loss": 4.0}',
+        "not json",
+        '["step", 2]',
+        '{"train_loss": 3.0}',
+        '{"step": 2, "train_loss": 3.5, "val_loss": 3.75}',
+        '{"step": 3, "train_loss": true}',
+        '{"step": "four", "train_loss": 2.0}',
+        '{"step": null, "val_loss": 2.0}',
+        '{"step": 5, "train_loss": 2.5, "val_loss": "n/a"}',
+        '{"step": 6, "val_loss": 2.25}',
+    ]
+    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    curves = loss_history(str(tmp_path))  # a str works as well as a Path
+    assert set(curves) == {"train", "validation"}
+    steps, nats = curves["train"]
+    assert steps.dtype == nats.dtype == np.float64
+    np.testing.assert_array_equal(steps, [1.0, 2.0, 5.0])
+    np.testing.assert_array_equal(nats, [4.0, 3.5, 2.5])
+    np.testing.assert_array_equal(curves["validation"][0], [2.0, 6.0])
+    np.testing.assert_array_equal(curves["validation"][1], [3.75, 2.25])
+    (tmp_path / "log.jsonl").write_text('{"step": 1, "lr": 0.1}\n', encoding="utf-8")
+    assert loss_history(tmp_path) is None  # a log without any loss
+
+
+def test_inspect_checkpoint_checks_its_options(tmp_path):
+    from hiddenstate.app import inspect_checkpoint
+
+    # checked before the checkpoint is read: no run needed
+    with pytest.raises(ValueError, match="n_chars must be a positive integer; got 0"):
+        inspect_checkpoint(tmp_path / "missing", out=tmp_path / "r.html", n_chars=0)
+    with pytest.raises(TypeError, match="n_chars must be a positive integer; got str"):
+        inspect_checkpoint(tmp_path / "missing", out=tmp_path / "r.html", n_chars="100")
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        inspect_checkpoint(tmp_path / "missing", out=tmp_path / "r.html", rng=0)
+    assert not (tmp_path / "r.html").exists()

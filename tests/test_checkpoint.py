@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 import pytest
-from _torch import require_torch
 
+from _torch import require_torch
 from hiddenstate.train import checkpoint
 from hiddenstate.train.checkpoint import (
     META_FILE,

@@ -110,12 +110,22 @@ def test_user_errors_are_one_line_and_exit_2(make_argv, needles, text_file, run_
     (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["sample"], "the following arguments are required: CKPT"),
     (["train", "--steps", "0"], "--steps: must be a positive integer; got 0"),
-    (["train", "--lr", "fast"], "--lr: must be a positive number"),
+    (["train", "--lr", "fast"], "--lr: must be a number; got str 'fast'"),
     (["train", "--cell", "transformer"], "invalid choice: 'transformer'"),
     (["train", "--dtype", "float16"], "invalid choice: 'float16'"),
     (["sample", "x", "--temperature", "-1"], "--temperature: must be a finite number >= 0"),
-    (["train", "--weight-drop", "0.95"], "--weight-drop: must be a number in [0, 0.9]; got 0.95"),
-    (["train", "--ema", "1"], "--ema: must be a number strictly between 0 and 1; got 1"),
+    (["train", "--weight-drop", "1.0"], "--weight-drop: must be a number in [0, 1); got 1.0"),
+    (["train", "--ema", "1"], "--ema: must be a number in (0, 1); got 1.0"),
+    # every flag of a setting converts its text and then applies that setting's one rule
+    (["train", "--steps", "ten"], "--steps: must be a positive integer; got str 'ten'"),
+    (["train", "--seq-len", "2.5"], "--seq-len: must be a positive integer; got str '2.5'"),
+    (["train", "--seed", "-3"], "--seed: must be a non-negative integer; got -3"),
+    (["train", "--dropout", "-0.1"], "--dropout: must be a number in [0, 1); got -0.1"),
+    (["train", "--max-minutes", "0"], "--max-minutes: must be a finite number > 0; got 0.0"),
+    (["train", "--clip", "nan"], "--clip: must be a finite number > 0; got nan"),
+    (["demo", "--steps", "0"], "--steps: must be a positive integer; got 0"),
+    (["sample", "x", "--length", "-1"], "--length: must be a non-negative integer; got -1"),
+    (["sample", "x", "--seed", "-1"], "--seed: must be a non-negative integer; got -1"),
     (["fly"], "invalid choice: 'fly'"),
     ([], "the following arguments are required: COMMAND"),
 ])
@@ -147,3 +157,23 @@ def test_subprocess_entry_point(run_dir, tmp_path):
                            "--seed", "1"], capture_output=True, text=True, env=env, timeout=120)
     assert good.returncode == 0, good.stderr
     assert len(good.stdout.strip("\n")) >= 30
+
+
+def test_thread_count_variable_uses_the_positive_integer_rule(run_dir, monkeypatch, capsys):
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HIDDENSTATE_NUM_THREADS", "0")
+    assert main(["sample", str(run_dir), "--length", "5"]) == 2
+    assert_one_line_error(capsys, "HIDDENSTATE_NUM_THREADS must be a positive integer; got 0.")
+    monkeypatch.setenv("HIDDENSTATE_NUM_THREADS", "two")
+    assert main(["sample", str(run_dir), "--length", "5"]) == 2
+    assert_one_line_error(capsys, "HIDDENSTATE_NUM_THREADS must be a positive integer; got str 'two'.")
+
+
+def test_flags_accept_what_the_rules_accept(text_file, tmp_path, capsys):
+    # 0.95 was refused by the CLI's own [0, 0.9] cap; the one rule is [0, 1)
+    out = tmp_path / "r"
+    assert main(["train", "--data", str(text_file), "--steps", "2", "--dropout", "0.95", "--weight-drop", "0.95",
+                 "--out", str(out), *TINY]) == 0
+    config = json.loads((out / "checkpoint" / "meta.json").read_text())["meta"]["train"]
+    assert config["dropout"] == 0.95 and config["weight_drop"] == 0.95

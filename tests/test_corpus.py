@@ -164,9 +164,9 @@ def test_split_rounds_the_validation_size(n, fraction, n_val):
 
 
 def test_split_errors():
-    with pytest.raises(ValueError, match=r"val_fraction must be in \[0, 1\); got 1.0"):
+    with pytest.raises(ValueError, match=r"val_fraction must be a number in \[0, 1\); got 1.0"):
         train_val_split(np.arange(10), 1.0)
-    with pytest.raises(TypeError, match=r"val_fraction must be a float; got str"):
+    with pytest.raises(TypeError, match=r"val_fraction must be a number; got str"):
         train_val_split(np.arange(10), "0.1")
     with pytest.raises(ValueError, match=r"at least one validation token; got 0"):
         train_val_split(np.arange(4), 0.1)
@@ -197,13 +197,13 @@ def test_batches_are_time_major_rows_of_the_stream():
 def test_consecutive_batches_continue_each_row():
     ids = np.random.default_rng(1).integers(0, 50, size=5000)
     batcher = StreamBatcher(ids, 8, 16)
-    previous_inputs, previous_targets = batcher.next_batch()
+    _, previous_targets = batcher.next_batch()
     for _ in range(batcher.batches_per_epoch - 1):
         inputs, targets = batcher.next_batch()
         # The last target of a batch is the first input of the next one, row by row.
         np.testing.assert_array_equal(inputs[0], previous_targets[-1])
         np.testing.assert_array_equal(targets[:-1], inputs[1:])
-        previous_inputs, previous_targets = inputs, targets
+        previous_targets = targets
 
 
 def test_wraps_to_the_first_batch_of_the_next_epoch():
@@ -280,7 +280,7 @@ def test_load_state_dict_rejects_another_layout():
         StreamBatcher(np.arange(501), 4, 10).load_state_dict(state)
     with pytest.raises(ValueError, match=r"state\['batch_index'\] must be an int in \[0, 12\); got 12"):
         batcher.load_state_dict({**state, "batch_index": 12})
-    with pytest.raises(ValueError, match=r"state\['epoch'\] must be a non-negative int; got -1"):
+    with pytest.raises(ValueError, match=r"state\['epoch'\] must be a non-negative integer; got -1"):
         batcher.load_state_dict({**state, "epoch": -1})
     with pytest.raises(ValueError, match=r"missing \['epoch'\]"):
         batcher.load_state_dict({k: v for k, v in state.items() if k != "epoch"})
@@ -292,9 +292,9 @@ def test_load_state_dict_rejects_another_layout():
 def test_batcher_errors():
     with pytest.raises(ValueError, match=r"at least batch_size\*\(seq_len\+1\)=12 tokens .* got 11"):
         StreamBatcher(np.arange(11), 3, 3)
-    with pytest.raises(ValueError, match=r"seq_len must be positive; got 0"):
+    with pytest.raises(ValueError, match=r"seq_len must be a positive integer; got 0"):
         StreamBatcher(np.arange(100), 3, 0)
-    with pytest.raises(TypeError, match=r"batch_size must be an int; got float"):
+    with pytest.raises(TypeError, match=r"batch_size must be a positive integer; got float"):
         StreamBatcher(np.arange(100), 3.0, 4)
     with pytest.raises(ValueError, match=r"k must be in \[0, 2\); got 2"):
         StreamBatcher(np.arange(12), 1, 5).batch(2)

@@ -150,7 +150,7 @@ def test_layer_gradients_with_respect_to_the_final_state_only(kind):
 def _sin_problem():
     a = np.linspace(-1.0, 1.0, 12).reshape(3, 4)
     b = np.array([0.3, -0.7])
-    f = lambda: float(np.sin(a).sum() + (b ** 3).sum())  # noqa: E731
+    f = lambda: float(np.sin(a).sum() + (b ** 3).sum())
     return a, b, f
 
 

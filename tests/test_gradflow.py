@@ -135,7 +135,7 @@ def test_step_jacobians_match_finite_differences(cls, kw, rng):
     layer = cls(3, 4, rng=rng, **kw)
     lt = trace(layer, rng.normal(size=(6, 2, 3)))[0]
     J = step_jacobians(lt)
-    H, t = 4, 3
+    t = 3
     lstm = cls is hs.LSTM
 
     def step(s):  # the cell kind's one-step map: its scan kernel run for T = 1

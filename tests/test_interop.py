@@ -1,5 +1,8 @@
 """hiddenstate.interop, torch side: from_torch / to_torch, safetensors files; bad conversions raise with names."""
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -255,3 +258,65 @@ def test_safetensors_loads_that_do_not_fit_raise_and_load_nothing(tmp_path):
         load_safetensors(tmp_path / "junk.safetensors")
     with pytest.raises(FileNotFoundError):
         load_safetensors(tmp_path / "missing.safetensors")
+
+
+# -- kinds come from the layers' kind attribute ----------------------------------------------------------
+def test_kind_may_be_a_name_a_layer_class_or_a_cell_kind():
+    from hiddenstate.cells import KINDS
+
+    state = our_layer("gru", 3, 4).state_dict()
+    for kind in ("gru", "GRU", GRU, KINDS["gru"]):
+        assert isinstance(from_torch(state, kind=kind), GRU)
+    for kind in ("lstm", LSTM, KINDS["lstm"]):
+        with pytest.raises(ValueError, match=r"the 3\*H rows of a GRU; kind='lstm' needs shape \(4\*H=16, 4\)"):
+            from_torch(state, kind=kind)
+    with pytest.raises(ValueError, match=r"kind must be one of 'rnn' \(or 'SimpleRNN'\), 'gru', 'lstm'; got <class"):
+        from_torch(state, kind=dict)
+
+
+def test_a_subclass_converts_as_its_kind_and_cells_or_other_objects_raise(tmp_path):
+    from hiddenstate import GRUCell
+
+    class Mine(GRU):
+        pass
+
+    layer = Mine(3, 4, reset_after=True, rng=np.random.default_rng(0))
+    built = load_safetensors(save_safetensors(layer, tmp_path / "mine.safetensors"))
+    assert type(built) is GRU and built.reset_after
+    assert_same_params(built.params, layer.params)
+    cell = GRUCell(3, 4, rng=np.random.default_rng(0))
+    with pytest.raises(TypeError, match=r"layer must be a hiddenstate RNN, GRU or LSTM layer; got GRUCell \(a one-step"):
+        save_safetensors(cell, tmp_path / "cell.safetensors")
+    with pytest.raises(TypeError, match="layer must be a hiddenstate RNN, GRU or LSTM layer; got dict"):
+        to_torch({})
+    assert not list(tmp_path.glob("cell*"))
+
+
+@pytest.mark.parametrize("layer, options", [
+    (GRU(2, 3, reset_after=False), {"reset_after": False}),
+    (RNN(2, 3, nonlinearity="relu", batch_first=True), {"nonlinearity": "relu", "batch_first": True}),
+    (LSTM(2, 3, dropout=0.5, num_layers=2), {"dropout": 0.5}),
+])
+def test_safetensors_metadata_holds_exactly_the_options_shapes_cannot_tell(layer, options, tmp_path):
+    from safetensors import safe_open
+
+    path = save_safetensors(layer, tmp_path / "m.safetensors")
+    with safe_open(str(path), framework="numpy") as f:
+        stored = json.loads(f.metadata()["hiddenstate"])
+    kind = type(layer).__name__.lower()
+    assert stored == {"kind": kind, "batch_first": False, "dropout": 0.0, "version": 1, **options}
+
+
+def test_importing_interop_imports_neither_torch_nor_keras():
+    code = "import sys, hiddenstate.interop; print(sorted(m for m in ('torch', 'keras') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_kinds_told_by_recurrent_weight_rows():
+    from hiddenstate.interop.kinds import gates_hint, kind_from_weight_hh, with_article
+
+    assert [kind_from_weight_hh(np.zeros((g * 4, 4))) for g in (1, 2, 3, 4, 5)] == ["rnn", None, "gru", "lstm", None]
+    assert kind_from_weight_hh(np.zeros((12, 0))) is None and kind_from_weight_hh(np.zeros(12)) is None
+    assert [with_article(k) for k in ("rnn", "gru", "lstm")] == ["an RNN", "a GRU", "an LSTM"]
+    assert gates_hint(16, 4) == ", the 4*H rows of an LSTM" and gates_hint(10, 4) == "" and gates_hint(8, 4) == ""

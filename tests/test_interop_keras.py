@@ -255,6 +255,26 @@ def test_gru_gate_blocks_are_swapped_and_lstm_blocks_are_not():
     np.testing.assert_array_equal(b, lstm.params["bias_ih_l0"] + lstm.params["bias_hh_l0"])
 
 
+def test_keras_kind_may_be_a_layer_class_or_a_cell_kind_and_cells_raise():
+    from hiddenstate import LSTMCell
+    from hiddenstate.cells import KINDS
+
+    layer = our_layer("gru", 2, 3, 2, reset_after=False, bidirectional=True)
+    weights = to_keras_weights(layer)
+    for kind in (GRU, KINDS["gru"], "GRU"):
+        again = from_keras_weights(kind, weights, bidirectional=True)
+        assert isinstance(again, GRU) and again.reset_after is False
+        for k, v in layer.params.items():  # Cho-form GRU: one Keras bias, our bias_hh comes back as zeros
+            expect = v + layer.params[k.replace("bias_ih", "bias_hh")] if k.startswith("bias_ih") else (
+                np.zeros_like(v) if k.startswith("bias_hh") else v)
+            np.testing.assert_array_equal(again.params[k], expect, err_msg=k)
+    rnn = from_keras_weights("SimpleRNN", to_keras_weights(our_layer("rnn", 2, 3, nonlinearity="relu")),
+                             nonlinearity="relu")
+    assert isinstance(rnn, RNN) and rnn.nonlinearity == "relu"
+    with pytest.raises(TypeError, match=r"layer must be a hiddenstate RNN, GRU or LSTM layer; got LSTMCell \(a one-step"):
+        to_keras_weights(LSTMCell(2, 3, rng=np.random.default_rng(0)))
+
+
 # -- conversions that do not fit (numpy only) -----------------------------------------------------------
 def test_lstm_weights_given_as_a_gru_raise_with_names_and_shapes():
     weights = keras_shaped(np.random.default_rng(5), "lstm", 3, 4)

@@ -5,6 +5,8 @@ run; two stacked layers == two one-layer runs chained; T = 0 gives h_n == h0; un
 batch of one; lengths and reset masks == running the pieces separately.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -625,10 +627,58 @@ def test_lengths_and_resets_equal_separate_runs_property(kind, seed, L, bidirect
             assert_state_close(take_rows(h_n, n), take_rows(h0n, 0), rtol=0, atol=0)
             continue
         cuts = [0, *[t for t in range(1, ln) if reset[t, n]], ln]
-        pieces = [layer(x[a:b, n:n + 1], h0n) for a, b in zip(cuts[:-1], cuts[1:])]
-        for (a, b), (o, _) in zip(zip(cuts[:-1], cuts[1:]), pieces):
+        pieces = [layer(x[a:b, n:n + 1], h0n) for a, b in itertools.pairwise(cuts)]
+        for (a, b), (o, _) in zip(itertools.pairwise(cuts), pieces):
             np.testing.assert_allclose(out[a:b, n], o[:, 0], **TOL)
         first, last = state_parts(pieces[0][1]), state_parts(pieces[-1][1])
         for got, p1, p2 in zip(state_parts(h_n), first, last):
             for k in range(L * D):
                 np.testing.assert_allclose(got[k, n], (p2 if k % D == 0 else p1)[k, 0], **TOL)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_load_state_dict_writes_into_the_existing_arrays(kind, rng):
+    """Every alias of a parameter sees the loaded values (a CharRNN shares its layer's arrays)."""
+    from hiddenstate.train.model import CharRNN
+
+    cell = kind.split("_")[0]  # CharRNN's cell names: rnn, gru, lstm
+    model = CharRNN(7, 5, cell=cell, rng=np.random.default_rng(0))
+    before = {k: v for k, v in model.rnn.params.items()}
+    new = {k: rng.normal(size=v.shape) for k, v in model.rnn.params.items()}
+    model.rnn.load_state_dict(new)
+    for k, v in new.items():
+        assert model.rnn.params[k] is before[k]  # the same array object ...
+        np.testing.assert_array_equal(model.params["rnn." + k], v.astype(model.dtype))  # ... seen through CharRNN
+    ids = rng.integers(0, 7, size=(4, 2))
+    fresh = CharRNN(7, 5, cell=cell, rng=np.random.default_rng(1))
+    fresh.load_state_dict(model.state_dict())
+    np.testing.assert_array_equal(model.forward(ids)[0], fresh.forward(ids)[0])
+
+
+def test_load_state_dict_loads_nothing_when_one_entry_is_bad(rng):
+    layer = hs.GRU(3, 4, rng=rng)
+    saved = layer.state_dict()
+    bad = {k: np.zeros_like(v) for k, v in saved.items()}
+    bad["bias_hh_l0"] = np.full(12, np.nan)
+    with pytest.raises(ValueError, match=r"state_dict\['bias_hh_l0'\] must be finite"):
+        layer.load_state_dict(bad)
+    for k, v in saved.items():
+        np.testing.assert_array_equal(layer.params[k], v)
+
+
+def test_lstm_learned_c0_gets_its_gradient_when_only_h0_is_given(rng):
+    """h0=(h, None) with learn_h0=True starts c from the learned c0, so c0 must get the gradient."""
+    lstm = hs.LSTM(3, 4, learn_h0=True, rng=rng)
+    lstm.params["c0"][...] = rng.normal(size=lstm.params["c0"].shape)
+    x = rng.normal(size=(5, 2, 3))
+    h = rng.normal(size=(1, 2, 4))
+    out, _, cache = lstm.forward(x, (h, None))
+    grads, _, (dh0, dc0) = lstm.backward(cache, np.ones_like(out))
+    # the same run with the learned c0 passed explicitly: its dc0 summed over the batch is d loss / d c0
+    c_explicit = np.repeat(lstm.params["c0"][:, None, :], 2, axis=1)
+    out2, _, cache2 = lstm.forward(x, (h, c_explicit))
+    _, _, (dh0_2, dc0_2) = lstm.backward(cache2, np.ones_like(out2))
+    np.testing.assert_array_equal(out, out2)
+    np.testing.assert_allclose(grads["c0"], dc0_2.sum(axis=1), rtol=1e-12)
+    np.testing.assert_array_equal(grads["h0"], 0.0)  # h was given, not learned
+    assert np.abs(grads["c0"]).max() > 1e-3

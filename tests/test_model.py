@@ -1,8 +1,8 @@
 """CharRNN: exact gradients of the whole model loss, parity with a torch reimplementation, sampling."""
 import numpy as np
 import pytest
-from _torch import require_torch
 
+from _torch import require_torch
 from hiddenstate.functional import cross_entropy
 from hiddenstate.gradcheck import check_grads
 from hiddenstate.train.model import CharRNN
@@ -191,7 +191,7 @@ def test_sample_is_reproducible_and_respects_temperature():
     assert a.shape == (50,) and a.dtype == np.int64
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
-    assert ((0 <= a) & (a < V)).all()
+    assert ((a >= 0) & (a < V)).all()
     greedy1 = model.sample(prime, 20, temperature=0, rng=np.random.default_rng(1))
     greedy2 = model.sample(prime, 20, temperature=0, rng=np.random.default_rng(2))
     np.testing.assert_array_equal(greedy1, greedy2)

@@ -7,6 +7,8 @@
 * reset masks: one run with ``reset`` == running each row's pieces separately, forward and backward.
 * dropout: identity at inference; the mask's statistics; exact backward (gradcheck, fixed rng).
 """
+import itertools
+
 import numpy as np
 import pytest
 
@@ -121,7 +123,7 @@ def test_length_zero_rows_match_torch_on_the_other_rows_and_keep_h0(kind):
 
     output, state, cache = layer.forward(x, s0, lengths=lengths)
     grads, dx, ds0 = layer.backward(cache, d_out, d_state)
-    sub = lambda s: from_tuple([a[:, live] for a in as_tuple(s)], kind)  # noqa: E731
+    sub = lambda s: from_tuple([a[:, live] for a in as_tuple(s)], kind)
     t_out, t_state, t_grads, t_dx, t_ds0 = torch_packed_run(
         torch, module, x[:, live], sub(s0), lengths[live], d_out[:, live], sub(d_state), kind)
 
@@ -152,7 +154,7 @@ def run_pieces(layer, kind, x, s0, lengths, reset, d_out, d_state):
     grads = {k: np.zeros_like(v) for k, v in layer.params.items()}
     for n in range(N):
         cuts = [0] + [t for t in range(1, lengths[n]) if reset[t, n]] + [lengths[n]]
-        pieces = list(zip(cuts[:-1], cuts[1:]))
+        pieces = list(itertools.pairwise(cuts))
         if pieces:
             for s in ds0:
                 s[:, n] = 0.0

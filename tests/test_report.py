@@ -9,8 +9,11 @@ variable ``HIDDENSTATE_REQUIRE_BROWSER`` is set (CI), where a missing browser is
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -18,11 +21,22 @@ import subprocess
 import numpy as np
 import pytest
 
+import hiddenstate.report
 from hiddenstate.probe.fixedpoints import find_fixed_points
 from hiddenstate.probe.gatestats import gate_statistics
 from hiddenstate.probe.memory import memory_curve
 from hiddenstate.probe.pca import pca
 from hiddenstate.report import build_report, render_html
+from hiddenstate.report.plots import (
+    eigenvalue_figure,
+    gates_figure,
+    gradient_figure,
+    is_keep_gate,
+    loss_figure,
+    memory_figure,
+    pca_figure,
+)
+from hiddenstate.report.textview import text_views_html
 
 TEXT = 'He said "hello (there)" and left.\nShe said "bye".\n<b>not bold</b> & more\n'
 
@@ -105,6 +119,105 @@ def test_report_errors(tmp_path, rng):
         build_report(tmp_path / "r.html", loss={"train": (np.arange(3), np.arange(4.0))})
 
 
+def test_style_sheet_and_script_are_package_data_inlined_once():
+    static = pathlib.Path(hiddenstate.report.__file__).parent / "static"
+    css = (static / "report.css").read_text(encoding="utf-8")
+    js = (static / "report.js").read_text(encoding="utf-8")
+    page = render_html()
+    assert page.count(css) == 1 and page.count(js) == 1
+    assert page.index("<style>") < page.index(css) < page.index("</style>")
+    assert page.index("<script>") < page.index(js) < page.index("</script>")
+    assert "<link" not in page and "<script src" not in page
+
+
+def test_package_data_ships_the_static_files():
+    tomllib = pytest.importorskip("tomllib")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    with open(root / "pyproject.toml", "rb") as f:
+        globs = tomllib.load(f)["tool"]["setuptools"]["package-data"]["hiddenstate.report"]
+    static = pathlib.Path(hiddenstate.report.__file__).parent / "static"
+    files = sorted(p.name for p in static.iterdir() if p.is_file())
+    assert {"report.css", "report.js"} <= set(files)
+    assert all(any(fnmatch.fnmatch(f"static/{name}", g) for g in globs) for name in files), (files, globs)
+
+
+def test_report_imports_no_probe_train_or_app():
+    forbidden = ("hiddenstate.probe", "hiddenstate.train", "hiddenstate.app", "hiddenstate.cli",
+                 "hiddenstate.experiments")
+    package = pathlib.Path(hiddenstate.report.__file__).parent
+    seen = set()
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # function-local ones too
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, (path.name, node.module)
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            seen.update(names)
+            bad = [n for n in names if n.startswith(forbidden)]
+            assert not bad, (path.name, bad)
+    assert "hiddenstate.report.figures" in seen  # the walk saw the package's own imports
+
+
+def test_render_html_checks_its_options():
+    with pytest.raises(ValueError, match="max_chars must be a positive integer; got 0"):
+        render_html(max_chars=0)
+    with pytest.raises(TypeError, match="max_chars must be a positive integer; got float"):
+        render_html(max_chars=2.5)
+    with pytest.raises(TypeError, match="project_fixed_points must be a bool; got str"):
+        render_html(project_fixed_points="yes")
+
+
+def test_text_view_truncates_and_colours_by_sign():
+    text = "ab\ncd"
+    page = render_html(text=text, text_units={"u": [1.0, -1.0, 0.0, 0.5, -0.5]}, max_chars=4)
+    assert "(first 4 of 5 characters)" in page
+    spans = re.findall(r'<span (?:class="nl" )?style="([^"]*)" data-t="(\d+)" data-v="([^"]*)"', page)
+    assert [(t, v) for _, t, v in spans] == [("0", "1.000"), ("1", "-1.000"), ("2", "0.000"), ("3", "0.500")]
+    # diverging scale symmetric about 0 with max |v| = 1: alpha 0.88 * |v|, warm + and cool -
+    assert spans[0][0] == "background:rgba(213,94,0,0.88);color:#fff"
+    assert spans[1][0] == "background:rgba(0,114,178,0.88);color:#fff"
+    assert spans[3][0] == "background:rgba(213,94,0,0.44)"
+    assert '<span class="nl"' in page  # the newline is a marked span, not a raw line break only
+
+
+def test_text_view_of_gate_values_uses_zero_to_one():
+    frag = text_views_html("xyz", {"gate": np.array([0.25, 0.5, 1.0])})
+    alphas = [float(a) for a in re.findall(r"background:rgba\(213,94,0,([0-9.]+)\)", frag)]
+    assert alphas == [0.22, 0.44, 0.88]  # 0.88 * v on the fixed [0, 1] scale
+    assert frag.count("<pre") == 1 and ">0.00<" in frag and ">1.00<" in frag
+
+
+def test_build_report_takes_a_duck_typed_analysis(tmp_path):
+    class Measured:
+        def report_kwargs(self):
+            return {"title": "from analysis", "meta": {"H": 3}, "loss": np.linspace(2, 1, 5)}
+
+    page = build_report(tmp_path / "a.html", Measured()).read_text(encoding="utf-8")
+    assert "<title>from analysis</title>" in page and 'id="loss"' in page and "H: <b>3</b>" in page
+    page = build_report(tmp_path / "b.html", Measured(), title="given").read_text(encoding="utf-8")
+    assert "<title>given</title>" in page  # a keyword overrides the analysis
+
+
+def test_figures_one_per_measurement(measurements):
+    fig = loss_figure({"train": np.array([3.0, 2.0, np.nan, 1.25])})
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1.250"]  # last finite value
+    gates = measurements["gates"]
+    assert [is_keep_gate(g.name) for g in gates] == [True, False]
+    assert len(gates_figure(gates).axes) == 2  # scatter + time constants of the keep gate
+    assert len(gates_figure(gates[1:]).axes) == 1
+    assert is_keep_gate("layer 1 forget") and is_keep_gate("F") and not is_keep_gate("") and not is_keep_gate("o")
+    assert len(pca_figure(measurements["pca"], measurements["fixed_points"]).axes) == 3  # + colour bar
+    fig = gradient_figure({"g": (np.arange(4), np.array([1.0, 0.1, 0.0, 0.01]))})
+    assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].lines) == 1
+    fig = eigenvalue_figure(measurements["fixed_points"])
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {p.kind for p in measurements["fixed_points"]}
+    fig = memory_figure(measurements["memory"])
+    assert fig.axes[0].get_ylabel() == "held-out R²"
+
+
 # ---------------------------------------------------------------------------- browser
 
 _PROBE = """<script>
@@ -118,6 +231,8 @@ window.addEventListener('error', function (e) {
   console.error = function () { window.__hsErrors.push('console.error: ' + Array.prototype.join.call(arguments, ' ')); ce.apply(console, arguments); };
 })();
 window.addEventListener('load', function () {
+  var nl = document.querySelector('pre.chars span.nl');
+  if (nl) { nl.dispatchEvent(new MouseEvent('mouseover', {bubbles: true})); }
   var imgs = Array.prototype.slice.call(document.images);
   var res = {
     images: imgs.length,
@@ -126,7 +241,8 @@ window.addEventListener('load', function () {
     errors: window.__hsErrors,
     title: document.title,
     sections: document.querySelectorAll('section').length,
-    height: document.body.scrollHeight
+    height: document.body.scrollHeight,
+    readout: nl ? document.getElementById(nl.parentNode.dataset.readout).textContent : null
   };
   var pre = document.createElement('pre'); pre.id = 'hs-probe'; pre.textContent = JSON.stringify(res);
   document.body.appendChild(pre);
@@ -176,6 +292,9 @@ def test_report_renders_in_headless_chromium(tmp_path, request):
     assert res["errors"] == [], res
     assert res["sections"] >= 8
     assert res["height"] > 1000  # laid out, not collapsed
+    # hovering a newline reads out its step, the character as JSON writes it, and its value
+    t = TEXT.index("\n")
+    assert re.fullmatch(rf't = {t}   "\\n"   value -?[0-9]+\.[0-9]{{3}}', res["readout"]), res["readout"]
     # the browser's own console log: no uncaught exception or error message from the page
     console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
     assert not [ln for ln in console if "Uncaught" in ln or "rror" in ln], console

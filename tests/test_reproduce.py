@@ -3,11 +3,16 @@
 Thresholds come from the calibration in experiments.md and from our own runs over several
 seeds (see the margins noted next to each assertion).
 """
+import time
+
+import matplotlib
 import numpy as np
 import pytest
 
-from hiddenstate.experiments import reproduce, tasks, training
+from hiddenstate.experiments import flipflop, harness, reproduce, tasks, training
 from hiddenstate.gradcheck import check_grads
+from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map
+from hiddenstate.report.figures import figure
 from hiddenstate.train.optim import Adam
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -69,7 +74,7 @@ def test_training_gradients_match_finite_differences(cell, loss):
     }
     loss_fn = targets[loss]()
     _, grads, _ = training.loss_and_grads(net, x, h0, loss_fn)
-    f = lambda: training.loss_and_grads(net, x, h0, loss_fn)[0]  # noqa: E731
+    f = lambda: training.loss_and_grads(net, x, h0, loss_fn)[0]
     check_grads(f, net.params, grads, rtol=1e-6)
 
 
@@ -83,6 +88,50 @@ def test_stream_training_updates_once_per_window():
                                n_chunks=4, window=5, passes=2, clip=1.0)
     assert len(hist) == 2 and all(np.isfinite(hist))
     assert opt.step_count == 2 * 3  # 60 steps = 4 chunks of 15 = 3 windows of 5; 2 passes
+
+
+def test_record_draws_in_house_style_saves_and_times(tmp_path):
+    seen = {}
+
+    def draw():
+        seen["spines"] = matplotlib.rcParams["axes.spines.top"]  # style() is active
+        fig, ax = figure(2.0, 1.5)
+        ax.plot([0, 1], [1, 0])
+        return fig
+
+    started = time.perf_counter() - 1.0  # as if the experiment had run for a second
+    res = harness.record("demo", "A demo", rows=[("q", "1", "2")], metrics={"m": 3},
+                         settings={"s": 4}, draw=draw, out_dir=tmp_path / "sub", started=started)
+    assert seen["spines"] is False and matplotlib.rcParams["axes.spines.top"] is True
+    assert res["figure"] == str(tmp_path / "sub" / "demo.png")
+    with open(res["figure"], "rb") as fh:
+        assert fh.read(8) == PNG_MAGIC
+    assert 1.0 <= res["seconds"] < 60
+    assert (res["name"], res["title"], res["rows"]) == ("demo", "A demo", [("q", "1", "2")])
+    assert res["metrics"] == {"m": 3} and res["settings"] == {"s": 4}
+    res["seconds"] = 1.34
+    assert harness.format_result(res).splitlines() == [
+        "demo: A demo",
+        "  quantity  ours  paper",
+        "  --------  ----  -----",
+        "  q         1     2",
+        f"  wall time 1.3 s; figure {res['figure']}",
+    ]
+    assert reproduce.format_result is harness.format_result
+
+
+def test_net_checks_the_cell_and_shares_its_arrays():
+    with pytest.raises(ValueError, match="cell must be one of rnn, gru, lstm; got 'tanh'"):
+        training.Net("tanh", 2, 3, 1, rng=np.random.default_rng(0))
+    net = training.Net("lstm", 2, 3, 1, rng=np.random.default_rng(0), forget_bias=2.0)
+    assert net.params["weight_hh_l0"] is net.layer.params["weight_hh_l0"]
+    assert net.params["W_hy"] is net.readout.params["W_hy"]
+    np.testing.assert_array_equal(net.layer.params["bias_ih_l0"][3:6], 2.0)  # i, f, g, o
+    np.testing.assert_array_equal(net.layer.params["bias_hh_l0"][3:6], 0.0)
+    snap = net.snapshot()
+    net.params["W_hy"] += 1.0
+    net.restore(snap)
+    np.testing.assert_array_equal(net.readout.params["W_hy"], snap["W_hy"])
 
 
 # ---------------------------------------------------------------------------- Elman (1990)
@@ -173,3 +222,37 @@ def test_flipflop_has_eight_stable_fixed_points(results):
     assert m["max_q"] < 1e-10
     # a 1-mode saddle separates two memories that differ in one bit
     assert m["saddle_link_bits"] and np.mean(np.equal(m["saddle_link_bits"], 1)) >= 0.75
+
+
+def test_flipflop_map_is_the_zero_input_tanh_step():
+    """The fixed-point search uses the layer's own step: F(h) = tanh(W_hh h + b_ih + b_hh)."""
+    rng = np.random.default_rng(3)
+    net = training.Net("rnn", 3, 5, 3, rng=rng)
+    F, jac = layer_map(net.layer)
+    W = net.params["weight_hh_l0"]
+    b = net.params["bias_ih_l0"] + net.params["bias_hh_l0"]
+    for _ in range(3):
+        h = rng.uniform(-1, 1, 5)
+        f = np.tanh(W @ h + b)
+        np.testing.assert_allclose(F(h), f, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(jac(h), (1 - f ** 2)[:, None] * W, rtol=1e-13, atol=1e-15)
+
+
+def test_saddle_links_count_the_bits_a_saddle_separates():
+    """F(h) = tanh(2h) per unit: 4 stable corners, 4 one-mode saddles on the axes, a repeller."""
+    F = lambda h: np.tanh(2.0 * h)
+    jac = lambda h: np.diag(2.0 * (1.0 - np.tanh(2.0 * h) ** 2))
+    grid = np.array([(a, b) for a in (-0.9, 0.0, 0.9) for b in (-0.9, 0.0, 0.9)])
+    starts = grid + 0.01 * np.random.default_rng(0).standard_normal(grid.shape)
+    points = find_fixed_points(F, jac, starts)
+    saddles = [p for p in points if p.n_unstable == 1]
+    assert len(points) == 9 and len(saddles) == 4
+    readout = training.Readout(2, 2, rng=np.random.default_rng(0))
+    readout.params["W_hy"][...] = np.eye(2)  # both coordinates are memory bits
+    assert flipflop.saddle_links(saddles, F, readout) == [1, 1, 1, 1]
+    readout = training.Readout(2, 1, rng=np.random.default_rng(0))
+    readout.params["W_hy"][...] = [[1.0, 0.0]]  # only the first coordinate is read
+    # a saddle on the axis h0 = 0 is unstable along h0 and splits the bit; the others do not
+    expected = [int(abs(p.h[0]) < 1e-6) for p in saddles]
+    assert sorted(expected) == [0, 0, 1, 1]
+    assert flipflop.saddle_links(saddles, F, readout) == expected

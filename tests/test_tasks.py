@@ -4,8 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from hiddenstate.experiments import tasks
-
+from hiddenstate.experiments import encoding, sentences, tasks
 
 # ---------------------------------------------------------------------------- common behaviour
 
@@ -240,7 +239,7 @@ def test_copy_layout(rng):
 
 def test_copy_baseline_is_the_memoryless_cross_entropy(rng):
     delay = 30
-    x, y = tasks.copy_memory(256, delay, rng=rng)
+    _x, y = tasks.copy_memory(256, delay, rng=rng)
     # blank with certainty for the first T+10 steps, uniform over 8 symbols after
     probs = np.zeros(y.shape + (10,))
     probs[: delay + 10, :, 8] = 1.0
@@ -270,3 +269,34 @@ def test_flipflop_pulse_probability(rng):
     inputs, _ = tasks.flipflop(64, 50, rng=rng, p=0.1, n_bits=2)
     assert inputs.shape == (50, 64, 2)
     assert abs((inputs[1:] != 0).mean() - 0.1) < 0.02
+
+
+# ---------------------------------------------------------------------------- layout and checks
+
+
+def test_tasks_re_exports_the_sentence_corpus_and_one_hot():
+    """tasks is the one place to import a task from; the objects are the same, not copies."""
+    assert tasks.one_hot is encoding.one_hot
+    for name in sentences.__all__:
+        assert getattr(tasks, name) is getattr(sentences, name)
+    assert set(sentences.__all__) | set(encoding.__all__) <= set(tasks.__all__)
+
+
+def test_sentence_flags_and_pulse_probability_are_checked(rng):
+    with pytest.raises(TypeError, match="zog must be a bool; got str 'yes'"):
+        tasks.elman_sentences(5, rng=rng, zog="yes")
+    with pytest.raises(TypeError, match="inclusive must be a bool; got int 1"):
+        tasks.elman_sentences(5, rng=rng, inclusive=1)
+    with pytest.raises(TypeError, match="p must be a number; got bool True"):
+        tasks.flipflop(2, rng=rng, p=True)
+    with pytest.raises(ValueError, match="p must be a finite number; got nan"):
+        tasks.flipflop(2, rng=rng, p=float("nan"))
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\]; got -0.1"):
+        tasks.flipflop(2, rng=rng, p=-0.1)
+
+
+def test_flipflop_pulse_probability_bounds_are_allowed(rng):
+    never, _ = tasks.flipflop(4, 6, rng=rng, p=0.0)
+    always, _ = tasks.flipflop(4, 6, rng=rng, p=1)
+    assert (never[1:] == 0).all() and (never[0] != 0).all()  # only the pulse at t = 0
+    assert (always != 0).all()

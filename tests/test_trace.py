@@ -47,7 +47,7 @@ def test_gru_gates_are_consistent(rng):
     layer = hs.GRU(3, 6, rng=rng)
     x = rng.normal(size=(20, 2, 3))
     lt = trace(layer, x)[0]
-    r, z, n = lt.gates["r"], lt.gates["z"], lt.gates["n"]
+    z, n = lt.gates["z"], lt.gates["n"]
     np.testing.assert_allclose(lt.h, z * lt.h_prev + (1 - z) * n, atol=1e-15)
     np.testing.assert_allclose(sigmoid(lt.preacts["z"].copy()), z, atol=1e-15)
     np.testing.assert_allclose(np.tanh(lt.preacts["n"]), n, atol=1e-15)
@@ -116,3 +116,46 @@ def test_float32_layer(rng):
     tr = trace(layer, x)
     assert tr.output.dtype == np.float32
     np.testing.assert_allclose(tr.output, out, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls,kw", CASES, ids=IDS)
+def test_trace_gates_are_the_kernels_own(cls, kw, rng):
+    """The trace does not re-derive anything: its gates are the values the scan kernel computed."""
+    from hiddenstate.cells import kind_of
+
+    layer = cls(3, 4, 2, bidirectional=True, rng=rng, **kw)
+    x = rng.normal(size=(6, 3, 3))
+    lengths = np.array([6, 2, 4])
+    prepared = layer.prepare(x, lengths=lengths)
+    _, _, cache = layer.run(prepared, record=True)
+    tr = trace(layer, x, lengths=lengths)
+    kind = kind_of(layer)
+    assert tr.kind == kind.name and set(tr[0].gates) == set(kind.gates) and set(tr[0].preacts) == set(kind.preacts)
+    mask = tr.mask[:, :, None]
+    for k, lt in enumerate(tr):
+        rec = kind.recorded(cache.directions[k].kernel)
+        p = lt.in_processing_order()
+        for name in kind.gates:
+            np.testing.assert_array_equal(p.gates[name], np.where(p.mask[:, :, None], rec.gates[name], 0.0))
+        np.testing.assert_array_equal(p.h, np.where(p.mask[:, :, None], rec.h, 0.0))
+        assert np.all(lt.h[~mask[:, :, 0]] == 0.0)
+    # an independent check of the recorded pre-activations: the nonlinearity of each gives the gate
+    valid = tr.mask
+    for lt in tr:
+        for name, a in lt.preacts.items():
+            if name in kind.sigmoid_gates:
+                np.testing.assert_allclose(sigmoid(a[valid]), lt.gates[name][valid], atol=1e-15)
+            elif name in lt.gates:
+                np.testing.assert_allclose(np.tanh(a[valid]), lt.gates[name][valid], atol=1e-15)
+        if kind.name == "rnn":
+            act = {"tanh": np.tanh, "relu": lambda a: np.maximum(a, 0.0), "sigmoid": sigmoid}
+            np.testing.assert_allclose(act[layer.nonlinearity](lt.preacts["a"][valid]), lt.h[valid], atol=1e-15)
+
+
+def test_recording_does_not_change_the_forward(rng):
+    layer = hs.LSTM(3, 5, rng=rng)
+    x = rng.normal(size=(9, 2, 3))
+    prepared = layer.prepare(x)
+    out_plain, _, _ = layer.run(prepared)
+    out_rec, _, _ = layer.run(prepared, record=True)
+    np.testing.assert_array_equal(out_plain, out_rec)

@@ -4,10 +4,14 @@ import math
 
 import numpy as np
 import pytest
-from _torch import require_torch
 
-from hiddenstate.train.corpus import load_text
+from _torch import require_torch
 from hiddenstate.train import TrainConfig, evaluate, load, lr_at, resolve_checkpoint, sample, train
+from hiddenstate.train.checkpoint import load_checkpoint, save_checkpoint
+from hiddenstate.train.config import check_config, make_config
+from hiddenstate.train.corpus import load_text
+from hiddenstate.train.history import kept_log_lines, plot_history, read_history
+from hiddenstate.train.snapshot import ARRAYS, HISTORY, KIND, META, Snapshot
 
 
 @pytest.fixture(scope="module")
@@ -251,10 +255,10 @@ def test_learning_rate_schedule():
 
 @pytest.mark.parametrize("overrides,error,match", [
     (dict(cell="transformer"), ValueError, "cell must be one of gru, lstm, rnn"),
-    (dict(hidden_size=0), ValueError, "hidden_size must be >= 1; got 0"),
-    (dict(steps=2.5), TypeError, "steps must be an integer"),
-    (dict(lr=-1.0), ValueError, "lr must be positive and finite"),
-    (dict(dtype="float16"), ValueError, "dtype must be 'float32' or 'float64'"),
+    (dict(hidden_size=0), ValueError, "hidden_size must be a positive integer; got 0"),
+    (dict(steps=2.5), TypeError, "steps must be a positive integer; got float 2.5"),
+    (dict(lr=-1.0), ValueError, "lr must be a finite number > 0; got -1.0"),
+    (dict(dtype="float16"), ValueError, "dtype must be one of float32, float64; got 'float16'"),
     (dict(batch_size=10_000), ValueError, "ids must hold at least batch_size"),
 ])
 def test_config_errors(overrides, error, match, text_file, tmp_path):
@@ -273,3 +277,114 @@ def test_data_errors(tmp_path):
         train({"data": str(tmp_path), "out": str(tmp_path / "r")}, progress=False)
     with pytest.raises(TypeError, match="unknown field"):
         train({"hidden": 3}, progress=False)
+
+
+# ------------------------------------------------------------------ the checkpoint's contents, once
+def array_entry(name):
+    """The entry of ARRAYS that documents an array name (exact, or the prefix it starts with)."""
+    return next((key for key in ARRAYS if name == key or (key.endswith(".") and name.startswith(key))), None)
+
+
+@pytest.mark.parametrize("extra", [{}, {"ema": 0.9, "cell": "lstm"}])
+def test_checkpoint_files_hold_exactly_the_documented_entries(extra, text_file, tmp_path):
+    run = train(small_config(text_file, tmp_path / "run", steps=6, eval_every=3, save_every=3, **extra),
+                progress=False, verbose=False)
+    params, meta, arrays = load_checkpoint(run.checkpoint)  # the raw files, read without Snapshot
+    assert set(meta) == set(META)
+    assert meta["kind"] == KIND and meta["step"] == 6 and meta["train"] == run.config.to_dict()
+    assert all(array_entry(name) is not None for name in arrays), sorted(arrays)
+    assert {f"history.{key}" for key in HISTORY} <= set(arrays)
+    np.testing.assert_array_equal(arrays["history.train_loss"], run.history["train_loss"])
+    assert arrays["history.val_step"].dtype == np.int64 and arrays["history.val_step"].tolist() == [3, 6]
+    assert ("ema.step" in arrays) == ("ema" in extra) and ("carry.c" in arrays) == (extra.get("cell") == "lstm")
+    assert set(params) == set(run.model.params)
+
+    # the load side reads back what the save side wrote, entry for entry
+    snap = Snapshot.read(run.checkpoint)
+    again_params, again_meta, again_arrays = snap.to_files()
+    assert again_meta == meta
+    assert again_arrays.keys() == arrays.keys() and again_params.keys() == params.keys()
+    for key, value in {**arrays, **params}.items():
+        got = again_arrays.get(key, again_params.get(key))
+        assert got.dtype == value.dtype and got.tobytes() == value.tobytes(), key
+    trained = load(run.out)
+    assert trained.meta == meta and trained.arrays.keys() == arrays.keys()
+    assert trained.run_dir == run.out and trained.step == 6
+
+
+def test_a_checkpoint_of_another_kind_is_refused(tmp_path):
+    save_checkpoint(tmp_path / "checkpoint", {"w": np.zeros(2)}, {"kind": "someone else", "step": 1})
+    with pytest.raises(ValueError, match=r"must be written by hiddenstate.train \(kind 'hiddenstate.CharRNN'\); "
+                                         r"got kind 'someone else'"):
+        load(tmp_path)
+    save_checkpoint(tmp_path / "checkpoint", {"w": np.zeros(2)}, {"kind": KIND, "step": 1})
+    with pytest.raises(ValueError, match=r"must hold every entry of a run checkpoint; missing \['model', 'train'"):
+        load(tmp_path)
+
+
+# ------------------------------------------------------------------ one rule per setting
+def test_dropout_rule_is_the_one_of_the_layers(text_file, tmp_path):
+    # [0, 1), as drop_probability states it for the layers and the CLI (0.9 was the old, separate cap)
+    assert check_config(TrainConfig(dropout=0.95, weight_drop=0.95)).dropout == 0.95
+    with pytest.raises(ValueError, match=r"weight_drop must be a number in \[0, 1\); got 1.0"):
+        check_config(TrainConfig(weight_drop=1.0))
+    with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\); got -0.1"):
+        train(small_config(text_file, tmp_path / "r", dropout=-0.1), progress=False)
+
+
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(seed=-1), ValueError, "seed must be a non-negative integer; got -1"),
+    (dict(embedding_dim=0), ValueError, "embedding_dim must be a positive integer; got 0"),
+    (dict(lr_min_ratio=0.0), ValueError, r"lr_min_ratio must be a number in \(0, 1\]; got 0.0"),
+    (dict(val_fraction=0.6), ValueError, r"val_fraction must be a number in \(0, 0.5\]; got 0.6"),
+    (dict(ema=1.0), ValueError, r"ema must be a number in \(0, 1\); got 1.0"),
+    (dict(max_minutes=0), ValueError, "max_minutes must be a finite number > 0; got 0"),
+    (dict(clip=float("inf")), ValueError, "clip must be a finite number > 0; got inf"),
+    (dict(num_layers=True), TypeError, "num_layers must be a positive integer; got bool True"),
+    (dict(out=""), ValueError, "out must be a directory path; got ''"),
+])
+def test_every_field_has_its_rule(overrides, error, match):
+    with pytest.raises(error, match=match):
+        check_config(TrainConfig(**overrides))
+    assert check_config(TrainConfig(ema=None, embedding_dim=None, max_minutes=None)).ema is None
+
+
+def test_make_config_merges_a_resumed_run():
+    saved = TrainConfig(hidden_size=24, steps=10, out="runs/a")
+    cfg = make_config({"steps": 20}, saved=saved, out="runs/b")
+    assert (cfg.hidden_size, cfg.steps, cfg.out) == (24, 20, "runs/b")
+    assert make_config(TrainConfig(steps=30), saved=saved).steps == 30  # defaults do not count as given
+    with pytest.raises(ValueError, match=r"--lr must match the checkpoint being resumed \(0.008\); got 0.1"):
+        make_config({"lr": 0.1}, saved=saved)
+    with pytest.raises(TypeError, match="config must be a TrainConfig, a dict or None; got list"):
+        make_config([])
+
+
+def test_sample_seed_rule(trained):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer; got -1"):
+        sample(trained, length=5, seed=-1)
+    with pytest.raises(TypeError, match="length must be a non-negative integer; got float 2.5"):
+        sample(trained, length=2.5)
+
+
+# ------------------------------------------------------------------ the log and the plot
+def test_log_reading_keeps_the_steps_up_to_a_checkpoint(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "train_loss": 4.0}\nnot json\n{"step": 2, "train_loss": 3.5, "val_loss": 3.7}\n'
+                   '[1, 2]\n{"no_step": 1}\n{"step": 3, "train_loss": 3.0}\n', encoding="utf-8")
+    assert kept_log_lines(log, 2) == ['{"step": 1, "train_loss": 4.0}', '{"step": 2, "train_loss": 3.5, "val_loss": 3.7}']
+    assert kept_log_lines(tmp_path / "missing.jsonl", 5) == []
+    curves = read_history(log)
+    np.testing.assert_array_equal(curves["train"][0], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(curves["train"][1], [4.0, 3.5, 3.0])
+    np.testing.assert_array_equal(curves["validation"][0], [2.0])
+    np.testing.assert_array_equal(curves["validation"][1], [3.7])
+    assert read_history(tmp_path / "missing.jsonl") is None
+
+
+def test_plot_history_draws_an_empty_and_a_short_history(tmp_path):
+    empty = plot_history({"train_loss": [], "val_step": [], "val_loss": []}, tmp_path / "a" / "empty.png")
+    short = plot_history({"train_loss": [4.1, 3.9, 3.0], "val_step": [3], "val_loss": [3.2]}, tmp_path / "short.png",
+                         title="t", vocab_size=63)
+    for path in (empty, short):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -23,8 +23,7 @@ from hiddenstate.textbook import (
     reset_gate,
     update_gate,
 )
-
-__version__ = "0.2.0"
+from hiddenstate.version import __version__ as __version__
 
 oldpaths.install()
 
@@ -41,13 +40,13 @@ __getattr__, __dir__ = attach(__name__, {
 }, globals())
 
 __all__ = [
+    "GRU",
+    "LSTM",
+    "RNN",
     "CharRNN",
     "DirectionalState",
-    "GRU",
     "GRUCell",
-    "LSTM",
     "LSTMCell",
-    "RNN",
     "RNNCell",
     "analyze_model",
     "build_report",

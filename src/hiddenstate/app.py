@@ -7,7 +7,6 @@ HTML report (:mod:`hiddenstate.report`). None of those packages imports this one
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 
@@ -16,14 +15,15 @@ import numpy as np
 from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.report import build_report
 from hiddenstate.train.corpus import load_text
-from hiddenstate.train.loop import load
+from hiddenstate.train.history import read_history
+from hiddenstate.train.rundir import LOG_FILE, load, run_dir_of
 from hiddenstate.validation import generator, positive_int
 
 __all__ = ["inspect_checkpoint", "loss_history"]
 
 
 def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    """Training and validation loss curves from a run's ``log.jsonl``.
+    """Training and validation loss curves from a run's ``log.jsonl`` (the report's loss section).
 
     Parameters
     ----------
@@ -35,31 +35,10 @@ def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
     dict or None
         ``{"train": (steps, nats), "validation": (steps, nats)}``, each a pair of float64 arrays of
         shape (K,) (nats per character against the optimizer step; a curve without any point is
-        left out); None without a log or without any point. Lines that are not a JSON object
-        with a numeric ``step`` are skipped, as are losses that are not numbers.
+        left out); None without a log or without any point
+        (:func:`hiddenstate.train.history.read_history`).
     """
-    log = pathlib.Path(os.fspath(run_dir)) / "log.jsonl"
-    if not log.is_file():
-        return None
-    curves = {"train": ([], []), "validation": ([], [])}
-    for line in log.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or not _is_number(rec.get("step")):
-            continue
-        for name, key in (("train", "train_loss"), ("validation", "val_loss")):
-            if _is_number(rec.get(key)):
-                curves[name][0].append(rec["step"])
-                curves[name][1].append(rec[key])
-    out = {name: (np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64))
-           for name, (steps, values) in curves.items() if steps}
-    return out or None
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return read_history(pathlib.Path(os.fspath(run_dir)) / LOG_FILE)
 
 
 def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
@@ -117,7 +96,7 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     x = model.embed(ids[:, None])  # (T, 1, I)
     space = vocab.encode(" ")[0] if " " in known else None
     fp_input = None if space is None else np.asarray(model.embed(np.array([[space]]))[0, 0], dtype=np.float64)
-    run_dir = trained.path.parent if trained.path is not None else pathlib.Path(checkpoint)
+    run_dir = run_dir_of(trained.path) if trained.path is not None else pathlib.Path(checkpoint)
     meta = {"training steps": trained.step}
     if trained.val_loss is not None:
         meta["val loss (nats/char)"] = float(trained.val_loss)

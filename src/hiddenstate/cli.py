@@ -41,29 +41,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _number(convert, rule: str, ok):
-    """An argparse ``type``: ``convert(text)`` that must satisfy ``ok``; errors say ``must be <rule>``."""
+def _convert(name: str, text: str, convert, rule):
+    """``rule(name, convert(text))``: a rule of :mod:`hiddenstate.validation` applied to a flag's text.
+
+    Text that ``convert`` cannot read goes to the rule as it is, so the message still states the
+    rule (``"--steps must be a positive integer; got str 'ten'."``).
+    """
+    try:
+        value = convert(text)
+    except ValueError:
+        value = text
+    return rule(name, value)
+
+
+def _typed(flag: str, convert, rule):
+    """An argparse ``type`` for ``flag``: :func:`_convert`, its error one line without the flag's name
+    (argparse prints ``argument --steps: must be a positive integer; got 0``)."""
     def parse(text: str):
         try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {rule}; got {text!r}") from None
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"must be {rule}; got {text}")
-        return value
+            return _convert(flag, text, convert, rule)
+        except (TypeError, ValueError) as error:
+            message = " ".join(str(error).split()).removeprefix(f"{flag} ").removesuffix(".")
+            raise argparse.ArgumentTypeError(message) from None
     return parse
 
 
-_positive_int = _number(int, "a positive integer", lambda v: v >= 1)
-_nonnegative_int = _number(int, "a non-negative integer", lambda v: v >= 0)
-_positive_float = _number(float, "a positive number (finite)", lambda v: 0 < v < float("inf"))
-_nonnegative_float = _number(float, "a finite number >= 0", lambda v: 0 <= v < float("inf"))
-_dropout = _number(float, "a number in [0, 0.9]", lambda v: 0.0 <= v <= 0.9)
-_unit_open = _number(float, "a number strictly between 0 and 1", lambda v: 0.0 < v < 1.0)
+def _config_flag(parser, field: str, convert, **kwargs) -> None:
+    """Add ``--field-name``, converted and checked by the field's rule in ``TrainConfig``'s RULES."""
+    from hiddenstate.train.config import RULES
+
+    flag = "--" + field.replace("_", "-")
+    parser.add_argument(flag, type=_typed(flag, convert, RULES[field]), **kwargs)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from hiddenstate.train.model import CELLS
+    from hiddenstate.train.config import DTYPES, PRESETS
+    from hiddenstate.train.model import CELLS, SAMPLE_RULES
+    from hiddenstate.validation import nonnegative_int
 
     parser = _Parser(
         prog=PROG,
@@ -79,28 +93,29 @@ def _build_parser() -> argparse.ArgumentParser:
                                     "(the demo model, with no time limit).")
     tr.add_argument("--data", metavar="FILE", help="UTF-8 text file (default: the embedded Shakespeare)")
     tr.add_argument("--cell", choices=CELLS, help="recurrent cell (default gru)")
-    tr.add_argument("--hidden-size", type=_positive_int, metavar="H", help="units per layer (default 256)")
-    tr.add_argument("--num-layers", type=_positive_int, metavar="L", help="stacked layers (default 1)")
-    tr.add_argument("--seq-len", type=_positive_int, metavar="T", help="truncated-BPTT length (default 64)")
-    tr.add_argument("--batch-size", type=_positive_int, metavar="N", help="parallel streams (default 32)")
-    tr.add_argument("--steps", type=_positive_int, metavar="S", help="total optimizer steps (default 1500)")
-    tr.add_argument("--lr", type=_positive_float, help="peak Adam learning rate, decayed to lr/10 on a cosine (default 8e-3)")
-    tr.add_argument("--clip", type=_positive_float, help="max global gradient L2 norm (default 5)")
-    tr.add_argument("--seed", type=_nonnegative_int, help="seed of the initial weights (default 0)")
-    tr.add_argument("--dtype", choices=("float32", "float64"), help="default float32 (about twice as fast as float64)")
+    _config_flag(tr, "hidden_size", int, metavar="H", help="units per layer (default 256)")
+    _config_flag(tr, "num_layers", int, metavar="L", help="stacked layers (default 1)")
+    _config_flag(tr, "seq_len", int, metavar="T", help="truncated-BPTT length (default 64)")
+    _config_flag(tr, "batch_size", int, metavar="N", help="parallel streams (default 32)")
+    _config_flag(tr, "steps", int, metavar="S", help="total optimizer steps (default 1500)")
+    _config_flag(tr, "lr", float, help="peak Adam learning rate, decayed to lr/10 on a cosine (default 8e-3)")
+    _config_flag(tr, "clip", float, help="max global gradient L2 norm (default 5)")
+    _config_flag(tr, "seed", int, help="seed of the initial weights (default 0)")
+    tr.add_argument("--dtype", choices=DTYPES, help="default float32 (about twice as fast as float64)")
     tr.add_argument("--out", metavar="DIR", help="run directory: checkpoint/, log.jsonl, loss.png")
     tr.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR (a run or checkpoint directory)")
-    tr.add_argument("--preset", choices=("demo", "long"), help="named configuration: demo (the defaults, at most 3 minutes) or long (see README)")
-    tr.add_argument("--max-minutes", type=_positive_float, metavar="M",
-                    help="wall-clock limit: stop (with a last evaluation and checkpoint) when reached")
-    tr.add_argument("--eval-every", type=_positive_int, metavar="K", help="steps between validation passes")
-    tr.add_argument("--save-every", type=_positive_int, metavar="K", help="steps between checkpoints")
-    tr.add_argument("--dropout", type=_dropout, metavar="P", help="dropout on layer outputs (default 0)")
-    tr.add_argument("--weight-drop", type=_dropout, metavar="P",
-                    help="DropConnect on the recurrent weights (Merity et al. 2018; default 0)")
-    tr.add_argument("--ema", type=_unit_open, metavar="DECAY",
-                    help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.998)")
-    tr.add_argument("--embedding-dim", type=_positive_int, metavar="E", help="learned embedding instead of one-hot")
+    tr.add_argument("--preset", choices=tuple(PRESETS),
+                    help="named configuration: demo (the defaults, at most 3 minutes) or long (see README)")
+    _config_flag(tr, "max_minutes", float, metavar="M",
+                 help="wall-clock limit: stop (with a last evaluation and checkpoint) when reached")
+    _config_flag(tr, "eval_every", int, metavar="K", help="steps between validation passes")
+    _config_flag(tr, "save_every", int, metavar="K", help="steps between checkpoints")
+    _config_flag(tr, "dropout", float, metavar="P", help="dropout on layer outputs, in [0, 1) (default 0)")
+    _config_flag(tr, "weight_drop", float, metavar="P",
+                 help="DropConnect on the recurrent weights, in [0, 1) (Merity et al. 2018; default 0)")
+    _config_flag(tr, "ema", float, metavar="DECAY",
+                 help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.998)")
+    _config_flag(tr, "embedding_dim", int, metavar="E", help="learned embedding instead of one-hot")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
 
     # -- sample ----------------------------------------------------------------------------------
@@ -108,18 +123,19 @@ def _build_parser() -> argparse.ArgumentParser:
                         description="Generate text from a trained model; the same seed gives the same text.")
     sa.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory)")
     sa.add_argument("--prime", help="text to start from (default: a newline)")
-    sa.add_argument("--length", type=_nonnegative_int, default=500, help="characters to generate (default 500)")
-    sa.add_argument("--temperature", type=_nonnegative_float, default=1.0,
+    sa.add_argument("--length", type=_typed("--length", int, SAMPLE_RULES["length"]), default=500,
+                    help="characters to generate (default 500)")
+    sa.add_argument("--temperature", type=_typed("--temperature", float, SAMPLE_RULES["temperature"]), default=1.0,
                     help="softmax temperature; 0 = greedy (default 1.0)")
-    sa.add_argument("--seed", type=_nonnegative_int, default=0, help="sampler seed (default 0)")
+    sa.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="sampler seed (default 0)")
 
     # -- demo ------------------------------------------------------------------------------------
     de = sub.add_parser("demo", help="train the default model on Shakespeare and sample from it",
                         description="Train with the demo preset on the embedded Shakespeare, print a sample "
                                     "and the final validation loss.")
     de.add_argument("--out", default=_DEMO_OUT, metavar="DIR", help=f"run directory (default {_DEMO_OUT})")
-    de.add_argument("--steps", type=_positive_int, metavar="S", help="override the preset's steps")
-    de.add_argument("--max-minutes", type=_positive_float, metavar="M", help="override the preset's time limit")
+    _config_flag(de, "steps", int, metavar="S", help="override the preset's steps")
+    _config_flag(de, "max_minutes", float, metavar="M", help="override the preset's time limit")
     de.add_argument("--quiet", action="store_true", help="no progress bar")
 
     # -- reproduce -------------------------------------------------------------------------------
@@ -127,7 +143,7 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("name", metavar="NAME", help="one of: elman-xor, elman-letters, elman-sentences, adding, copy, flipflop")
     rp.add_argument("--quick", action="store_true", help="reduced settings (seconds)")
     rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure")
-    rp.add_argument("--seed", type=_nonnegative_int, default=0)
+    rp.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0)
 
     # -- inspect ---------------------------------------------------------------------------------
     ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does")
@@ -138,11 +154,6 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 # -- commands ------------------------------------------------------------------------------------
-_TRAIN_FIELDS = ("data", "cell", "hidden_size", "num_layers", "seq_len", "batch_size", "steps", "lr", "clip",
-                 "seed", "dtype", "out", "max_minutes", "eval_every", "save_every", "embedding_dim", "dropout",
-                 "weight_drop", "ema")
-
-
 def _print_result(result) -> None:
     print(f"checkpoint: {result.checkpoint}")
     print(f"log: {result.log}")
@@ -155,9 +166,13 @@ def _print_result(result) -> None:
 
 
 def _cmd_train(args) -> int:
+    import dataclasses
+
     from hiddenstate import train as _train
 
-    given = {k: getattr(args, k) for k in _TRAIN_FIELDS if getattr(args, k) is not None}
+    # every TrainConfig field that has a flag and was given
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(_train.TrainConfig)
+             if getattr(args, f.name, None) is not None}
     if args.resume is not None:
         if args.preset is not None:
             raise _UsageError("--preset cannot be combined with --resume: a resumed run keeps its configuration.")
@@ -255,23 +270,25 @@ def _blas_threads():
         return contextlib.nullcontext()
     from threadpoolctl import threadpool_limits
 
-    raw = os.environ.get("HIDDENSTATE_NUM_THREADS", "1")
-    try:
-        n = int(raw)
-    except ValueError:
-        raise _UsageError(f"HIDDENSTATE_NUM_THREADS must be a positive integer; got {raw!r}.") from None
-    if n < 1:
-        raise _UsageError(f"HIDDENSTATE_NUM_THREADS must be a positive integer; got {n}.")
+    from hiddenstate.validation import positive_int
+
+    n = _convert("HIDDENSTATE_NUM_THREADS", os.environ.get("HIDDENSTATE_NUM_THREADS", "1"), int, positive_int)
     return threadpool_limits(limits=n, user_api="blas")
 
 
 def main(argv=None) -> int:
-    """Run the ``hiddenstate`` command line; returns the exit status (0 ok, 2 user error, 130 interrupted).
+    """Run the ``hiddenstate`` command line.
 
     Parameters
     ----------
     argv : list of str, optional
         Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 done, 2 a user error (one line on stderr), 130 interrupted. argparse's
+        own usage errors and ``--help`` exit (SystemExit, status 2 and 0) instead of returning.
     """
     parser = _build_parser()
     args = parser.parse_args(argv)  # exits with status 2 on unknown flags or bad values

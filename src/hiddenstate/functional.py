@@ -46,22 +46,70 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Hyperbolic tangent (``numpy.tanh``), here for symmetry with :func:`sigmoid`."""
+    """Hyperbolic tangent (``numpy.tanh``), here for symmetry with :func:`sigmoid`.
+
+    Parameters
+    ----------
+    x : ndarray of any shape, floating dtype
+        Pre-activation.
+    out : ndarray, optional
+        Where to write the result (may be ``x`` itself).
+
+    Returns
+    -------
+    ndarray, same shape and dtype as ``x``
+        Values in [-1, 1].
+    """
     return np.tanh(x, out=out)
 
 
 def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Rectified linear unit ``max(x, 0)``."""
+    """Rectified linear unit ``max(x, 0)``.
+
+    Parameters
+    ----------
+    x : ndarray of any shape, floating dtype
+        Pre-activation.
+    out : ndarray, optional
+        Where to write the result (may be ``x`` itself).
+
+    Returns
+    -------
+    ndarray, same shape and dtype as ``x``
+        Values in [0, inf).
+    """
     return np.maximum(x, 0.0, out=out)
 
 
 def dsigmoid_from_output(s: np.ndarray) -> np.ndarray:
-    """Derivative of the sigmoid expressed through its output: ``s * (1 - s)``."""
+    """Derivative of the sigmoid expressed through its output: ``s * (1 - s)``.
+
+    Parameters
+    ----------
+    s : ndarray of any shape, floating dtype
+        ``sigmoid(x)``, values in [0, 1].
+
+    Returns
+    -------
+    ndarray, same shape as ``s``
+        ``d sigmoid(x) / dx``, values in [0, 1/4].
+    """
     return s * (1.0 - s)
 
 
 def dtanh_from_output(y: np.ndarray) -> np.ndarray:
-    """Derivative of tanh expressed through its output: ``1 - y**2``."""
+    """Derivative of tanh expressed through its output: ``1 - y**2``.
+
+    Parameters
+    ----------
+    y : ndarray of any shape, floating dtype
+        ``tanh(x)``, values in [-1, 1].
+
+    Returns
+    -------
+    ndarray, same shape as ``y``
+        ``d tanh(x) / dx``, values in [0, 1].
+    """
     return 1.0 - y * y
 
 
@@ -123,6 +171,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     ------
     ValueError
         If the shapes do not agree or a target is out of range.
+    TypeError
+        If ``targets`` is not an integer array.
     """
     logits = np.asarray(logits)
     targets = np.asarray(targets)
@@ -152,8 +202,24 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
 def gru_blend(z: np.ndarray, h_prev: np.ndarray, n: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``z * h_prev + (1 - z) * n`` without validation, computed as ``n + z * (h_prev - n)``.
 
-    The unchecked kernel behind :func:`hiddenstate.seeds.hidden_state_update` (Cho et al. 2014,
-    Eq. 5), used inside the GRU time loop. ``out`` may be a new buffer or alias any input.
+    The unchecked kernel behind :func:`hiddenstate.textbook.hidden_state_update` (Cho et al.
+    2014, Eq. 7), used inside the GRU time loop.
+
+    Parameters
+    ----------
+    z : ndarray of shape (N, H) (or any shape)
+        Update gate, values in [0, 1].
+    h_prev : ndarray, same shape as ``z``
+        Previous state ``h_{t-1}``.
+    n : ndarray, same shape as ``z``
+        Candidate state.
+    out : ndarray, optional
+        Where to write the result: a new buffer or an alias of any input.
+
+    Returns
+    -------
+    ndarray, same shape as ``z``
+        ``h_t``; ``out`` when given.
     """
     d = h_prev - n
     d *= z

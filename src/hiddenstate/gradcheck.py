@@ -20,7 +20,19 @@ class GradcheckError(AssertionError):
 
 
 def relative_error(a, b) -> float:
-    """``max|a - b| / max(max|a|, max|b|, 1e-12)``: a scale-free distance between two arrays."""
+    """``max|a - b| / max(max|a|, max|b|, 1e-12)``: a scale-free distance between two arrays.
+
+    Parameters
+    ----------
+    a, b : array_like of the same (broadcastable) shape
+        Compared in float64.
+
+    Returns
+    -------
+    float
+        0 for identical arrays (and for two empty ones); about 1e-8 for a correct gradient
+        against central differences.
+    """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     scale = max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-12)
@@ -60,6 +72,13 @@ def elementwise_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], 
     Returns
     -------
     dict name -> relative error (see :func:`relative_error`) over the checked entries.
+
+    Raises
+    ------
+    TypeError
+        ``f`` is not callable, ``arrays`` is not a mapping, or an array is not a float64 ndarray.
+    ValueError
+        A gradient's shape differs from its array's, or an array is not C-contiguous.
     """
     _check_inputs(f, arrays)
     rng = np.random.default_rng(0) if rng is None else rng
@@ -94,6 +113,21 @@ def directional_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], 
     Compares ``(f(a + eps v) - f(a - eps v)) / (2 eps)`` with ``<grad, v>``; one pair of
     function evaluations checks every entry of every array at once.
 
+    Parameters
+    ----------
+    f : callable () -> float
+        The loss, reading the arrays in ``arrays`` (which are perturbed in place and restored).
+    arrays : mapping name -> float64 ndarray
+        The variables to check (parameters, inputs, initial states).
+    grads : mapping name -> ndarray
+        The analytic gradient of ``f`` for each name, same shapes.
+    eps : float, default 1e-6
+        Step along the unit direction.
+    num_directions : int, default 3
+        How many random directions (standard normal over all arrays jointly, normalised).
+    rng : numpy.random.Generator, optional
+        Draws the directions (default: seed 0, so results are reproducible).
+
     Returns
     -------
     float
@@ -101,6 +135,11 @@ def directional_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], 
         directions. Scaling by the gradient norm as well keeps a direction that happens to be
         nearly orthogonal to the gradient (``<grad, v>`` small by cancellation) from reporting a
         correct gradient as wrong.
+
+    Raises
+    ------
+    TypeError
+        ``f`` is not callable, ``arrays`` is not a mapping, or an array is not a float64 ndarray.
     """
     _check_inputs(f, arrays)
     rng = np.random.default_rng(0) if rng is None else rng
@@ -127,6 +166,21 @@ def directional_check(f: Callable[[], float], arrays: Mapping[str, np.ndarray], 
 def check_grads(f: Callable[[], float], arrays: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray],
                 *, rtol: float = 1e-6, eps: float = 1e-6, max_entries: int | None = 64) -> dict[str, float]:
     """Run :func:`elementwise_check` and :func:`directional_check`; raise if any error exceeds ``rtol``.
+
+    Parameters
+    ----------
+    f : callable () -> float
+        The loss, reading the arrays in ``arrays`` (which are perturbed in place and restored).
+    arrays : mapping name -> float64 ndarray
+        The variables to check.
+    grads : mapping name -> ndarray
+        The analytic gradient of ``f`` for each name, same shapes.
+    rtol : float, default 1e-6
+        Largest accepted error, elementwise and directional.
+    eps : float, default 1e-6
+        Finite-difference step.
+    max_entries : int or None, default 64
+        Entries checked per array by :func:`elementwise_check` (None: all).
 
     Returns
     -------

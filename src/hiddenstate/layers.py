@@ -41,8 +41,9 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.cells import gru, lstm, rnn
+from hiddenstate.prepared import DirectionalState
 from hiddenstate.ragged import reverse_padded
-from hiddenstate.recurrent import DirectionalState, RecurrentLayer
+from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.validation import boolean
 
 __all__ = ["GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
@@ -51,23 +52,33 @@ __all__ = ["GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
 class RNN(RecurrentLayer):
     """Multi-layer Elman RNN ``h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` (Elman 1990).
 
+    Equivalent to ``torch.nn.RNN`` with the same weights (for tanh and relu). Every layer ``k``
+    and direction runs ``h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` over its input
+    ``x_t`` (for k > 0 the previous layer's output at step t).
+
     Parameters
     ----------
     input_size : int
-        I, features of each input vector.
+        I, features of each input vector (layer 0 reads I_0 = I features, layer k > 0 reads
+        I_k = D*H: the previous layer's output, directions concatenated).
     hidden_size : int
         H, hidden units per layer and direction.
     num_layers : int, default 1
         L, stacked layers; layer k > 0 reads layer k-1's output (D*H features).
     nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
-        ``"sigmoid"``: Elman's (1990) logistic units in [0, 1] (an extension; torch has tanh and relu).
+        ``act``. ``"sigmoid"``: Elman's (1990) logistic units in [0, 1] (an extension; torch has
+        tanh and relu).
     bias : bool, default True
+        Whether the biases ``bias_ih_l{k}`` and ``bias_hh_l{k}`` (H,) exist.
     batch_first : bool, default False
-        Input and output as (N, T, features) instead of (T, N, features).
+        Input and output as (N, T, features) instead of (T, N, features); states are
+        (L*D, N, H) either way.
     bidirectional : bool, default False
-        D = 2: a second direction reads each sequence backwards (within its length).
+        D = 2: a second direction reads each sequence backwards (within its length), with its
+        own parameters (suffix ``_reverse``).
     dropout : float in [0, 1), default 0
-        Dropout on every layer's output except the last, in ``forward(training=True)`` only.
+        Inverted dropout on every layer's output except the last (scaled by
+        ``1 / (1 - dropout)``), in ``forward(training=True)`` only; no effect when L = 1.
     weight_drop : float in [0, 1), default 0
         DropConnect (Wan et al. 2013) on the recurrent weights ``weight_hh_l*``, in
         ``forward(training=True)`` only: each entry is zeroed with this probability and the
@@ -77,10 +88,56 @@ class RNN(RecurrentLayer):
         recurrent connection, which ``dropout`` leaves alone; ``backward`` returns the gradient
         with respect to the unmasked weights.
     learn_h0 : bool, default False
-        Add a trainable initial state ``params["h0"]`` (L*D, H), broadcast over the batch.
+        Add a trainable initial state ``params["h0"]`` (L*D, H), initialised to zeros and
+        broadcast over the batch whenever ``h0`` is None.
     dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result; inputs are cast to it.
     rng : numpy.random.Generator, optional
-        Initial weights U(-1/sqrt(H), 1/sqrt(H)) (as PyTorch) and default dropout masks.
+        Draws the initial weights and biases from U(-1/sqrt(H), 1/sqrt(H)) (as PyTorch) and,
+        by default, the dropout and DropConnect masks. None: a fresh unseeded generator.
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        The parameters by torch's names, for every layer ``k`` in ``0 .. L-1`` and (when
+        bidirectional) with the suffix ``_reverse`` for the backward direction:
+        ``weight_ih_l{k}`` (H, I_k), ``weight_hh_l{k}`` (H, H), and with ``bias``
+        ``bias_ih_l{k}`` (H,), ``bias_hh_l{k}`` (H,) (G = 1); with ``learn_h0`` ``h0``
+        (L*D, H). ``state_dict()`` copies them, ``backward`` returns gradients with the same
+        keys.
+    kind : CellKind
+        ``hiddenstate.cells.KINDS["rnn"]`` (a class attribute): the gate blocks, kernels and
+        step Jacobian of this layer.
+    num_directions : int
+        D, 2 if ``bidirectional`` else 1.
+    nonlinearity : str
+        The activation.
+    input_size, hidden_size, num_layers, bias, batch_first, bidirectional, dropout, weight_drop, learn_h0, dtype
+        The validated constructor arguments (``dtype`` as a ``numpy.dtype``).
+
+    Raises
+    ------
+    TypeError
+        A size that is not an integer, a flag that is not a bool, a dtype other than
+        float32/float64, an ``rng`` that is not a ``numpy.random.Generator``.
+    ValueError
+        A size that is not positive; ``dropout`` or ``weight_drop`` outside [0, 1) or not a
+        number; ``nonlinearity`` not one of the three.
+
+    Notes
+    -----
+    Inputs and outputs of ``output, h_n = layer(x, h0)`` (see :meth:`forward`):
+
+    ==========  ====================================================================
+    ``x``       (T, N, I), (N, T, I) with ``batch_first=True``, or unbatched (T, I)
+    ``h0``      (L*D, N, H) (unbatched: (L*D, H)); None: zeros (or the learned ``h0``)
+    ``output``  (T, N, D*H) (batch_first: (N, T, D*H); unbatched: (T, D*H)): the
+                last layer's state at every step, directions concatenated
+    ``h_n``     (L*D, N, H) (unbatched: (L*D, H)): every layer's and direction's
+                final state, layer ``k`` and direction ``d`` at index ``k * D + d``
+    ==========  ====================================================================
+
+    The extras over torch (``lengths``, ``reset``, ``training``) are described on :meth:`forward`.
 
     Examples
     --------
@@ -103,16 +160,111 @@ class RNN(RecurrentLayer):
 
 
 class GRU(RecurrentLayer):
-    """Multi-layer gated recurrent unit (Cho et al. 2014); see :class:`hiddenstate.GRUCell` for the equations.
+    """Multi-layer gated recurrent unit (Cho et al. 2014), PyTorch parameter layout.
 
-    Parameters are those of :class:`RNN` (no ``nonlinearity``) plus
+    Every layer and direction runs, with gates in row order r, z, n
+    (Cho et al. 2014, Eqs. 5-8)::
 
+        r_t = sigmoid(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
+        z_t = sigmoid(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
+        n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)     reset_after=False
+        n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))     reset_after=True
+        h_t = z_t * h_{t-1} + (1 - z_t) * n_t
+
+    With ``reset_after=True`` equivalent to ``torch.nn.GRU`` with the same weights.
+
+    Parameters
+    ----------
+    input_size : int
+        I, features of each input vector (layer 0 reads I_0 = I features, layer k > 0 reads
+        I_k = D*H: the previous layer's output, directions concatenated).
+    hidden_size : int
+        H, hidden units per layer and direction.
+    num_layers : int, default 1
+        L, stacked layers; layer k > 0 reads layer k-1's output (D*H features).
+    bias : bool, default True
+        Whether the biases ``bias_ih_l{k}`` and ``bias_hh_l{k}`` (3H,) exist.
+    batch_first : bool, default False
+        Input and output as (N, T, features) instead of (T, N, features); states are
+        (L*D, N, H) either way.
     reset_after : bool, default False
-        False: the paper's candidate ``tanh(W_in x + b_in + W_hn (r * h) + b_hn)`` (the seeds'
-        form; Keras ``reset_after=False``). True: ``tanh(W_in x + b_in + r * (W_hn h + b_hn))``,
-        identical to ``torch.nn.GRU``.
+        False: the paper's candidate ``tanh(W_in x + b_in + W_hn (r * h) + b_hn)`` (Cho et al.
+        2014, Eq. 8; the form of :func:`hiddenstate.textbook.gru_step`; Keras
+        ``reset_after=False``). True: ``tanh(W_in x + b_in + r * (W_hn h + b_hn))``, identical to
+        ``torch.nn.GRU`` and cuDNN.
+    bidirectional : bool, default False
+        D = 2: a second direction reads each sequence backwards (within its length), with its
+        own parameters (suffix ``_reverse``).
+    dropout : float in [0, 1), default 0
+        Inverted dropout on every layer's output except the last (scaled by
+        ``1 / (1 - dropout)``), in ``forward(training=True)`` only; no effect when L = 1.
+    weight_drop : float in [0, 1), default 0
+        DropConnect (Wan et al. 2013) on the recurrent weights ``weight_hh_l*``, in
+        ``forward(training=True)`` only: each entry is zeroed with this probability and the
+        rest scaled by ``1 / (1 - weight_drop)``, one mask per forward call, the same for every
+        time step and sequence (the weight-dropped LSTM of Merity, Keskar & Socher 2018,
+        "Regularizing and optimizing LSTM language models", Sec. 2). It regularizes the
+        recurrent connection, which ``dropout`` leaves alone; ``backward`` returns the gradient
+        with respect to the unmasked weights.
+    learn_h0 : bool, default False
+        Add a trainable initial state ``params["h0"]`` (L*D, H), initialised to zeros and
+        broadcast over the batch whenever ``h0`` is None.
+    dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result; inputs are cast to it.
+    rng : numpy.random.Generator, optional
+        Draws the initial weights and biases from U(-1/sqrt(H), 1/sqrt(H)) (as PyTorch) and,
+        by default, the dropout and DropConnect masks. None: a fresh unseeded generator.
 
-    Parameter rows are in gate order r, z, n: ``weight_ih_l0`` (3H, I), ``weight_hh_l0`` (3H, H).
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        The parameters by torch's names, for every layer ``k`` in ``0 .. L-1`` and (when
+        bidirectional) with the suffix ``_reverse`` for the backward direction:
+        ``weight_ih_l{k}`` (3H, I_k), ``weight_hh_l{k}`` (3H, H), and with ``bias``
+        ``bias_ih_l{k}`` (3H,), ``bias_hh_l{k}`` (3H,), row blocks in gate order r, z, n
+        (``W_ir``, ``W_iz``, ``W_in`` stacked); with ``learn_h0`` ``h0`` (L*D, H).
+        ``state_dict()`` copies them, ``backward`` returns gradients with the same keys.
+    kind : CellKind
+        ``hiddenstate.cells.KINDS["gru"]`` (a class attribute): the gate blocks, kernels and
+        step Jacobian of this layer.
+    num_directions : int
+        D, 2 if ``bidirectional`` else 1.
+    reset_after : bool
+        The form of the candidate.
+    input_size, hidden_size, num_layers, bias, batch_first, bidirectional, dropout, weight_drop, learn_h0, dtype
+        The validated constructor arguments (``dtype`` as a ``numpy.dtype``).
+
+    Raises
+    ------
+    TypeError
+        A size that is not an integer, a flag (``reset_after`` included) that is not a bool, a
+        dtype other than float32/float64, an ``rng`` that is not a ``numpy.random.Generator``.
+    ValueError
+        A size that is not positive; ``dropout`` or ``weight_drop`` outside [0, 1) or not a
+        number.
+
+    Notes
+    -----
+    Inputs and outputs of ``output, h_n = layer(x, h0)`` (see :meth:`forward`):
+
+    ==========  ====================================================================
+    ``x``       (T, N, I), (N, T, I) with ``batch_first=True``, or unbatched (T, I)
+    ``h0``      (L*D, N, H) (unbatched: (L*D, H)); None: zeros (or the learned ``h0``)
+    ``output``  (T, N, D*H) (batch_first: (N, T, D*H); unbatched: (T, D*H)): the
+                last layer's state at every step, directions concatenated
+    ``h_n``     (L*D, N, H) (unbatched: (L*D, H)): every layer's and direction's
+                final state, layer ``k`` and direction ``d`` at index ``k * D + d``
+    ==========  ====================================================================
+
+    The extras over torch (``lengths``, ``reset``, ``training``) are described on :meth:`forward`.
+    One step of one layer is :class:`hiddenstate.GRUCell` with the same weights.
+
+    Examples
+    --------
+    >>> gru = GRU(10, 20, bidirectional=True, rng=np.random.default_rng(0))
+    >>> out, h_n = gru(np.ones((5, 3, 10)))
+    >>> out.shape, h_n.shape
+    ((5, 3, 40), (2, 3, 20))
     """
 
     kind = gru.KIND
@@ -126,11 +278,108 @@ class GRU(RecurrentLayer):
 
 
 class LSTM(RecurrentLayer):
-    """Multi-layer LSTM (Hochreiter & Schmidhuber 1997); see :class:`hiddenstate.LSTMCell` for the equations.
+    """Multi-layer LSTM (Hochreiter & Schmidhuber 1997; forget gate of Gers et al. 2000), PyTorch layout.
 
-    Parameters are those of :class:`RNN` (no ``nonlinearity``). The state is a pair: ``h0`` is
-    ``(h0, c0)`` and the result ``(output, (h_n, c_n))``; with ``learn_h0=True`` both ``h0`` and
-    ``c0`` are parameters. Parameter rows are in gate order i, f, g, o (4H rows).
+    Every layer and direction runs, with gates in row order i, f, g, o::
+
+        i_t = sigmoid(W_ii x_t + b_ii + W_hi h_{t-1} + b_hi)
+        f_t = sigmoid(W_if x_t + b_if + W_hf h_{t-1} + b_hf)
+        g_t = tanh(W_ig x_t + b_ig + W_hg h_{t-1} + b_hg)
+        o_t = sigmoid(W_io x_t + b_io + W_ho h_{t-1} + b_ho)
+        c_t = f_t * c_{t-1} + i_t * g_t
+        h_t = o_t * tanh(c_t)
+
+    Equivalent to ``torch.nn.LSTM`` with the same weights. The state is a pair ``(h, c)``.
+
+    Parameters
+    ----------
+    input_size : int
+        I, features of each input vector (layer 0 reads I_0 = I features, layer k > 0 reads
+        I_k = D*H: the previous layer's output, directions concatenated).
+    hidden_size : int
+        H, hidden units per layer and direction.
+    num_layers : int, default 1
+        L, stacked layers; layer k > 0 reads layer k-1's output (D*H features).
+    bias : bool, default True
+        Whether the biases ``bias_ih_l{k}`` and ``bias_hh_l{k}`` (4H,) exist.
+    batch_first : bool, default False
+        Input and output as (N, T, features) instead of (T, N, features); states are
+        (L*D, N, H) either way.
+    bidirectional : bool, default False
+        D = 2: a second direction reads each sequence backwards (within its length), with its
+        own parameters (suffix ``_reverse``).
+    dropout : float in [0, 1), default 0
+        Inverted dropout on every layer's output except the last (scaled by
+        ``1 / (1 - dropout)``), in ``forward(training=True)`` only; no effect when L = 1.
+    weight_drop : float in [0, 1), default 0
+        DropConnect (Wan et al. 2013) on the recurrent weights ``weight_hh_l*``, in
+        ``forward(training=True)`` only: each entry is zeroed with this probability and the
+        rest scaled by ``1 / (1 - weight_drop)``, one mask per forward call, the same for every
+        time step and sequence (the weight-dropped LSTM of Merity, Keskar & Socher 2018,
+        "Regularizing and optimizing LSTM language models", Sec. 2). It regularizes the
+        recurrent connection, which ``dropout`` leaves alone; ``backward`` returns the gradient
+        with respect to the unmasked weights.
+    learn_h0 : bool, default False
+        Add a trainable initial state ``params["h0"]`` and ``params["c0"]``, each (L*D, H),
+        initialised to zeros and broadcast over the batch for whichever part of the state is
+        not given (``h0=None`` or ``(h0, None)``).
+    dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result; inputs are cast to it.
+    rng : numpy.random.Generator, optional
+        Draws the initial weights and biases from U(-1/sqrt(H), 1/sqrt(H)) (as PyTorch) and,
+        by default, the dropout and DropConnect masks. None: a fresh unseeded generator.
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        The parameters by torch's names, for every layer ``k`` in ``0 .. L-1`` and (when
+        bidirectional) with the suffix ``_reverse`` for the backward direction:
+        ``weight_ih_l{k}`` (4H, I_k), ``weight_hh_l{k}`` (4H, H), and with ``bias``
+        ``bias_ih_l{k}`` (4H,), ``bias_hh_l{k}`` (4H,), row blocks in gate order i, f, g, o
+        (``W_ii``, ``W_if``, ``W_ig``, ``W_io`` stacked); with ``learn_h0`` ``h0`` and ``c0``,
+        each (L*D, H). ``state_dict()`` copies them, ``backward`` returns gradients with the
+        same keys.
+    kind : CellKind
+        ``hiddenstate.cells.KINDS["lstm"]`` (a class attribute): the gate blocks, kernels and
+        step Jacobian of this layer.
+    num_directions : int
+        D, 2 if ``bidirectional`` else 1.
+    input_size, hidden_size, num_layers, bias, batch_first, bidirectional, dropout, weight_drop, learn_h0, dtype
+        The validated constructor arguments (``dtype`` as a ``numpy.dtype``).
+
+    Raises
+    ------
+    TypeError
+        A size that is not an integer, a flag that is not a bool, a dtype other than
+        float32/float64, an ``rng`` that is not a ``numpy.random.Generator``.
+    ValueError
+        A size that is not positive; ``dropout`` or ``weight_drop`` outside [0, 1) or not a
+        number.
+
+    Notes
+    -----
+    Inputs and outputs of ``output, h_n = layer(x, h0)`` (see :meth:`forward`):
+
+    ==========  ====================================================================
+    ``x``       (T, N, I), (N, T, I) with ``batch_first=True``, or unbatched (T, I)
+    ``h0``      a pair ``(h0, c0)``, each (L*D, N, H) (unbatched: (L*D, H)); None:
+                zeros (or the learned ``h0``, ``c0``)
+    ``output``  (T, N, D*H) (batch_first: (N, T, D*H); unbatched: (T, D*H)): the
+                last layer's hidden state ``h`` at every step, directions concatenated
+    ``h_n``     a pair ``(h_n, c_n)``, each (L*D, N, H) (unbatched: (L*D, H)): every
+                layer's and direction's final state, layer ``k`` and direction ``d`` at
+                index ``k * D + d``
+    ==========  ====================================================================
+
+    The extras over torch (``lengths``, ``reset``, ``training``) are described on :meth:`forward`.
+    One step of one layer is :class:`hiddenstate.LSTMCell` with the same weights.
+
+    Examples
+    --------
+    >>> lstm = LSTM(10, 20, 2, rng=np.random.default_rng(0))
+    >>> out, (h_n, c_n) = lstm(np.ones((5, 3, 10)))
+    >>> out.shape, h_n.shape, c_n.shape
+    ((5, 3, 20), (2, 3, 20), (2, 3, 20))
     """
 
     kind = lstm.KIND

@@ -15,10 +15,10 @@ import warnings
 
 __all__ = ["MOVED", "install"]
 
-#: old module (0.1) -> new module (0.2)
+#: old module (0.1) -> new module (0.2). ``hiddenstate.trace`` is not here: importing a submodule
+#: of that name would replace the function ``hiddenstate.trace`` on the package.
 MOVED = {
     "hiddenstate.seeds": "hiddenstate.textbook",
-    "hiddenstate.trace": "hiddenstate.probe.trace",
     "hiddenstate.gatestats": "hiddenstate.probe.gatestats",
     "hiddenstate.gradflow": "hiddenstate.probe.gradflow",
     "hiddenstate.memory": "hiddenstate.probe.memory",

@@ -219,6 +219,8 @@ def lengths_from_mask(mask, *, batch_first=False) -> np.ndarray:
     ----------
     mask : ndarray of bool, shape (T, N) ((N, T) if ``batch_first``)
         E.g. Keras's ``mask`` (which is (N, T): pass ``batch_first=True``).
+    batch_first : bool, default False
+        ``mask`` is (N, T) instead of (T, N).
 
     Returns
     -------

@@ -15,14 +15,12 @@ BPTT through a :class:`LayerCache`. The concrete layers are in :mod:`hiddenstate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
-
 import numpy as np
 
 from hiddenstate import state as _state
 from hiddenstate.params import load_into, uniform_init
-from hiddenstate.ragged import reverse_index, reverse_time
+from hiddenstate.prepared import DirectionalState, LayerCache, Prepared
+from hiddenstate.unroll import backprop, unroll
 from hiddenstate.validation import (
     boolean,
     drop_probability,
@@ -35,103 +33,7 @@ from hiddenstate.validation import (
 )
 from hiddenstate.validation import lengths as check_lengths
 
-__all__ = ["DirectionCache", "DirectionalState", "LayerCache", "Prepared", "RecurrentLayer"]
-
-
-class DirectionalState(NamedTuple):
-    """A final state split by direction, so nobody has to index ``h_n[-2]`` / ``h_n[-1]`` by hand.
-
-    Attributes
-    ----------
-    forward : ndarray of shape (L, N, H)
-        Final state of the forward direction of every layer.
-    backward : ndarray of shape (L, N, H) or None
-        Final state of the backward direction (state after reading each row's first step),
-        None for a unidirectional layer.
-    """
-
-    forward: np.ndarray
-    backward: np.ndarray | None
-
-
-class Prepared(NamedTuple):
-    """A validated layer input, time-major, ready for :meth:`RecurrentLayer.run`.
-
-    Attributes
-    ----------
-    x : ndarray of shape (T, N, I)
-        C-contiguous, of the layer's dtype (unbatched input gets N = 1, batch_first is undone).
-    state0 : ndarray of shape (L*D, N, H), or a pair of them (LSTM)
-        The initial state of every layer and direction (a private copy).
-    learned : bool
-        ``state0`` is the layer's learned ``h0`` (``learn_h0=True`` and no ``h0`` given).
-    lengths : ndarray of int64, shape (N,), or None
-        Valid steps per column (None: every column has length T).
-    keep : ndarray of bool, shape (T, N, 1), or None
-        False at padded steps (None when nothing is padded).
-    reset : ndarray of bool, shape (T, N), or None
-        True where a column restarts from its initial state (None when it never does).
-    unbatched : bool
-        The input was (T, I); results drop the batch axis again.
-    """
-
-    x: np.ndarray
-    state0: object
-    learned: bool
-    lengths: np.ndarray | None
-    keep: np.ndarray | None
-    reset: np.ndarray | None
-    unbatched: bool
-
-    @property
-    def mask(self) -> np.ndarray:
-        """Valid steps, bool (T, N)."""
-        T, N = self.x.shape[:2]
-        return np.ones((T, N), dtype=bool) if self.keep is None else self.keep[:, :, 0].copy()
-
-
-@dataclass(frozen=True)
-class DirectionCache:
-    """What one layer and direction of a run kept for the backward pass.
-
-    Attributes
-    ----------
-    x : ndarray of shape (T, N, I_k)
-        The input this direction read, in its processing order.
-    kernel : object
-        The cache of the kind's ``scan_forward`` (read it with ``kind.recorded``).
-    weight_mask : ndarray of shape (G*H, H) or None
-        The DropConnect mask applied to ``weight_hh`` (``weight_drop``), if any.
-    reset : ndarray of bool, shape (T, N, 1), or None
-        The reset mask in this direction's processing order.
-    """
-
-    x: np.ndarray
-    kernel: object
-    weight_mask: np.ndarray | None
-    reset: np.ndarray | None
-
-
-@dataclass(frozen=True)
-class LayerCache:
-    """Everything :meth:`RecurrentLayer.backward` needs from one :meth:`RecurrentLayer.run`.
-
-    Attributes
-    ----------
-    directions : list of DirectionCache
-        Index ``layer * D + direction`` (the order of ``h_n``'s first axis).
-    dropout_masks : list of (ndarray or None)
-        The inter-layer dropout mask applied to each layer's output (T, N, D*H).
-    prepared : Prepared
-        The input of the run.
-    reverse : ndarray of int, shape (T, N), or None
-        The time index of the backward direction (:func:`hiddenstate.ragged.reverse_index`).
-    """
-
-    directions: list
-    dropout_masks: list
-    prepared: Prepared
-    reverse: np.ndarray | None
+__all__ = ["RecurrentLayer"]
 
 
 class RecurrentLayer:
@@ -139,7 +41,56 @@ class RecurrentLayer:
 
     Subclasses set the class attribute ``kind`` (a :class:`~hiddenstate.cells.base.CellKind`)
     and store its options (``nonlinearity``, ``reset_after``) as attributes before calling this
-    constructor. The parameters of the subclasses are documented there.
+    constructor; each subclass documents its own equations and options. G below is
+    ``kind.num_gates`` (1 RNN, 3 GRU, 4 LSTM), D the number of directions.
+
+    Parameters
+    ----------
+    input_size : int
+        I, features of each input vector (layer 0 reads I_0 = I, layer k > 0 reads I_k = D*H).
+    hidden_size : int
+        H, hidden units per layer and direction.
+    num_layers : int, default 1
+        L, stacked layers.
+    bias : bool, default True
+        Whether ``bias_ih_l{k}`` and ``bias_hh_l{k}`` (G*H,) exist.
+    batch_first : bool, default False
+        Input and output as (N, T, features) instead of (T, N, features).
+    bidirectional : bool, default False
+        D = 2: a second direction (parameter suffix ``_reverse``) reads each sequence backwards
+        within its length.
+    dropout : float in [0, 1), default 0
+        Inverted dropout on every layer's output except the last, in ``training`` only.
+    weight_drop : float in [0, 1), default 0
+        DropConnect on ``weight_hh_l*`` (one mask per forward call), in ``training`` only.
+    learn_h0 : bool, default False
+        Add trainable initial states ``params["h0"]`` (and for a cell with ``(h, c)`` state
+        ``params["c0"]``), each (L*D, H), initialised to zeros.
+    dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result.
+    rng : numpy.random.Generator, optional
+        Draws the initial parameters from U(-1/sqrt(H), 1/sqrt(H)) and, by default, the dropout
+        masks. None: a fresh unseeded generator.
+
+    Attributes
+    ----------
+    kind : CellKind
+        Set by the subclass (None here).
+    params : dict of str to ndarray
+        ``weight_ih_l{k}`` (G*H, I_k), ``weight_hh_l{k}`` (G*H, H), ``bias_ih_l{k}`` and
+        ``bias_hh_l{k}`` (G*H,), with the suffix ``_reverse`` for the backward direction;
+        ``h0`` (and ``c0``) (L*D, H) with ``learn_h0``.
+    num_directions : int
+        D.
+
+    Raises
+    ------
+    TypeError
+        A size that is not an integer, a flag that is not a bool, a dtype other than
+        float32/float64, an ``rng`` that is not a ``numpy.random.Generator``.
+    ValueError
+        A size that is not positive, ``dropout`` or ``weight_drop`` outside [0, 1) or not a
+        number.
     """
 
     kind = None
@@ -193,13 +144,39 @@ class RecurrentLayer:
 
     @staticmethod
     def suffix(layer: int, direction: int) -> str:
-        """The parameter-name suffix of one layer and direction: ``"_l0"``, ``"_l1_reverse"``."""
+        """The parameter-name suffix of one layer and direction: ``"_l0"``, ``"_l1_reverse"``.
+
+        Parameters
+        ----------
+        layer : int
+            Layer index ``k`` in ``0 .. L-1``.
+        direction : int
+            0 forward, 1 backward.
+
+        Returns
+        -------
+        str
+            ``"_l{layer}"``, plus ``"_reverse"`` for direction 1.
+        """
         return f"_l{layer}" + ("_reverse" if direction else "")
 
     def weights(self, layer: int, direction: int) -> dict:
         """This layer's and direction's ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh`` (None without bias).
 
         The arrays are the parameters themselves (not copies).
+
+        Parameters
+        ----------
+        layer : int
+            Layer index ``k`` in ``0 .. L-1``.
+        direction : int
+            0 forward, 1 backward.
+
+        Returns
+        -------
+        dict of str to (ndarray or None)
+            ``weight_ih`` (G*H, I_k), ``weight_hh`` (G*H, H), ``bias_ih`` and ``bias_hh`` (G*H,)
+            or None; the keys of :meth:`hiddenstate.cells.base.CellKind.step`'s ``weights``.
         """
         sfx = self.suffix(layer, direction)
         return {k: self.params.get(k + sfx) for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
@@ -211,7 +188,13 @@ class RecurrentLayer:
 
     # -- parameters ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """A copy of :attr:`params` (torch names; ``torch.nn.GRU.load_state_dict`` accepts the recurrent part)."""
+        """A copy of :attr:`params` (torch names; ``torch.nn.GRU.load_state_dict`` accepts the recurrent part).
+
+        Returns
+        -------
+        dict of str to ndarray
+            Every parameter by name (see the class's Attributes), copied.
+        """
         return {k: v.copy() for k, v in self.params.items()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -221,10 +204,18 @@ class RecurrentLayer:
         :attr:`params`, e.g. a :class:`~hiddenstate.CharRNN`'s or an optimizer's, sees the new
         values. Nothing is loaded if anything does not fit.
 
+        Parameters
+        ----------
+        state : mapping of str to array_like
+            Exactly the keys of :attr:`params` (e.g. from :meth:`state_dict`), each with the
+            shape of that parameter.
+
         Raises
         ------
         ValueError
             A key is missing or unexpected, an array has the wrong shape, or a value is NaN/Inf.
+        TypeError
+            ``state`` is not a mapping, or an array is not floating point.
         """
         load_into(self.params, state, type(self).__name__)
 
@@ -252,11 +243,28 @@ class RecurrentLayer:
                 raise ValueError("kind='learned' needs a layer built with learn_h0=True; got learn_h0=False.")
             h = np.repeat(self.params["h0"][:, None, :], N, axis=1)
             return (h, np.repeat(self.params["c0"][:, None, :], N, axis=1)) if self.is_lstm else h
-        make = lambda: _state.initial_state(shape, kind, dtype=self.dtype, **options)  # noqa: E731
+        make = lambda: _state.initial_state(shape, kind, dtype=self.dtype, **options)
         return (make(), make()) if self.is_lstm else make()
 
     def split_directions(self, h_n) -> DirectionalState:
-        """Split a final state (L*D, N, H) into named forward / backward parts (each (L, N, H))."""
+        """Split a final state (L*D, N, H) into named forward / backward parts (each (L, N, H)).
+
+        Parameters
+        ----------
+        h_n : ndarray of shape (L*D, N, H) or (L*D, H)
+            A final state of this layer (for an LSTM, ``h_n`` or ``c_n``, not the pair).
+
+        Returns
+        -------
+        DirectionalState
+            ``forward`` ``h_n[0::2]`` and ``backward`` ``h_n[1::2]`` when bidirectional; else
+            ``forward`` ``h_n`` itself and ``backward`` None.
+
+        Raises
+        ------
+        ValueError
+            ``h_n`` has fewer than two axes or a first axis other than L*D.
+        """
         h = np.asarray(h_n)
         LD = self.num_layers * self.num_directions
         if h.ndim < 2 or h.shape[0] != LD:
@@ -269,16 +277,32 @@ class RecurrentLayer:
     def prepare(self, x, h0=None, *, lengths=None, reset=None) -> Prepared:
         """Validate a forward pass's inputs once and bring them to the time-major form :meth:`run` uses.
 
-        Parameters are those of :meth:`forward`.
+        Parameters
+        ----------
+        x : ndarray of shape (T, N, I), (N, T, I) if ``batch_first``, or (T, I), float
+            Input sequence; cast to the layer's dtype.
+        h0 : ndarray of shape (L*D, N, H) or (L*D, H) unbatched, optional
+            Initial state (LSTM: pair ``(h0, c0)``, either part None). None: zeros, or the
+            learned initial state.
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each column, each in [0, T]; not allowed for unbatched input.
+        reset : ndarray of bool, shape (T, N) ((N, T) if ``batch_first``; (T,) unbatched), optional
+            Where True, the column restarts from its initial state at that step (ignored on
+            padded steps).
 
         Returns
         -------
         Prepared
+            Time-major ``x`` (T, N, I), ``state0`` (L*D, N, H) (LSTM: a pair), ``lengths``,
+            the ``keep`` mask (T, N, 1) and the ``reset`` mask (T, N) (each None when unused).
 
         Raises
         ------
-        ValueError, TypeError
-            As :meth:`forward`.
+        ValueError
+            Shapes that do not match, NaN/Inf, lengths out of range or given for unbatched input.
+        TypeError
+            Non-float inputs, non-integer lengths, non-bool reset, an LSTM ``h0`` that is not a
+            pair.
         """
         x = float_array("x", x, dtype=self.dtype)
         I, H = self.input_size, self.hidden_size
@@ -319,10 +343,11 @@ class RecurrentLayer:
                 hc = h0
             else:
                 raise TypeError(f"h0 must be None or a pair (h0, c0) for an LSTM; got {type(h0).__name__}.")
-            (h, learned), (c, _) = state("h0", hc[0], "h0"), state("c0", hc[1], "c0")
-            state0 = (h, c)
+            (h, learned_h), (c, learned_c) = state("h0", hc[0], "h0"), state("c0", hc[1], "c0")
+            state0, learned = (h, c), (learned_h, learned_c)
         else:
-            state0, learned = state("h0", h0, "h0")
+            state0, learned_h = state("h0", h0, "h0")
+            learned = (learned_h,)
 
         keep = None
         lens = None
@@ -364,9 +389,11 @@ class RecurrentLayer:
             Valid steps of each column, in any order, each in [0, T]. Outputs past a column's
             length are zero and ``h_n`` is the state at its own last valid step; a length-0
             column keeps its ``h0``.
-        reset : ndarray of bool, shape (T, N) ((N, T) if ``batch_first``), optional
+        reset : ndarray of bool, shape (T, N) ((N, T) if ``batch_first``; (T,) unbatched), optional
             Where ``reset[t, n]`` is True, column n starts step t from its initial state instead
-            of its previous state, and no gradient flows back across that boundary.
+            of its previous state, and no gradient flows back across that boundary (ignored on
+            padded steps). The backward direction of a bidirectional layer restarts at the
+            mirrored boundary.
         training : bool, default False
             Apply inter-layer dropout (when ``dropout > 0``) and DropConnect on the recurrent
             weights (when ``weight_drop > 0``).
@@ -383,9 +410,11 @@ class RecurrentLayer:
         Raises
         ------
         ValueError
-            Shapes that do not match the legend above, NaN/Inf, lengths out of range.
+            Shapes that do not match the legend above, NaN/Inf, lengths out of range or given
+            for unbatched input.
         TypeError
-            Non-float inputs, non-integer lengths, non-bool reset.
+            Non-float inputs, non-integer lengths, non-bool reset, an LSTM ``h0`` that is not a
+            pair, a non-bool ``training``, an ``rng`` that is not a Generator.
         """
         prepared = self.prepare(x, h0, lengths=lengths, reset=reset)
         return self.run(prepared, training=training, rng=rng)
@@ -410,76 +439,36 @@ class RecurrentLayer:
             As :meth:`forward`.
         """
         with np.errstate(under="ignore"):  # gradients and gates may underflow to 0; that is exact enough
-            return self._run(prepared, boolean("training", training), rng, boolean("record", record))
-
-    def _run(self, prepared, training, rng, record):
-        x, state0, _, lens, keep, rmask, unbatched = prepared
-        T, N, _ = x.shape
-        H, D, L = self.hidden_size, self.num_directions, self.num_layers
-        p = self.params
-        fwd = self.kind.scan_forward
-        opts = self.options
-        idx = reverse_index(T, lens) if (D == 2 and lens is not None) else None
-        rmask_rev = None
-        if D == 2 and rmask is not None:
-            shifted = np.zeros_like(rmask)
-            shifted[:-1] = rmask[1:]  # a boundary before t is, read backwards, a boundary before t-1
-            if keep is not None:
-                shifted &= keep[:, :, 0]
-            rmask_rev = reverse_time(shifted, idx)[:, :, None]
-        rm = None if rmask is None else rmask[:, :, None]
-        use_dropout = training and self.dropout > 0.0 and L > 1
-        use_weight_drop = training and self.weight_drop > 0.0
-        drng = generator(rng) if rng is not None else self._rng
-        finals = [None] * (L * D)
-        directions, masks = [], []
-        inp = x
-        for layer in range(L):
-            outs = []
-            for d in range(D):
-                sfx = self.suffix(layer, d)
-                xin = inp if d == 0 else reverse_time(inp, idx)
-                xw = (xin.reshape(T * N, xin.shape[2]) @ p["weight_ih" + sfx].T).reshape(T, N, self.num_gates * H)
-                if self.bias:
-                    xw += p["bias_ih" + sfx]
-                k = layer * D + d
-                s0 = (state0[0][k], state0[1][k]) if self.is_lstm else state0[k]
-                w_hh, w_mask = p["weight_hh" + sfx], None
-                if use_weight_drop:  # one DropConnect mask for the whole chunk (Merity et al. 2018)
-                    w_mask = ((drng.random(w_hh.shape) >= self.weight_drop).astype(self.dtype)
-                              / self.dtype.type(1.0 - self.weight_drop))  # (G*H, H)
-                    w_hh = w_hh * w_mask
-                r_d = rm if d == 0 else rmask_rev
-                hs, final, kc = fwd(xw, s0, w_hh, p.get("bias_hh" + sfx), keep, r_d, record=record, **opts)
-                finals[k] = final
-                out = hs if keep is None else np.where(keep, hs, 0.0)
-                outs.append(out if d == 0 else reverse_time(out, idx))
-                directions.append(DirectionCache(x=xin, kernel=kc, weight_mask=w_mask, reset=r_d))
-            out = outs[0] if D == 1 else np.concatenate(outs, axis=2)
-            mask = None
-            if use_dropout and layer < L - 1:
-                mask = (drng.random(out.shape) >= self.dropout).astype(self.dtype) / (1.0 - self.dropout)
-                out = out * mask
-            masks.append(mask)
-            inp = out
-        output = inp
-        if self.is_lstm:
-            h_n = np.stack([f[0] for f in finals])
-            c_n = np.stack([f[1] for f in finals])
-        else:
-            h_n = np.stack(finals)
-        if unbatched:
-            output = output[:, 0]
-            h_n = h_n[:, 0]
-            if self.is_lstm:
-                c_n = c_n[:, 0]
-        elif self.batch_first:
-            output = output.transpose(1, 0, 2)
-        cache = LayerCache(directions=directions, dropout_masks=masks, prepared=prepared, reverse=idx)
-        return output, ((h_n, c_n) if self.is_lstm else h_n), cache
+            drng = generator(rng) if rng is not None else self._rng
+            return unroll(self, prepared, boolean("training", training), drng, boolean("record", record))
 
     def __call__(self, x, h0=None, *, lengths=None, reset=None):
-        """``output, h_n = layer(x, h0)`` (inference; see :meth:`forward`)."""
+        """``output, h_n = layer(x, h0)``: a forward pass without keeping a cache (see :meth:`forward`).
+
+        Parameters
+        ----------
+        x : ndarray of shape (T, N, I), (N, T, I) if ``batch_first``, or (T, I), float
+            Input sequence.
+        h0 : ndarray of shape (L*D, N, H) or (L*D, H) unbatched, optional
+            Initial state (LSTM: pair ``(h0, c0)``). None: zeros, or the learned initial state.
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each column, as :meth:`forward`.
+        reset : ndarray of bool, shape (T, N) ((N, T) if ``batch_first``), optional
+            Restart mask, as :meth:`forward`.
+
+        Returns
+        -------
+        output : ndarray of shape (T, N, D*H) (batch_first: (N, T, D*H); unbatched: (T, D*H))
+            The last layer's state at every step, directions concatenated; zero past a
+            column's length.
+        h_n : ndarray of shape (L*D, N, H) (unbatched: (L*D, H)); LSTM: pair ``(h_n, c_n)``
+            Every layer's and direction's final state.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :meth:`forward`.
+        """
         output, h_n, _ = self.forward(x, h0, lengths=lengths, reset=reset)
         return output, h_n
 
@@ -511,88 +500,4 @@ class RecurrentLayer:
             A gradient whose shape does not match the forward result.
         """
         with np.errstate(under="ignore"):
-            return self._backward(cache, d_output, d_h_n)
-
-    def _backward(self, cache, d_output, d_h_n):
-        prep = cache.prepared
-        keep, idx, learned, unbatched = prep.keep, cache.reverse, prep.learned, prep.unbatched
-        T, N = prep.x.shape[:2]
-        H, D, L, G = self.hidden_size, self.num_directions, self.num_layers, self.num_gates
-        LD = L * D
-        p = self.params
-        bwd = self.kind.scan_backward
-
-        def as_tm(name, a, shape_tm):
-            if a is None:
-                return None
-            a = float_array(name, a, dtype=self.dtype)
-            if unbatched:
-                a = a[:, None] if name == "d_output" else a[:, None, :]
-            elif self.batch_first and name == "d_output":
-                a = a.transpose(1, 0, 2)
-            if a.shape != shape_tm:
-                raise ValueError(f"{name} must have the shape of the forward result; got {shape_str(a.shape)} "
-                                 f"(time-major), expected {shape_str(shape_tm)}.")
-            return a
-
-        dout = as_tm("d_output", d_output, (T, N, D * H))
-        if self.is_lstm:
-            dh_n, dc_n = (None, None) if d_h_n is None else d_h_n
-            dh_n = as_tm("d_h_n", dh_n, (LD, N, H))
-            dc_n = as_tm("d_c_n", dc_n, (LD, N, H))
-        else:
-            dh_n = as_tm("d_h_n", d_h_n, (LD, N, H))
-        grads = {}
-        dstate_h = np.zeros((LD, N, H), dtype=self.dtype)
-        dstate_c = np.zeros((LD, N, H), dtype=self.dtype) if self.is_lstm else None
-        for layer in range(L - 1, -1, -1):
-            mask = cache.dropout_masks[layer]
-            if dout is not None and mask is not None:
-                dout = dout * mask
-            dinp = None
-            for d in range(D):
-                sfx = self.suffix(layer, d)
-                k = layer * D + d
-                dc = cache.directions[k]
-                xin = dc.x
-                dhs = None
-                if dout is not None:
-                    dhs = dout[:, :, d * H:(d + 1) * H]
-                    if keep is not None:
-                        dhs = np.where(keep, dhs, 0.0)
-                    dhs = np.ascontiguousarray(dhs) if d == 0 else reverse_time(dhs, idx)
-                if self.is_lstm:
-                    dfin = None
-                    if dh_n is not None or dc_n is not None:
-                        dfin = (None if dh_n is None else dh_n[k], None if dc_n is None else dc_n[k])
-                else:
-                    dfin = None if dh_n is None else dh_n[k]
-                dxw, dw_hh, db_hh, ds0 = bwd(dc.kernel, dhs, dfin)
-                dxw2 = dxw.reshape(T * N, G * H)
-                grads["weight_ih" + sfx] = dxw2.T @ xin.reshape(T * N, xin.shape[2])
-                grads["weight_hh" + sfx] = dw_hh if dc.weight_mask is None else dw_hh * dc.weight_mask
-                if self.bias:
-                    grads["bias_ih" + sfx] = dxw.sum(axis=1).sum(axis=0)
-                    grads["bias_hh" + sfx] = db_hh
-                dxin = (dxw2 @ p["weight_ih" + sfx]).reshape(T, N, xin.shape[2])
-                if d == 1:
-                    dxin = reverse_time(dxin, idx)
-                dinp = dxin if dinp is None else dinp + dxin
-                if self.is_lstm:
-                    dstate_h[k], dstate_c[k] = ds0
-                else:
-                    dstate_h[k] = ds0
-            dout = dinp
-        dx = dout
-        if self.learn_h0:
-            grads["h0"] = dstate_h.sum(axis=1) if learned else np.zeros((LD, H), dtype=self.dtype)
-            if self.is_lstm:
-                grads["c0"] = dstate_c.sum(axis=1) if learned else np.zeros((LD, H), dtype=self.dtype)
-        grads = {key: grads[key] for key in self.params}  # the parameters' order
-        if unbatched:
-            dx = dx[:, 0]
-            dstate_h = dstate_h[:, 0]
-            dstate_c = None if dstate_c is None else dstate_c[:, 0]
-        elif self.batch_first:
-            dx = dx.transpose(1, 0, 2)
-        return grads, dx, ((dstate_h, dstate_c) if self.is_lstm else dstate_h)
+            return backprop(self, cache, d_output, d_h_n)

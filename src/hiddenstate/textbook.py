@@ -1,6 +1,7 @@
-"""The seed step functions in the seeds' row-vector form (``x @ W_xh``, ``W_xh`` of shape (D, H)).
+"""The textbook step functions (Elman, GRU, LSTM) in row-vector form (``x @ W_xh``, ``W_xh`` of shape (D, H)).
 
-These are the textbook equations one step at a time, written for reading and teaching.
+These are the textbook equations one step at a time, written for reading and teaching, in the
+form of the worked examples this package started from (its "seeds").
 The sequence layers (:mod:`hiddenstate.layers`) compute the same maps in PyTorch's layout
 (``weight_ih`` of shape (G*H, I)) and fused for speed; tests check that both agree.
 
@@ -14,8 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hiddenstate.validation import float_array, shape_str
 from hiddenstate.functional import gru_blend, sigmoid
+from hiddenstate.validation import float_array, shape_str
 
 __all__ = [
     "candidate",
@@ -29,7 +30,7 @@ __all__ = [
 
 
 def hidden_state_update(z_t: np.ndarray, h_prev: np.ndarray, h_tilde: np.ndarray) -> np.ndarray:
-    """GRU hidden state update ``h_t = z_t * h_prev + (1 - z_t) * h_tilde`` (Cho et al. 2014, Eq. 5).
+    """GRU hidden state update ``h_t = z_t * h_prev + (1 - z_t) * h_tilde`` (Cho et al. 2014, Eq. 7).
 
     A convex, elementwise blend of the previous state and the candidate: ``z = 1`` keeps the
     old state ("memory mode"), ``z = 0`` replaces it by the candidate.
@@ -151,18 +152,60 @@ def elman_step(x_t, h_prev, W_xh, W_hh, b) -> np.ndarray:
 
 
 def update_gate(x_t, h_prev, W_z, U_z, b_z) -> np.ndarray:
-    """GRU update gate ``z_t = sigmoid(x_t W_z + h_{t-1} U_z + b_z)`` (Cho et al. 2014, Eq. 7).
+    """GRU update gate ``z_t = sigmoid(x_t W_z + h_{t-1} U_z + b_z)`` (Cho et al. 2014, Eq. 6).
 
-    Shapes as in :func:`elman_step`; returns values in (0, 1) of shape (H,) or (N, H).
+    Parameters
+    ----------
+    x_t : ndarray of shape (D,) or (N, D), float
+        Input of the step.
+    h_prev : ndarray of shape (H,) or (N, H), float
+        Previous state ``h_{t-1}`` (a single example or the same N as ``x_t``).
+    W_z : ndarray of shape (D, H)
+        Input weights.
+    U_z : ndarray of shape (H, H)
+        Recurrent weights.
+    b_z : ndarray of shape (H,)
+        Bias.
+
+    Returns
+    -------
+    ndarray of shape (H,) or (N, H)
+        The gate, values in [0, 1] (in (0, 1) for moderate pre-activations).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Non-float arrays, NaN/Inf, or shapes that do not match the symbols above.
     """
     _, _, a = _affine(x_t, h_prev, W_z, U_z, b_z, "W_z", "U_z", "b_z")
     return sigmoid(a)
 
 
 def reset_gate(x_t, h_prev, W_r, U_r, b_r) -> np.ndarray:
-    """GRU reset gate ``r_t = sigmoid(x_t W_r + h_{t-1} U_r + b_r)`` (Cho et al. 2014, Eq. 6).
+    """GRU reset gate ``r_t = sigmoid(x_t W_r + h_{t-1} U_r + b_r)`` (Cho et al. 2014, Eq. 5).
 
-    Shapes as in :func:`elman_step`; returns values in (0, 1) of shape (H,) or (N, H).
+    Parameters
+    ----------
+    x_t : ndarray of shape (D,) or (N, D), float
+        Input of the step.
+    h_prev : ndarray of shape (H,) or (N, H), float
+        Previous state ``h_{t-1}`` (a single example or the same N as ``x_t``).
+    W_r : ndarray of shape (D, H)
+        Input weights.
+    U_r : ndarray of shape (H, H)
+        Recurrent weights.
+    b_r : ndarray of shape (H,)
+        Bias.
+
+    Returns
+    -------
+    ndarray of shape (H,) or (N, H)
+        The gate, values in [0, 1] (in (0, 1) for moderate pre-activations).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Non-float arrays, NaN/Inf, or shapes that do not match the symbols above.
     """
     _, _, a = _affine(x_t, h_prev, W_r, U_r, b_r, "W_r", "U_r", "b_r")
     return sigmoid(a)
@@ -177,13 +220,28 @@ def candidate(x_t, h_prev, r_t, W_h, U_h, b_h) -> np.ndarray:
     Parameters
     ----------
     x_t : ndarray of shape (D,) or (N, D)
+        Input of the step.
     h_prev : ndarray of shape (H,) or (N, H)
+        Previous state ``h_{t-1}``.
     r_t : ndarray, same shape as ``h_prev``, values in [0, 1]
-    W_h : (D, H), U_h : (H, H), b_h : (H,)
+        Reset gate (:func:`reset_gate`).
+    W_h : ndarray of shape (D, H)
+        Input weights.
+    U_h : ndarray of shape (H, H)
+        Recurrent weights, applied to ``r_t * h_prev``.
+    b_h : ndarray of shape (H,)
+        Bias.
 
     Returns
     -------
-    ndarray of shape (H,) or (N, H), values in (-1, 1)
+    ndarray of shape (H,) or (N, H), values in [-1, 1]
+        The candidate state ``h~_t``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Non-float arrays, NaN/Inf, or shapes that do not match the symbols above (``r_t`` must
+        have the shape of ``h_prev``).
     """
     h = float_array("h_prev", h_prev)
     r = float_array("r_t", r_t)

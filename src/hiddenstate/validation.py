@@ -31,7 +31,27 @@ __all__ = [
 
 
 def positive_int(name: str, value) -> int:
-    """Return ``value`` as an int if it is a positive Python/NumPy integer (not bool)."""
+    """Return ``value`` as an int if it is a positive Python/NumPy integer (not bool).
+
+    Parameters
+    ----------
+    name : str
+        Argument name used in messages.
+    value : int or numpy.integer
+        The value to check.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python int, >= 1.
+
+    Raises
+    ------
+    TypeError
+        Not an integer (bool and float are refused).
+    ValueError
+        Zero or negative.
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(
             f"{name} must be a positive integer; got {type(value).__name__} {value!r}."
@@ -42,7 +62,27 @@ def positive_int(name: str, value) -> int:
 
 
 def nonnegative_int(name: str, value) -> int:
-    """Return ``value`` as an int if it is a non-negative integer (not bool)."""
+    """Return ``value`` as an int if it is a non-negative integer (not bool).
+
+    Parameters
+    ----------
+    name : str
+        Argument name used in messages.
+    value : int or numpy.integer
+        The value to check.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python int, >= 0.
+
+    Raises
+    ------
+    TypeError
+        Not an integer (bool and float are refused).
+    ValueError
+        Negative.
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(
             f"{name} must be a non-negative integer; got {type(value).__name__} {value!r}."
@@ -54,6 +94,18 @@ def nonnegative_int(name: str, value) -> int:
 
 def boolean(name: str, value) -> bool:
     """Return ``value`` as a bool if it is a Python or NumPy bool (strings and ints are refused).
+
+    Parameters
+    ----------
+    name : str
+        Argument name used in messages.
+    value : bool or numpy.bool_
+        The value to check.
+
+    Returns
+    -------
+    bool
+        ``value`` as a Python bool.
 
     Raises
     ------
@@ -71,9 +123,16 @@ def generator(rng, *, name: str = "rng", required: bool = False) -> np.random.Ge
     Parameters
     ----------
     rng : numpy.random.Generator or None
+        The value to check.
     name : str, default "rng"
+        Argument name used in messages.
     required : bool, default False
         Refuse None (for results that must be reproducible, e.g. a task's data).
+
+    Returns
+    -------
+    numpy.random.Generator
+        ``rng`` itself, or a new ``numpy.random.default_rng()`` for None.
 
     Raises
     ------
@@ -101,6 +160,11 @@ def real(name: str, value, *, low: float | None = None, high: float | None = Non
         Bounds of the range; None leaves that side unbounded (finite all the same).
     low_open, high_open : bool, default False
         Exclude the bound itself.
+
+    Returns
+    -------
+    float
+        ``value`` as a Python float.
 
     Raises
     ------
@@ -133,18 +197,42 @@ def drop_probability(name: str, value) -> float:
     The one rule for every dropout-like rate of the package (``dropout``, ``weight_drop``, the
     CLI's ``--dropout`` and ``--weight-drop``): 1 would drop everything.
 
+    Parameters
+    ----------
+    name : str
+        Argument name used in messages.
+    value : int or float
+        The rate to check.
+
+    Returns
+    -------
+    float
+        ``value`` as a Python float in [0, 1).
+
     Raises
     ------
+    TypeError
+        Not a number (bool, str, ...).
     ValueError
-        Outside [0, 1), NaN, or not a number.
+        Outside [0, 1), or NaN.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1); got {value!r}.")
-    return float(value)
+    return real(name, value, low=0.0, high=1.0, high_open=True)
 
 
 def float_dtype(name: str, dtype) -> np.dtype:
     """Return ``dtype`` as float32 or float64, else raise TypeError.
+
+    Parameters
+    ----------
+    name : str
+        Argument name used in messages.
+    dtype : dtype-like
+        Anything ``numpy.dtype`` accepts (``np.float32``, ``"float64"``, ...).
+
+    Returns
+    -------
+    numpy.dtype
+        ``dtype('float32')`` or ``dtype('float64')``.
 
     Raises
     ------
@@ -214,12 +302,42 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
 
 
 def shape_str(shape) -> str:
-    """``(3, 4)``, ``(3,)`` or ``()``: a shape as Python prints a tuple, for messages."""
+    """``(3, 4)``, ``(3,)`` or ``()``: a shape as Python prints a tuple, for messages.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        E.g. ``arr.shape``.
+
+    Returns
+    -------
+    str
+        The shape in Python's tuple notation.
+    """
     return "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
 def expect_shape(name: str, arr: np.ndarray, expected: tuple, legend: str, hint: str = "") -> None:
-    """Raise ValueError unless ``arr.shape == expected``; ``legend`` spells the symbols."""
+    """Raise ValueError unless ``arr.shape == expected``; ``legend`` spells the symbols.
+
+    Parameters
+    ----------
+    name : str
+        Argument name used in messages.
+    arr : ndarray
+        The array to check.
+    expected : tuple of int
+        The required shape.
+    legend : str
+        The required shape spelled with symbols, e.g. ``"(N=4, H=8)"``.
+    hint : str, optional
+        How to fix it, appended to the message.
+
+    Raises
+    ------
+    ValueError
+        ``arr.shape != expected``.
+    """
     if arr.shape != tuple(expected):
         msg = f"{name} must have shape {legend}; got {shape_str(arr.shape)}."
         if hint:
@@ -305,6 +423,11 @@ def choice(name: str, value, options) -> str:
     value : str
     options : sequence of str
         The allowed values, in the order the message lists them.
+
+    Returns
+    -------
+    str
+        ``value``.
 
     Raises
     ------

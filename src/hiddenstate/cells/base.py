@@ -41,13 +41,21 @@ layer and cell classes, and registering it in :data:`hiddenstate.cells.KINDS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from hiddenstate.params import uniform_init
-from hiddenstate.validation import boolean, float_array, float_dtype, generator, positive_int, shape_str, state_array
+from hiddenstate.validation import (
+    boolean,
+    float_array,
+    float_dtype,
+    generator,
+    positive_int,
+    shape_str,
+    state_array,
+)
 
 __all__ = ["Cell", "CellKind", "Record", "Step"]
 
@@ -156,7 +164,18 @@ class CellKind:
         return len(self.blocks)
 
     def state_size(self, hidden_size: int) -> int:
-        """S: H, or 2H for a cell whose state is ``(h, c)``."""
+        """S, the size of the state as one vector: H, or 2H for a cell whose state is ``(h, c)``.
+
+        Parameters
+        ----------
+        hidden_size : int
+            H.
+
+        Returns
+        -------
+        int
+            ``hidden_size``, or ``2 * hidden_size`` when :attr:`has_cell`.
+        """
         return 2 * hidden_size if self.has_cell else hidden_size
 
     def step(self, weights: dict, x: np.ndarray, state: np.ndarray, **options) -> Step:
@@ -219,6 +238,7 @@ class Cell:
     bias : bool, default True
         Whether ``bias_ih`` and ``bias_hh`` (each (G*H,)) exist.
     dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result.
     rng : numpy.random.Generator, optional
         Draws the initial weights from U(-1/sqrt(H), 1/sqrt(H)) like PyTorch.
 
@@ -332,7 +352,25 @@ class Cell:
         return final, (x2, kcache, unbatched)
 
     def __call__(self, x, h=None):
-        """``h_new = cell(x, h)`` (see :meth:`forward`)."""
+        """``h_new = cell(x, h)``: one step without keeping a cache (see :meth:`forward`).
+
+        Parameters
+        ----------
+        x : ndarray of shape (N, I) or (I,), float
+            Input of the step.
+        h : ndarray of shape (N, H) or (H,), optional
+            Previous state; None means zeros. LSTM: a pair ``(h, c)``.
+
+        Returns
+        -------
+        ndarray of shape (N, H) or (H,)
+            The new state; LSTM: a pair ``(h_new, c_new)``.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :meth:`forward`.
+        """
         return self.forward(x, h)[0]
 
     def backward(self, cache, d_out):

@@ -8,8 +8,9 @@ Gate order r, z, n (PyTorch). Two forms of the candidate:
 * ``reset_after=True`` (PyTorch, cuDNN, Keras default): ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``:
   one (N, H) x (H, 3H) product per step serves all three gates.
 
-Both end in ``h_t = z * h_{t-1} + (1 - z) * n`` (:func:`hiddenstate.seeds.hidden_state_update`).
-Kernel contract: :mod:`hiddenstate.cells.base`.
+Both end in ``h_t = z * h_{t-1} + (1 - z) * n`` (Cho et al. 2014, Eq. 7;
+:func:`hiddenstate.textbook.hidden_state_update`). Kernel contract: :mod:`hiddenstate.cells.base`
+(repeated on :func:`scan_forward` and :func:`scan_backward`).
 
 Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
 (3, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate (r and z only
@@ -30,7 +31,49 @@ __all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_for
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, reset_after=False):
-    """GRU recurrence over all T steps (contract: :mod:`hiddenstate.cells.base`)."""
+    """GRU recurrence over all T steps: the forward scan kernel of the GRU (G = 3, rows r, z, n).
+
+    ``r = sigmoid(xw_r + W_hr h + b_hr)``, ``z = sigmoid(xw_z + W_hz h + b_hz)``,
+    ``n = tanh(xw_n + W_hn (r * h) + b_hn)`` (Cho form) or ``n = tanh(xw_n + r * (W_hn h + b_hn))``
+    (``reset_after``), ``h_t = z * h_{t-1} + (1 - z) * n`` (Cho et al. 2014, Eqs. 5-8), for
+    ``t = 0 .. T-1`` starting from ``h0``. This is the kernel contract of
+    :mod:`hiddenstate.cells.base`; nothing is validated, every array must have the dtype of
+    ``xw``.
+
+    Parameters
+    ----------
+    xw : ndarray of shape (T, N, G*H), G = 3
+        The input projection ``x_t W_ih^T + b_ih`` of every step, column blocks in gate order
+        r, z, n, computed by the caller in one matrix multiply. Not modified.
+    h0 : ndarray of shape (N, H)
+        The initial state.
+    w_hh : ndarray of shape (G*H, H)
+        ``weight_hh``, row blocks r, z, n.
+    b_hh : ndarray of shape (G*H,) or None
+        ``bias_hh``, blocks r, z, n; None for a layer without bias.
+    keep : ndarray of bool, shape (T, N, 1), or None
+        False where step ``t`` of column ``n`` is padding: the state is carried unchanged
+        (``hs[t] = hs[t-1]``). None: every step is valid.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        True where step ``t`` of column ``n`` starts from ``h0`` instead of the previous state;
+        no gradient crosses that boundary (it goes to ``d_h0`` instead). None: never.
+    record : bool, default False
+        Also keep the pre-activations of r, z and n in the cache (for :func:`recorded`); the gate
+        values are kept in any case.
+    reset_after : bool, default False
+        Where the reset gate acts: False, on ``h`` before the product with ``W_hn`` (the paper's
+        Eq. 8); True, on ``W_hn h + b_hn`` (PyTorch, cuDNN).
+
+    Returns
+    -------
+    hs : ndarray of shape (T, N, H)
+        Every step's state (at padded steps, the carried state).
+    final : ndarray of shape (N, H)
+        The state after the last step (each column's state at its last valid step); a copy of
+        ``h0`` when T = 0.
+    cache : tuple
+        Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
+    """
     T, N, H3 = xw.shape
     H = H3 // 3
     dt = xw.dtype
@@ -92,7 +135,35 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
 
 
 def scan_backward(cache, d_hs, d_final):
-    """Exact BPTT through :func:`scan_forward` (contract: :mod:`hiddenstate.cells.base`)."""
+    """Exact backpropagation through time through :func:`scan_forward` (the backward kernel).
+
+    Walks the steps in reverse with the factors that do not depend on the recurrence
+    precomputed for all steps, passes the state gradient straight through padded steps and cuts
+    it at reset steps; the weight gradients are one matrix multiply after the time loop (kernel
+    contract of :mod:`hiddenstate.cells.base`).
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+    d_hs : ndarray of shape (T, N, H) or None
+        Gradient of the loss with respect to ``hs`` (None: zeros).
+    d_final : ndarray of shape (N, H) or None
+        Gradient with respect to ``final`` (None: zeros).
+
+    Returns
+    -------
+    d_xw : ndarray of shape (T, N, G*H), G = 3
+        Gradient with respect to ``xw``, blocks r, z, n (the caller turns it into the
+        ``weight_ih``, ``bias_ih`` and input gradients).
+    d_w_hh : ndarray of shape (G*H, H)
+        Gradient with respect to ``w_hh`` (the array that was passed in, e.g. a DropConnect-masked
+        one).
+    d_b_hh : ndarray of shape (G*H,)
+        Gradient with respect to ``b_hh`` (computed even when ``b_hh`` was None).
+    d_h0 : ndarray of shape (N, H)
+        Gradient with respect to ``h0``, including what reached it through reset steps.
+    """
     dhs = d_hs
     A, S, hprev, w_hh, h0, keep, reset, reset_after, _, _ = cache
     T, N, H = S.shape
@@ -154,7 +225,22 @@ def scan_backward(cache, d_hs, d_final):
 
 
 def recorded(cache) -> Record:
-    """Gates r, z, candidate n, ``s`` and (if recorded) pre-activations from a :func:`scan_forward` cache."""
+    """Gates r, z, candidate n, ``s`` and (if recorded) pre-activations from a :func:`scan_forward` cache.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+
+    Returns
+    -------
+    Record
+        ``h`` (T, N, H), the state each step produced (before padding is applied); ``h_prev``
+        (T, N, H), the state each step read (after resets); ``gates`` ``{"r", "z", "n"}``, each
+        (T, N, H); ``preacts`` the same keys when the forward ran with ``record=True``, else
+        empty; ``s`` (T, N, H), ``W_hn h + b_hn`` (``reset_after=True``) or ``r * h`` (Cho form).
+        The arrays are the cache's own (views, not copies).
+    """
     A, S, hprev, *_, hnew, pre = cache
     gates = {"r": A[:, 0], "z": A[:, 1], "n": A[:, 2]}
     preacts = {} if pre is None else {"r": pre[:, 0], "z": pre[:, 1], "n": pre[:, 2]}
@@ -162,11 +248,27 @@ def recorded(cache) -> Record:
 
 
 def jacobian(rec: Record, w_hh: np.ndarray, *, reset_after: bool = False) -> np.ndarray:
-    """``dh_t/dh_{t-1}`` of ``h_t = z h_{t-1} + (1 - z) n`` for record arrays (..., H); returns (..., H, H).
+    """Step Jacobian ``dh_t/dh_{t-1}`` of the GRU map ``h_t = z h_{t-1} + (1 - z) n``.
 
-    ``diag(z) + diag((1 - z)(1 - n^2)) dA_n/dh + diag((h_{t-1} - n) z (1 - z)) W_hz``, where the
-    candidate's argument depends on ``h`` through ``r`` and, in the Cho form, through ``r * h``
-    (Cho et al. 2014, Eqs. 5-8). The first term is the carried part, the "gradient highway".
+    ``diag(z) + diag((1 - z)(1 - n^2)) dA_n/dh + diag((h_{t-1} - n) z (1 - z)) W_hz``, where
+    ``A_n`` is the candidate's argument, which depends on ``h`` through ``r`` and, in the Cho
+    form, through ``r * h`` (Cho et al. 2014, Eqs. 5-8). The first term is the carried part, the
+    "gradient highway". Padding and resets are not part of the step map and are not reflected.
+
+    Parameters
+    ----------
+    rec : Record
+        Arrays of shape (..., H) with any leading axes, e.g. (T, N, H) from :func:`recorded` or
+        (N, H) for one step; reads the gates r, z, n, ``h_prev`` and ``s``.
+    w_hh : ndarray of shape (G*H, H), G = 3
+        The recurrent weights the record was computed with, row blocks r, z, n.
+    reset_after : bool, default False
+        The form of the candidate the record was computed with.
+
+    Returns
+    -------
+    ndarray of shape (..., H, H)
+        ``J[..., i, j] = d h_t[i] / d h_{t-1}[j]``.
     """
     g = rec.gates
     r, z, n, hp, s = g["r"], g["z"], g["n"], rec.h_prev, rec.s
@@ -183,7 +285,20 @@ def jacobian(rec: Record, w_hh: np.ndarray, *, reset_after: bool = False) -> np.
 
 
 def bounds(hidden_size: int, *, reset_after: bool = False) -> list:
-    """(-1, 1) per unit: a GRU state is a convex combination of its previous state and a tanh candidate."""
+    """(-1, 1) per unit: a GRU state is a convex combination of its previous state and a tanh candidate.
+
+    Parameters
+    ----------
+    hidden_size : int
+        H.
+    reset_after : bool, default False
+        Accepted for a uniform signature; the box is the same for both forms.
+
+    Returns
+    -------
+    list of (low, high) pairs, length H
+        ``(-1.0, 1.0)`` for every unit.
+    """
     return [(-1.0, 1.0)] * hidden_size
 
 
@@ -205,21 +320,40 @@ class GRUCell(Cell):
     Parameters
     ----------
     input_size : int
-        I.
+        I, features per input vector.
     hidden_size : int
-        H.
+        H, hidden units.
     bias : bool, default True
+        Whether ``bias_ih`` and ``bias_hh`` (each (3H,)) exist.
     reset_after : bool, default False
-        Where the reset gate acts; see :mod:`hiddenstate.cells.gru`.
+        Where the reset gate acts: False, the paper's form (Cho et al. 2014, Eq. 8); True,
+        PyTorch's; see :mod:`hiddenstate.cells.gru`.
     dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result.
     rng : numpy.random.Generator, optional
         Initial weights U(-1/sqrt(H), 1/sqrt(H)).
 
     Attributes
     ----------
-    params : dict
+    params : dict of str to ndarray
         ``weight_ih`` (3H, I), ``weight_hh`` (3H, H), ``bias_ih`` (3H,), ``bias_hh`` (3H,), rows in
-        gate order r, z, n.
+        gate order r, z, n (G = 3).
+    kind : CellKind
+        :data:`KIND` (a class attribute).
+
+    Raises
+    ------
+    TypeError
+        A non-bool ``reset_after`` or ``bias``, a size that is not an integer, a dtype other
+        than float32/float64, an ``rng`` that is not a Generator.
+    ValueError
+        A size that is not positive.
+
+    Notes
+    -----
+    ``h = cell(x, h)`` with ``x`` (N, I) or (I,), ``h`` (N, H) or (H,) (None: zeros);
+    ``h, cache = cell.forward(x, h)``; ``grads, dx, dh = cell.backward(cache, dh_out)``. With
+    ``reset_after=True`` equivalent to ``torch.nn.GRUCell`` with the same weights.
     """
 
     kind = KIND

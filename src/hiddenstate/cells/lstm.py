@@ -4,7 +4,8 @@ Gate order i, f, g, o (PyTorch). The state is a pair (h, c):
 ``i = sigmoid(.)``, ``f = sigmoid(.)``, ``g = tanh(.)``, ``o = sigmoid(.)`` of
 ``W_ih x + b_ih + W_hh h + b_hh``; ``c' = f * c + i * g``; ``h' = o * tanh(c')``
 (Hochreiter & Schmidhuber 1997; forget gate of Gers, Schmidhuber & Cummins 2000).
-Kernel contract: :mod:`hiddenstate.cells.base`; here ``h0``, ``final`` and ``d_h0`` are (h, c) pairs.
+Kernel contract: :mod:`hiddenstate.cells.base` (repeated on :func:`scan_forward` and
+:func:`scan_backward`); here ``h0``, ``final``, ``d_final`` and ``d_h0`` are (h, c) pairs.
 
 Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
 (4, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate, one ``tanh``
@@ -28,7 +29,46 @@ _HALF = (0.5, 0.5, 1.0, 0.5)  # gate order i, f, g, o
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):
-    """LSTM recurrence over all T steps; ``h0`` is the pair ``(h0, c0)`` (contract: :mod:`hiddenstate.cells.base`)."""
+    """LSTM recurrence over all T steps: the forward scan kernel of the LSTM (G = 4, rows i, f, g, o).
+
+    With ``a = xw_t + W_hh h_{t-1} + b_hh`` split into blocks i, f, g, o: ``i, f, o = sigmoid(.)``,
+    ``g = tanh(.)``, ``c_t = f * c_{t-1} + i * g``, ``h_t = o * tanh(c_t)`` (Hochreiter &
+    Schmidhuber 1997, with the forget gate of Gers, Schmidhuber & Cummins 2000), for
+    ``t = 0 .. T-1`` starting from ``(h0, c0)``. This is the kernel contract of
+    :mod:`hiddenstate.cells.base`; nothing is validated, every array must have the dtype of
+    ``xw``.
+
+    Parameters
+    ----------
+    xw : ndarray of shape (T, N, G*H), G = 4
+        The input projection ``x_t W_ih^T + b_ih`` of every step, column blocks in gate order
+        i, f, g, o, computed by the caller in one matrix multiply. Not modified.
+    h0 : pair of ndarrays of shape (N, H)
+        The initial state ``(h0, c0)``.
+    w_hh : ndarray of shape (G*H, H)
+        ``weight_hh``, row blocks i, f, g, o.
+    b_hh : ndarray of shape (G*H,) or None
+        ``bias_hh``, blocks i, f, g, o; None for a layer without bias.
+    keep : ndarray of bool, shape (T, N, 1), or None
+        False where step ``t`` of column ``n`` is padding: ``h`` and ``c`` are carried unchanged.
+        None: every step is valid.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        True where step ``t`` of column ``n`` starts from ``(h0, c0)`` instead of the previous
+        state; no gradient crosses that boundary (it goes to ``d_h0`` instead). None: never.
+    record : bool, default False
+        Also keep the pre-activations of i, f, g, o in the cache (for :func:`recorded`); the
+        gate values are kept in any case.
+
+    Returns
+    -------
+    hs : ndarray of shape (T, N, H)
+        Every step's hidden state ``h`` (at padded steps, the carried state).
+    final : pair of ndarrays of shape (N, H)
+        ``(h, c)`` after the last step (each column's state at its last valid step); copies of
+        ``(h0, c0)`` when T = 0.
+    cache : tuple
+        Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
+    """
     h0, c0 = h0
     T, N, H4 = xw.shape
     H = H4 // 4
@@ -79,7 +119,38 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):
 
 
 def scan_backward(cache, d_hs, d_final):
-    """Exact BPTT through :func:`scan_forward`; ``d_final`` and ``d_h0`` are pairs (contract: :mod:`hiddenstate.cells.base`)."""
+    """Exact backpropagation through time through :func:`scan_forward` (the backward kernel).
+
+    Walks the steps in reverse with the factors that do not depend on the recurrence
+    precomputed for all steps; ``dc_{t-1} = dc_t * f`` is the constant error carousel. The
+    gradients of ``h`` and ``c`` pass straight through padded steps and are cut at reset
+    steps; the weight gradients are one matrix multiply after the time loop (kernel contract of
+    :mod:`hiddenstate.cells.base`).
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+    d_hs : ndarray of shape (T, N, H) or None
+        Gradient of the loss with respect to ``hs`` (None: zeros).
+    d_final : pair of (ndarray of shape (N, H) or None), or None
+        Gradient with respect to ``final = (h, c)``; either part, or the whole pair, may be None
+        (zeros).
+
+    Returns
+    -------
+    d_xw : ndarray of shape (T, N, G*H), G = 4
+        Gradient with respect to ``xw``, blocks i, f, g, o (the caller turns it into the
+        ``weight_ih``, ``bias_ih`` and input gradients).
+    d_w_hh : ndarray of shape (G*H, H)
+        Gradient with respect to ``w_hh`` (the array that was passed in, e.g. a DropConnect-masked
+        one).
+    d_b_hh : ndarray of shape (G*H,)
+        Gradient with respect to ``b_hh`` (computed even when ``b_hh`` was None).
+    d_h0 : pair of ndarrays of shape (N, H)
+        ``(dh0, dc0)``, the gradient with respect to ``(h0, c0)``, including what reached them
+        through reset steps.
+    """
     dhs = d_hs
     A, TC, hprev, cprev, w_hh, h0, c0, keep, reset, *_ = cache
     T, _, N, H = A.shape
@@ -129,7 +200,23 @@ def scan_backward(cache, d_hs, d_final):
 
 
 def recorded(cache) -> Record:
-    """Gates i, f, g, o, cell states and (if recorded) pre-activations from a :func:`scan_forward` cache."""
+    """Gates i, f, g, o, cell states and (if recorded) pre-activations from a :func:`scan_forward` cache.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+
+    Returns
+    -------
+    Record
+        ``h`` (T, N, H), ``o * tanh(c)`` of each step (before padding is applied; a new array);
+        ``h_prev`` (T, N, H), the state each step read (after resets); ``gates``
+        ``{"i", "f", "g", "o"}``, each (T, N, H); ``preacts`` the same keys when the forward
+        ran with ``record=True``, else empty; ``c`` and ``c_prev`` (T, N, H), the cell state
+        after (before padding) and before each step. Apart from ``h`` the arrays are the cache's
+        own (views, not copies).
+    """
     A, TC, hprev, cprev, *_, C, hs, pre = cache
     h = A[:, 3] * TC  # o * tanh(c): the state each step produced (``hs`` carries padding)
     gates = {k: A[:, j] for j, k in enumerate("ifgo")}
@@ -138,11 +225,26 @@ def recorded(cache) -> Record:
 
 
 def jacobian(rec: Record, w_hh: np.ndarray) -> np.ndarray:
-    """Jacobian of ``(h_t, c_t)`` with respect to ``(h_{t-1}, c_{t-1})`` for record arrays (..., H).
+    """Step Jacobian of ``(h_t, c_t)`` with respect to ``(h_{t-1}, c_{t-1})``.
 
-    Returns (..., 2H, 2H) with blocks ``[[dh/dh, dh/dc], [dc/dh, dc/dc]]``: ``dc/dc = diag(f)`` is
-    the constant error carousel (Hochreiter & Schmidhuber 1997; Gers et al. 2000) and
-    ``dh/dc = diag(o (1 - tanh(c)^2) f)``.
+    Blocks ``[[dh/dh, dh/dc], [dc/dh, dc/dc]]``: ``dc/dc = diag(f)`` is the constant error
+    carousel (Hochreiter & Schmidhuber 1997; Gers et al. 2000) and
+    ``dh/dc = diag(o (1 - tanh(c)^2) f)``. Padding and resets are not part of the step map and
+    are not reflected.
+
+    Parameters
+    ----------
+    rec : Record
+        Arrays of shape (..., H) with any leading axes, e.g. (T, N, H) from :func:`recorded` or
+        (N, H) for one step; reads the gates i, f, g, o, ``c`` and ``c_prev``.
+    w_hh : ndarray of shape (G*H, H), G = 4
+        The recurrent weights the record was computed with, row blocks i, f, g, o.
+
+    Returns
+    -------
+    ndarray of shape (..., S, S), S = 2H
+        ``J[..., i, j] = d s_t[i] / d s_{t-1}[j]`` for the state ``s = (h, c)`` concatenated,
+        ``h`` first.
     """
     g = rec.gates
     i, f, gg, o = g["i"], g["f"], g["g"], g["o"]
@@ -162,7 +264,18 @@ def jacobian(rec: Record, w_hh: np.ndarray) -> np.ndarray:
 
 
 def bounds(hidden_size: int) -> list:
-    """(-1, 1) for each unit of ``h`` (``o * tanh(c)``), unbounded for ``c``."""
+    """(-1, 1) for each unit of ``h`` (``o * tanh(c)``), unbounded for ``c``.
+
+    Parameters
+    ----------
+    hidden_size : int
+        H.
+
+    Returns
+    -------
+    list of (low, high) pairs, length S = 2H
+        ``(-1.0, 1.0)`` for the H units of ``h``, then ``(None, None)`` for the H units of ``c``.
+    """
     return [(-1.0, 1.0)] * hidden_size + [(None, None)] * hidden_size
 
 
@@ -177,22 +290,37 @@ class LSTMCell(Cell):
 
     ``(h', c') = cell(x, (h, c))`` with ``c' = f * c + i * g`` and ``h' = o * tanh(c')``.
 
+    ``i, f, o = sigmoid(.)`` and ``g = tanh(.)`` of ``W_ih x + b_ih + W_hh h + b_hh`` (forget
+    gate of Gers, Schmidhuber & Cummins 2000).
+
     Parameters
     ----------
     input_size : int
-        I.
+        I, features per input vector.
     hidden_size : int
-        H.
+        H, hidden units.
     bias : bool, default True
+        Whether ``bias_ih`` and ``bias_hh`` (each (4H,)) exist.
     dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result.
     rng : numpy.random.Generator, optional
         Initial weights U(-1/sqrt(H), 1/sqrt(H)).
 
     Attributes
     ----------
-    params : dict
+    params : dict of str to ndarray
         ``weight_ih`` (4H, I), ``weight_hh`` (4H, H), ``bias_ih`` (4H,), ``bias_hh`` (4H,), rows
-        in gate order i, f, g, o.
+        in gate order i, f, g, o (G = 4).
+    kind : CellKind
+        :data:`KIND` (a class attribute).
+
+    Raises
+    ------
+    TypeError
+        A non-bool ``bias``, a size that is not an integer, a dtype other than
+        float32/float64, an ``rng`` that is not a Generator.
+    ValueError
+        A size that is not positive.
 
     Notes
     -----

@@ -4,8 +4,10 @@
 (Elman 1990 with PyTorch's parameter layout: ``weight_ih`` (H, I), ``weight_hh`` (H, H)).
 ``"sigmoid"`` (logistic units in [0, 1]) is Elman's own choice; torch offers only tanh and relu.
 
-Kernel contract: :mod:`hiddenstate.cells.base`. The step Jacobian is
-``dF/dh = diag(act'(a)) W_hh`` (Pascanu, Mikolov & Bengio 2013, Eq. 7).
+Kernel contract: :mod:`hiddenstate.cells.base` (repeated on :func:`scan_forward` and
+:func:`scan_backward`). The step Jacobian is ``dF/dh = diag(act'(a)) W_hh``, one factor of the
+product in Pascanu, Mikolov & Bengio (2013), Eq. 5 (in this package's parametrisation, where the
+nonlinearity is applied after the recurrent product).
 """
 
 from __future__ import annotations
@@ -21,7 +23,45 @@ NONLINEARITIES = ("tanh", "relu", "sigmoid")
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, nonlinearity="tanh"):
-    """Elman recurrence over all T steps (contract: :mod:`hiddenstate.cells.base`)."""
+    """Elman recurrence over all T steps: the forward scan kernel of the RNN (G = 1).
+
+    ``a_t = xw_t + W_hh h_{t-1} + b_hh`` and ``h_t = act(a_t)`` (Elman 1990, with PyTorch's
+    layout), for ``t = 0 .. T-1`` starting from ``h0``. This is the kernel contract of
+    :mod:`hiddenstate.cells.base`; nothing is validated (the layers and cells validate once at
+    their boundary), every array must have the dtype of ``xw``.
+
+    Parameters
+    ----------
+    xw : ndarray of shape (T, N, G*H), G = 1
+        The input projection ``x_t W_ih^T + b_ih`` of every step, computed by the caller in one
+        matrix multiply. Not modified.
+    h0 : ndarray of shape (N, H)
+        The initial state.
+    w_hh : ndarray of shape (G*H, H)
+        ``weight_hh``.
+    b_hh : ndarray of shape (G*H,) or None
+        ``bias_hh``; None for a layer without bias.
+    keep : ndarray of bool, shape (T, N, 1), or None
+        False where step ``t`` of column ``n`` is padding: the state is carried unchanged
+        (``hs[t] = hs[t-1]``). None: every step is valid.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        True where step ``t`` of column ``n`` starts from ``h0`` instead of the previous state;
+        no gradient crosses that boundary (it goes to ``d_h0`` instead). None: never.
+    record : bool, default False
+        Also keep every pre-activation ``a_t`` in the cache (for :func:`recorded`).
+    nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
+        ``act``; ``"sigmoid"`` is Elman's logistic unit.
+
+    Returns
+    -------
+    hs : ndarray of shape (T, N, H)
+        Every step's state (at padded steps, the carried state).
+    final : ndarray of shape (N, H)
+        The state after the last step (each column's state at its last valid step); a copy of
+        ``h0`` when T = 0.
+    cache : tuple
+        Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
+    """
     T, N, H = xw.shape
     xw = xw + b_hh if b_hh is not None else xw  # (T, N, H), bias folded once outside the loop
     w_t = np.ascontiguousarray(w_hh.T)  # (H, H); a contiguous copy: up to 1.2x faster products than the view
@@ -63,7 +103,35 @@ def _derivative(act: str, h: np.ndarray) -> np.ndarray:
 
 
 def scan_backward(cache, d_hs, d_final):
-    """Exact BPTT through :func:`scan_forward` (contract: :mod:`hiddenstate.cells.base`)."""
+    """Exact backpropagation through time through :func:`scan_forward` (the backward kernel).
+
+    Walks the steps in reverse, ``da_t = (dh_t) * act'(a_t)`` and ``dh_{t-1} = da_t W_hh``, with
+    the state passed straight through padded steps and cut at reset steps; the weight
+    gradients are one matrix multiply after the time loop (kernel contract of
+    :mod:`hiddenstate.cells.base`).
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+    d_hs : ndarray of shape (T, N, H) or None
+        Gradient of the loss with respect to ``hs`` (None: zeros).
+    d_final : ndarray of shape (N, H) or None
+        Gradient with respect to ``final`` (None: zeros).
+
+    Returns
+    -------
+    d_xw : ndarray of shape (T, N, G*H), G = 1
+        Gradient with respect to ``xw`` (also the pre-activation gradient ``da``; the caller
+        turns it into the ``weight_ih``, ``bias_ih`` and input gradients).
+    d_w_hh : ndarray of shape (G*H, H)
+        Gradient with respect to ``w_hh`` (the array that was passed in, e.g. a DropConnect-masked
+        one).
+    d_b_hh : ndarray of shape (G*H,)
+        Gradient with respect to ``b_hh`` (computed even when ``b_hh`` was None).
+    d_h0 : ndarray of shape (N, H)
+        Gradient with respect to ``h0``, including what reached it through reset steps.
+    """
     dhs, dh_last = d_hs, d_final
     hnew, hprev, w_hh, h0, keep, reset, act, _ = cache
     T, N, H = hnew.shape
@@ -91,18 +159,65 @@ def scan_backward(cache, d_hs, d_final):
 
 
 def recorded(cache) -> Record:
-    """Every step's state and pre-activation from a :func:`scan_forward` cache (no gates)."""
+    """Every step's state and pre-activation from a :func:`scan_forward` cache (no gates).
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+
+    Returns
+    -------
+    Record
+        ``h`` (T, N, H), the activation output of each step (before padding is applied);
+        ``h_prev`` (T, N, H), the state each step read (after resets); ``gates`` empty;
+        ``preacts`` ``{"a": (T, N, H)}`` when the forward ran with ``record=True``, else empty.
+        The arrays are the cache's own (views, not copies).
+    """
     hnew, hprev, *_, pre = cache
     return Record(h=hnew, h_prev=hprev, gates={}, preacts={} if pre is None else {"a": pre})
 
 
 def jacobian(rec: Record, w_hh: np.ndarray, *, nonlinearity: str = "tanh") -> np.ndarray:
-    """``dh_t/dh_{t-1} = diag(act'(a_t)) W_hh`` for record arrays of shape (..., H); returns (..., H, H)."""
+    """Step Jacobian ``dh_t/dh_{t-1} = diag(act'(a_t)) W_hh`` of the Elman map.
+
+    One factor of the product ``dh_t/dh_k`` of Pascanu, Mikolov & Bengio (2013), Eq. 5.
+    ``act'`` is computed from the activation's output ``rec.h``. Padding and resets are not part
+    of the step map and are not reflected.
+
+    Parameters
+    ----------
+    rec : Record
+        Arrays of shape (..., H) with any leading axes, e.g. (T, N, H) from :func:`recorded` or
+        (N, H) for one step; only ``rec.h`` is read.
+    w_hh : ndarray of shape (G*H, H), G = 1
+        The recurrent weights the record was computed with.
+    nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
+        The activation of the layer.
+
+    Returns
+    -------
+    ndarray of shape (..., H, H)
+        ``J[..., i, j] = d h_t[i] / d h_{t-1}[j]``.
+    """
     return _derivative(nonlinearity, rec.h)[..., :, None] * w_hh
 
 
 def bounds(hidden_size: int, *, nonlinearity: str = "tanh") -> list:
-    """The range of the activation, per unit: (-1, 1) tanh, (0, 1) sigmoid, (0, None) relu."""
+    """A box containing every state the Elman map can produce: the range of the activation.
+
+    Parameters
+    ----------
+    hidden_size : int
+        H.
+    nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
+        The activation of the layer.
+
+    Returns
+    -------
+    list of (low, high) pairs, length H
+        (-1, 1) for tanh, (0, 1) for sigmoid, (0, None) for relu (None: unbounded).
+    """
     box = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "relu": (0.0, None)}[nonlinearity]
     return [box] * hidden_size
 
@@ -127,13 +242,25 @@ class RNNCell(Cell):
     bias : bool, default True
         Whether ``bias_ih`` and ``bias_hh`` (each (H,)) exist.
     dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result.
     rng : numpy.random.Generator, optional
         Draws the initial weights from U(-1/sqrt(H), 1/sqrt(H)) like PyTorch.
 
     Attributes
     ----------
-    params : dict
-        ``weight_ih`` (H, I), ``weight_hh`` (H, H), ``bias_ih`` (H,), ``bias_hh`` (H,).
+    params : dict of str to ndarray
+        ``weight_ih`` (H, I), ``weight_hh`` (H, H), ``bias_ih`` (H,), ``bias_hh`` (H,) (G = 1).
+    kind : CellKind
+        :data:`KIND` (a class attribute).
+
+    Raises
+    ------
+    ValueError
+        ``nonlinearity`` is not one of ``"tanh"``, ``"relu"``, ``"sigmoid"``, or a size is not
+        positive.
+    TypeError
+        A size that is not an integer, a non-bool ``bias``, a dtype other than float32/float64,
+        an ``rng`` that is not a Generator.
 
     Notes
     -----

@@ -20,7 +20,12 @@ import numpy as np
 
 from hiddenstate.experiments import tasks
 from hiddenstate.experiments.harness import record, stream_rng
-from hiddenstate.experiments.training import Net, ce_loss, fit_batches, last_step_mse_loss
+from hiddenstate.experiments.training import (
+    Net,
+    ce_loss,
+    fit_batches,
+    last_step_mse_loss,
+)
 from hiddenstate.functional import cross_entropy
 from hiddenstate.report.figures import figure
 
@@ -89,6 +94,7 @@ def reproduce_adding(
     n_val, eval_every : int, default 1000, 50
         Validation sequences, and training steps between two validations.
     seed : int, default 0
+        Seeds the data and the initial weights.
     out_dir : str or os.PathLike, default "reproduce"
         Where ``adding.png`` is written.
 
@@ -100,7 +106,8 @@ def reproduce_adding(
         (1/6), and ``curves`` (run name to list of ``(step, val MSE)``).
     """
     started = time.perf_counter()
-    kw = dict(lr=lr, clip=clip, batch=batch, n_val=n_val, eval_every=eval_every, seed=seed)
+    kw = {"lr": lr, "clip": clip, "batch": batch, "n_val": n_val, "eval_every": eval_every,
+          "seed": seed}
     with np.errstate(under="ignore"):
         curves = {
             f"GRU, T={seq_len}": _adding_run("gru", seq_len, hidden_size, gru_steps, **kw),
@@ -149,10 +156,9 @@ def reproduce_adding(
     if short_len:
         rows.append((f"tanh RNN val MSE, T={short_len} ({short_steps} steps)",
                      f"{short:.4f} ({short * 6:.3f} x baseline)", "(control, not in paper)"))
-    settings = dict(seq_len=seq_len, short_len=short_len, hidden_size=hidden_size,
-                    gru_steps=gru_steps, rnn_steps=rnn_steps, short_steps=short_steps,
-                    lstm_steps=lstm_steps, batch=batch, lr=lr, clip=clip, n_val=n_val,
-                    eval_every=eval_every, seed=seed)
+    settings = {"seq_len": seq_len, "short_len": short_len, "hidden_size": hidden_size,
+                "gru_steps": gru_steps, "rnn_steps": rnn_steps, "short_steps": short_steps,
+                "lstm_steps": lstm_steps, **kw}
     return record("adding", "Adding problem (Arjovsky, Shah & Bengio 2016)", rows=rows,
                   metrics=metrics, settings=settings, draw=draw, out_dir=out_dir, started=started)
 
@@ -218,7 +224,9 @@ def reproduce_copy(
     lr, clip : float, default 1e-2, 1.0
         Adam step size and gradient-norm threshold.
     n_val, eval_every : int, default 500, 100
+        Validation sequences, and training steps between two validations.
     seed : int, default 0
+        Seeds the data and the initial weights.
     out_dir : str or os.PathLike, default "reproduce"
         Where ``copy.png`` is written.
 
@@ -230,7 +238,8 @@ def reproduce_copy(
         1/8), ``baseline`` (nats), ``curves``.
     """
     started = time.perf_counter()
-    kw = dict(lr=lr, clip=clip, batch=batch, n_val=n_val, eval_every=eval_every, seed=seed)
+    kw = {"lr": lr, "clip": clip, "batch": batch, "n_val": n_val, "eval_every": eval_every,
+          "seed": seed}
     with np.errstate(under="ignore"):
         curves = {
             "GRU": _copy_run("gru", delay, hidden_size, gru_steps, **kw),
@@ -273,8 +282,7 @@ def reproduce_copy(
         ("baseline 10 ln 8 / (T+20), nats", f"{metrics['baseline']:.4f}",
          f"{metrics['baseline']:.4f}"),
     ]
-    settings = dict(delay=delay, hidden_size=hidden_size, gru_steps=gru_steps,
-                    rnn_steps=rnn_steps, batch=batch, lr=lr, clip=clip, n_val=n_val,
-                    eval_every=eval_every, seed=seed)
+    settings = {"delay": delay, "hidden_size": hidden_size, "gru_steps": gru_steps,
+                "rnn_steps": rnn_steps, **kw}
     return record("copy", "Copying memory (Arjovsky, Shah & Bengio 2016)", rows=rows,
                   metrics=metrics, settings=settings, draw=draw, out_dir=out_dir, started=started)

@@ -99,6 +99,7 @@ def reproduce_elman_xor(
     paper_size : bool, default True
         Also train a network with Elman's 2 hidden units (same settings) and report it.
     seed : int, default 0
+        Seeds the data and the initial weights.
     out_dir : str or os.PathLike, default "reproduce"
         Where ``elman-xor.png`` is written.
 
@@ -121,7 +122,8 @@ def reproduce_elman_xor(
     data_rng = stream_rng(seed, 0)
     train_bits = tasks.temporal_xor(n_triples, rng=data_rng)
     test_bits = tasks.temporal_xor(n_triples, rng=data_rng)
-    opts = dict(passes=passes, window=window, n_chunks=n_chunks, lr=lr, clip=clip, seed=seed)
+    opts = {"passes": passes, "window": window, "n_chunks": n_chunks, "lr": lr, "clip": clip,
+            "seed": seed}
     metrics = _xor_run(train_bits, test_bits, hidden_size, **opts)
     if paper_size:
         metrics["paper_size"] = _xor_run(train_bits, test_bits, 2, **opts)
@@ -159,8 +161,8 @@ def reproduce_elman_xor(
         rows.append(("same with H=2: XOR bit / other bits",
                      f"{ps['err_predictable']:.3f} / {ps['err_unpredictable']:.3f}",
                      "low / high (2 hidden units)"))
-    settings = dict(hidden_size=hidden_size, passes=passes, n_triples=n_triples, window=window,
-                    n_chunks=n_chunks, lr=lr, clip=clip, paper_size=paper_size, seed=seed)
+    settings = {"hidden_size": hidden_size, "n_triples": n_triples, "paper_size": paper_size,
+                **opts}
     return record("elman-xor", "Temporal XOR (Elman 1990, Fig. 3)", rows=rows, metrics=metrics,
                   settings=settings, draw=draw, out_dir=out_dir, started=started)
 
@@ -198,8 +200,14 @@ def reproduce_elman_letters(
         Elman: 200.
     n_consonants : int, default 1000
         Elman: 1,000 (about 3,000 letters).
-    window, n_chunks, lr, clip, seed, out_dir
-        As in :func:`reproduce_elman_xor`.
+    window, n_chunks : int, default 12, 25
+        Truncated-BPTT window and number of parallel stream chunks (N).
+    lr, clip : float, default 1e-2, 1.0
+        Adam step size and global gradient-norm threshold.
+    seed : int, default 0
+        Seeds the data and the initial weights.
+    out_dir : str or os.PathLike, default "reproduce"
+        Where ``elman-letters.png`` is written.
 
     Returns
     -------
@@ -269,8 +277,8 @@ def reproduce_elman_letters(
          f"{metrics['p_cons_after_guuu']:.2f} / {metrics['p_cons_after_gu']:.2f}",
          "1 / 0 (vowels are counted)"),
     ]
-    settings = dict(hidden_size=hidden_size, passes=passes, n_consonants=n_consonants,
-                    window=window, n_chunks=n_chunks, lr=lr, clip=clip, seed=seed)
+    settings = {"hidden_size": hidden_size, "passes": passes, "n_consonants": n_consonants,
+                "window": window, "n_chunks": n_chunks, "lr": lr, "clip": clip, "seed": seed}
     return record("elman-letters", "Letter sequences ba/dii/guuu (Elman 1990, Figs. 4-5)",
                   rows=rows, metrics=metrics, settings=settings, draw=draw, out_dir=out_dir,
                   started=started)
@@ -370,10 +378,13 @@ def reproduce_elman_sentences(
     window, n_chunks : int, default 8, 32
         BPTT window and parallel chunks of the stream (N).
     lr, clip : float, default 3e-3, 1.0
+        Adam step size and global gradient-norm threshold.
     zog : bool, default True
         Run the novel-word test.
     seed : int, default 0
+        Seeds the data and the initial weights.
     out_dir : str or os.PathLike, default "reproduce"
+        Where ``elman-sentences.png`` is written.
 
     Returns
     -------
@@ -409,7 +420,8 @@ def reproduce_elman_sentences(
         hidden = net.hidden(x[:, None, :])[:, 0, :]  # (M, H)
         probs = softmax(net.readout(hidden))  # (M, 31)
     lik = corpus.likelihood
-    cos = np.sum(probs * lik, axis=1) / (np.linalg.norm(probs, axis=1) * np.linalg.norm(lik, axis=1))
+    norms = np.linalg.norm(probs, axis=1) * np.linalg.norm(lik, axis=1)  # (M,)
+    cos = np.sum(probs * lik, axis=1) / norms
     rms_lik = np.linalg.norm(probs - lik, axis=1)
     rms_next = np.linalg.norm(probs - tasks.one_hot(nxt, corpus.n_inputs), axis=1)
     means = _word_means(hidden, corpus.words)
@@ -472,8 +484,9 @@ def reproduce_elman_sentences(
     if zog:
         rows.append(("nearest word to ZOG's mean state", metrics["zog_nearest"],
                      "among the humans (Fig. 8)"))
-    settings = dict(hidden_size=hidden_size, passes=passes, n_sentences=n_sentences,
-                    window=window, n_chunks=n_chunks, lr=lr, clip=clip, zog=zog, seed=seed)
+    settings = {"hidden_size": hidden_size, "passes": passes, "n_sentences": n_sentences,
+                "window": window, "n_chunks": n_chunks, "lr": lr, "clip": clip, "zog": zog,
+                "seed": seed}
     return record("elman-sentences", "Lexical classes from word order (Elman 1990, Fig. 7)",
                   rows=rows, metrics=metrics, settings=settings, out_dir=out_dir, started=started,
                   draw=lambda: _dendrogram_figure(hierarchy.linkage(tree_means, method="average"),

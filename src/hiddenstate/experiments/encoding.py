@@ -19,10 +19,12 @@ def one_hot(ids: np.ndarray, size: int, *, dtype=np.float64) -> np.ndarray:
     size : int
         Length of each one-hot vector.
     dtype : dtype, default float64
+        Of the result.
 
     Returns
     -------
     ndarray of shape S + (size,), dtype ``dtype``
+        1 at the position of each id, 0 elsewhere.
 
     Raises
     ------

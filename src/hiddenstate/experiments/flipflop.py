@@ -17,7 +17,7 @@ References
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -70,7 +70,10 @@ def reproduce_flipflop(
     n_starts : int, default 1024
         Starting states of the fixed-point search.
     noise : float, default 0.5
+        Standard deviation of the noise added to the starting states, per unit, in units of
+        that unit's standard deviation over the validation states.
     seed : int, default 0
+        Seeds the data, the initial weights, the batches and the starting states.
     out_dir : str or os.PathLike, default "reproduce"
         Where ``flipflop.png`` is written.
 
@@ -136,9 +139,9 @@ def reproduce_flipflop(
          f"{sum(b == 1 for b in link_bits)} of {len(link_bits)}",
          "unstable modes point to the attractors"),
     ]
-    settings = dict(hidden_size=hidden_size, steps=steps, n_train=n_train, n_val=n_val,
-                    seq_len=seq_len, batch=batch, lr=lr, clip=clip, n_starts=n_starts,
-                    noise=noise, seed=seed)
+    settings = {"hidden_size": hidden_size, "steps": steps, "n_train": n_train, "n_val": n_val,
+                "seq_len": seq_len, "batch": batch, "lr": lr, "clip": clip, "n_starts": n_starts,
+                "noise": noise, "seed": seed}
     return record("flipflop", "3-bit flip-flop fixed points (Sussillo & Barak 2013, Fig. 3)",
                   rows=rows, metrics=metrics, settings=settings, out_dir=out_dir,
                   started=started, draw=lambda: _flipflop_figure(states, points))
@@ -161,7 +164,9 @@ def saddle_links(saddles: list[FixedPoint], F: Callable[[np.ndarray], np.ndarray
     readout : Readout
         Maps a state (H,) to the outputs (V,) whose signs are the memory.
     eps : float, default 1e-3
+        Size of the nudge.
     n_iter : int, default 3000
+        Iterations of the map from either side.
 
     Returns
     -------

@@ -79,12 +79,13 @@ EXPERIMENTS: tuple[str, ...] = tuple(_FUNCTIONS)
 """Names accepted by :func:`run` (and ``hiddenstate reproduce NAME``), in the README's order."""
 
 QUICK_SETTINGS: dict[str, dict] = {
-    "elman-xor": dict(passes=300),
-    "elman-letters": dict(passes=100),
-    "elman-sentences": dict(),  # the full run takes seconds; fewer sentences fail the checks
-    "adding": dict(gru_steps=400, rnn_steps=400, short_len=0, lstm_steps=0, eval_every=100),
-    "copy": dict(delay=10, gru_steps=600, rnn_steps=300),
-    "flipflop": dict(steps=400, n_starts=256),
+    "elman-xor": {"passes": 300},
+    "elman-letters": {"passes": 100},
+    "elman-sentences": {},  # the full run takes seconds; fewer sentences fail the checks
+    "adding": {"gru_steps": 400, "rnn_steps": 400, "short_len": 0, "lstm_steps": 0,
+               "eval_every": 100},
+    "copy": {"delay": 10, "gru_steps": 600, "rnn_steps": 300},
+    "flipflop": {"steps": 400, "n_starts": 256},
 }
 """Reduced settings used by ``run(name, quick=True)`` (and the test-suite)."""
 

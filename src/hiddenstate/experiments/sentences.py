@@ -152,11 +152,23 @@ class SentenceCorpus:
 
     @property
     def n_inputs(self) -> int:
-        """Size of the one-hot code: 31 (29 words, ``zog`` and one unused spare bit)."""
+        """Size of the one-hot code: 31 (29 words, ``zog`` and one unused spare bit).
+
+        Returns
+        -------
+        int
+            31.
+        """
         return _N_INPUTS
 
     def one_hot(self) -> np.ndarray:
-        """The token stream as one-hot rows, shape (M, 31), float64."""
+        """Encode the token stream one-hot.
+
+        Returns
+        -------
+        ndarray of shape (M, 31), float64
+            One row per token.
+        """
         return one_hot(self.words, _N_INPUTS)
 
 
@@ -167,7 +179,7 @@ def elman_sentences(
     inclusive: bool = False,
     zog: bool = False,
 ) -> SentenceCorpus:
-    """Elman's simple-sentence corpus: random 2- and 3-word sentences from 16 templates.
+    """Draw Elman's simple-sentence corpus: random 2- and 3-word sentences from 16 templates.
 
     Elman (1990) [1]_, section "Discovering the notion 'word'"/"lexical classes": 10,000
     sentences, each made by choosing a template (Table 4) uniformly and then each word
@@ -180,6 +192,7 @@ def elman_sentences(
     n_sentences : int
         Number of sentences.
     rng : numpy.random.Generator
+        Source of every random draw (same seed, same corpus).
     inclusive : bool, default False
         The paper says some categories "may be included in others". With ``inclusive=True``
         a slot of NOUN-ANIM may also draw from NOUN-HUM and NOUN-AGRESS, NOUN-INANIM from

@@ -76,7 +76,7 @@ __all__ = [
 
 
 def temporal_xor(n_triples: int, *, rng: np.random.Generator) -> np.ndarray:
-    """Elman's temporal XOR stream: random ``(a, b, a XOR b)`` triples, concatenated.
+    """Draw Elman's temporal XOR stream: random ``(a, b, a XOR b)`` triples, concatenated.
 
     Elman (1990) [1]_ trained on 1,000 triples (3,000 bits) and a network predicting the
     next bit: only every third bit is predictable.
@@ -86,11 +86,12 @@ def temporal_xor(n_triples: int, *, rng: np.random.Generator) -> np.ndarray:
     n_triples : int
         Number of triples (the stream has ``3 * n_triples`` bits).
     rng : numpy.random.Generator
+        Source of every random draw (same seed, same data).
 
     Returns
     -------
-    bits : ndarray of shape (3 * n_triples,), int64, values in {0, 1}
-        The *phase* of position ``t`` is ``t % 3``; at phase 2, ``bits[t] ==
+    ndarray of shape (3 * n_triples,), int64, values in {0, 1}
+        The bits. The *phase* of position ``t`` is ``t % 3``; at phase 2, ``bits[t] ==
         bits[t-2] ^ bits[t-1]``. For next-bit prediction (input ``bits[t]``, target
         ``bits[t+1]``) the target is predictable exactly when ``t % 3 == 1``.
 
@@ -145,7 +146,7 @@ _LETTER_EXPANSION = {0: (0, 3), 1: (1, 4, 4), 2: (2, 5, 5, 5)}  # b->ba, d->dii,
 
 
 def elman_letters(n_consonants: int, *, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Elman's letter stream: random consonants from {b, d, g} expanded to ba, dii, guuu.
+    """Draw Elman's letter stream: random consonants from {b, d, g} expanded to ba, dii, guuu.
 
     Elman (1990) [1]_, section "Structure in letter sequences": 1,000 random consonants,
     each replaced by its syllable (``dbg`` becomes ``diibaguuu``), giving about 3,000
@@ -156,6 +157,7 @@ def elman_letters(n_consonants: int, *, rng: np.random.Generator) -> tuple[np.nd
     n_consonants : int
         Number of consonants (syllables) in the stream.
     rng : numpy.random.Generator
+        Source of every random draw (same seed, same data).
 
     Returns
     -------
@@ -207,6 +209,7 @@ def adding_problem(
     seq_len : int
         Sequence length T (at least 2).
     rng : numpy.random.Generator
+        Source of every random draw (same seed, same data).
 
     Returns
     -------
@@ -297,8 +300,11 @@ def copy_memory(
     delay : int
         T, the number of steps between the end of the message and the end of the delimiter.
     rng : numpy.random.Generator
+        Source of every random draw (same seed, same data).
     n_symbols : int, default 8
+        Size of the message alphabet.
     n_copy : int, default 10
+        Length of the message.
 
     Returns
     -------
@@ -357,13 +363,16 @@ def flipflop(
     seq_len : int, default 64
         Steps per trial T.
     rng : numpy.random.Generator
+        Source of every random draw (same seed, same data).
     n_bits : int, default 3
+        Number of input and output channels (the memory is ``n_bits`` bits).
     p : float, default 0.5
         Per-step, per-channel pulse probability, in [0, 1].
 
     Returns
     -------
     inputs : ndarray of shape (T, N, n_bits), float64, values in {-1, 0, 1}
+        The pulses.
     targets : ndarray of shape (T, N, n_bits), float64, values in {-1, 1}
         ``targets[t, n, i]`` is the sign of the last nonzero ``inputs[s, n, i]``, ``s <= t``.
 

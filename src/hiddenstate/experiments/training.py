@@ -14,7 +14,7 @@ Shapes: T steps, N sequences, I inputs, H hidden units, V outputs; time-major ``
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -81,11 +81,22 @@ class Readout:
         }
 
     def __call__(self, h: np.ndarray) -> np.ndarray:
-        """Map states of shape (..., H) to outputs of shape (..., V)."""
+        """Map states to outputs.
+
+        Parameters
+        ----------
+        h : ndarray of shape (..., H)
+            Hidden states.
+
+        Returns
+        -------
+        ndarray of shape (..., V)
+            ``h W_hy^T + b_y``.
+        """
         return h @ self.params["W_hy"].T + self.params["b_y"]
 
     def backward(self, h: np.ndarray, dy: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Gradients for ``dy`` of shape (..., V) at states ``h`` of shape (..., H).
+        """Backpropagate ``dy`` through the readout at states ``h``.
 
         Parameters
         ----------
@@ -99,6 +110,7 @@ class Readout:
         grads : dict
             ``"W_hy"`` (V, H) and ``"b_y"`` (V,).
         dh : ndarray of shape (..., H)
+            Gradient of the loss with respect to ``h``.
         """
         H = h.shape[-1]
         V = dy.shape[-1]
@@ -165,6 +177,7 @@ class Net:
         Returns
         -------
         ndarray of shape (1, N, H), or a pair of them (h, c) for the LSTM
+            Zeros, float64.
         """
         h = np.zeros((1, n, self.hidden_size))
         return (h, h.copy()) if self.cell == "lstm" else h
@@ -175,22 +188,36 @@ class Net:
         Parameters
         ----------
         x : ndarray of shape (T, N, I)
+            Inputs, time-major.
         h0 : ndarray of shape (1, N, H) or (h, c) pair, optional
             Default :meth:`zero_state`.
 
         Returns
         -------
         ndarray of shape (T, N, H)
+            The layer's output at every step.
         """
         out, _ = self.layer(x, self.zero_state(x.shape[1]) if h0 is None else h0)
         return out
 
     def snapshot(self) -> dict[str, np.ndarray]:
-        """Copies of every parameter, for :meth:`restore`."""
+        """Copy every parameter, for :meth:`restore`.
+
+        Returns
+        -------
+        dict
+            Same keys as ``params``, arrays copied.
+        """
         return {k: v.copy() for k, v in self.params.items()}
 
     def restore(self, snap: dict[str, np.ndarray]) -> None:
-        """Copy a :meth:`snapshot` back into the parameter arrays (in place)."""
+        """Copy a :meth:`snapshot` back into the parameter arrays (in place).
+
+        Parameters
+        ----------
+        snap : dict
+            From :meth:`snapshot`.
+        """
         for k, v in snap.items():
             self.params[k][...] = v
 
@@ -201,6 +228,7 @@ def bce_loss(targets: np.ndarray) -> LossFn:
     Parameters
     ----------
     targets : ndarray of shape (T, N, V), values in [0, 1]
+        Target bits.
 
     Returns
     -------
@@ -246,6 +274,7 @@ def mse_loss(targets: np.ndarray) -> LossFn:
     Parameters
     ----------
     targets : ndarray of shape (T, N, V)
+        Target outputs.
 
     Returns
     -------
@@ -266,6 +295,7 @@ def last_step_mse_loss(targets: np.ndarray) -> LossFn:
     Parameters
     ----------
     targets : ndarray of shape (N,)
+        Target answer of each sequence.
 
     Returns
     -------
@@ -289,14 +319,18 @@ def loss_and_grads(net: Net, x: np.ndarray, h0, loss_fn: LossFn):
     Parameters
     ----------
     net : Net
+        The network (its layer and readout).
     x : ndarray of shape (T, N, I)
+        Inputs of the window.
     h0 : ndarray of shape (1, N, H), or an (h, c) pair for the LSTM
+        Initial state of the window.
     loss_fn : callable
         From a loss builder (:func:`bce_loss`, :func:`ce_loss`, ...).
 
     Returns
     -------
     loss : float
+        Mean loss of the window.
     grads : dict
         Same keys and shapes as ``net.params``.
     h_n : ndarray of shape (1, N, H), or an (h, c) pair
@@ -313,15 +347,27 @@ def loss_and_grads(net: Net, x: np.ndarray, h0, loss_fn: LossFn):
 def train_step(net: Net, opt: Adam, x: np.ndarray, h0, loss_fn: LossFn, clip: float):
     """One update: gradients, global-norm clipping (Pascanu et al. 2013) to ``clip``, Adam.
 
-    Parameters are those of :func:`loss_and_grads`, plus ``opt`` (an
-    :class:`~hiddenstate.train.optim.Adam` over ``net.params``) and ``clip`` (float, the
-    gradient-norm threshold).
+    Parameters
+    ----------
+    net : Net
+        The network to update (in place).
+    opt : hiddenstate.train.optim.Adam
+        Over ``net.params``.
+    x : ndarray of shape (T, N, I)
+        Inputs of the window.
+    h0 : ndarray of shape (1, N, H), or an (h, c) pair for the LSTM
+        Initial state of the window.
+    loss_fn : callable
+        From a loss builder.
+    clip : float
+        Gradient-norm threshold.
 
     Returns
     -------
     loss : float
         Before the update.
     h_n : ndarray of shape (1, N, H), or an (h, c) pair
+        Final state of the window.
     """
     loss, grads, h_n = loss_and_grads(net, x, h0, loss_fn)
     clip_grad_norm(grads, clip)
@@ -346,9 +392,11 @@ def fit_stream(net: Net, opt: Adam, x: np.ndarray, target: np.ndarray,
     Parameters
     ----------
     net : Net
+        The network to train (in place).
     opt : hiddenstate.train.optim.Adam
         Over ``net.params``; one step per window.
     x : ndarray of shape (M, I)
+        The stream's inputs.
     target : ndarray of shape (M, ...)
         Target at each step (the next element of the stream).
     make_loss : callable
@@ -386,6 +434,7 @@ def fit_batches(net: Net, make_batch: Callable, make_loss: Callable[[np.ndarray]
     Parameters
     ----------
     net : Net
+        The network to train (in place).
     make_batch : callable
         ``make_batch() -> (x, y)`` with ``x`` of shape (T, N, I) and the targets ``y`` for
         ``make_loss``.
@@ -395,9 +444,11 @@ def fit_batches(net: Net, make_batch: Callable, make_loss: Callable[[np.ndarray]
         ``evaluate() -> value`` (any validation measure), called before training, every
         ``eval_every`` steps and after the last.
     steps : int
+        Number of updates.
     lr, clip : float
         Adam step size and gradient-norm threshold.
     eval_every : int
+        Updates between two evaluations.
 
     Returns
     -------

@@ -1,18 +1,18 @@
 """Run every hidden-state measurement on a layer and collect the results for a report.
 
-:func:`analyze_model` traces a recurrent layer over an input (:mod:`hiddenstate.trace`) and
+:func:`analyze_model` traces a recurrent layer over an input (:mod:`hiddenstate.probe.trace`) and
 computes, with the modules of this package,
 
-* gate statistics per layer, direction and gate (:mod:`hiddenstate.gatestats`);
+* gate statistics per layer, direction and gate (:mod:`hiddenstate.probe.gatestats`);
 * gradient norms ``||dL/dh_t||`` against lag from the layer's BPTT and the Jacobian-product
-  norms ``||dh_T/dh_{T-k}||`` (:mod:`hiddenstate.gradflow`), with ``sigma_max(W_hh)`` against the
+  norms ``||dh_T/dh_{T-k}||`` (:mod:`hiddenstate.probe.gradflow`), with ``sigma_max(W_hh)`` against the
   vanishing bound of Pascanu, Mikolov and Bengio (2013);
-* a memory curve of the top layer's state (:mod:`hiddenstate.memory`);
-* PCA of the top layer's trajectory (:mod:`hiddenstate.pca`);
+* a memory curve of the top layer's state (:mod:`hiddenstate.probe.memory`);
+* PCA of the top layer's trajectory (:mod:`hiddenstate.probe.pca`);
 * fixed points of the first layer with zero input, started from visited states plus noise
-  (:mod:`hiddenstate.fixedpoints`; Sussillo and Barak 2013, Golub and Sussillo 2018);
-* for text, the units that best track per-character features (:mod:`hiddenstate.textfeatures`,
-  :mod:`hiddenstate.unitfeatures`).
+  (:mod:`hiddenstate.probe.fixedpoints`; Sussillo and Barak 2013, Golub and Sussillo 2018);
+* for text, the units that best track per-character features (:mod:`hiddenstate.probe.textfeatures`,
+  :mod:`hiddenstate.probe.unitfeatures`).
 
 ``hiddenstate.report.build_report(path, analysis)`` renders an :class:`Analysis` (this module does
 not import the report: the report reads the analysis, not the other way round).
@@ -31,14 +31,18 @@ from typing import Any
 
 import numpy as np
 
+from hiddenstate import layers
+from hiddenstate.cells import kind_of
 from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map, reachable_box
 from hiddenstate.probe.gatestats import gate_statistics
-from hiddenstate.probe.gradflow import hidden_gradient_norms, jacobian_flow, spectral_bounds
+from hiddenstate.probe.gradflow import (
+    hidden_gradient_norms,
+    jacobian_flow,
+    spectral_bounds,
+)
 from hiddenstate.probe.memory import memory_curve
 from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import text_features
-from hiddenstate import layers
-from hiddenstate.cells import kind_of
 from hiddenstate.probe.trace import Trace, trace
 from hiddenstate.probe.unitfeatures import best_units
 
@@ -62,7 +66,7 @@ class Analysis:
     gradient_norms : GradientNorms or None
     jacobian : JacobianFlow or None
     bounds : list of dict
-        :func:`hiddenstate.gradflow.spectral_bounds` rows.
+        :func:`hiddenstate.probe.gradflow.spectral_bounds` rows.
     memory : MemoryCurve or None
     pca : PCAResult or None
     fixed_points : list of FixedPoint or None
@@ -93,7 +97,17 @@ class Analysis:
     timings: dict = field(default_factory=dict)
 
     def report_kwargs(self) -> dict:
-        """Keyword arguments for :func:`hiddenstate.report.build_report`."""
+        """Keyword arguments for :func:`hiddenstate.report.build_report`.
+
+        Returns
+        -------
+        dict of str to object
+            ``meta``, ``loss``, ``gates``, ``gradient``, ``gradient_refs``, ``memory``, ``pca``,
+            ``fixed_points``, ``text``, ``text_units``, ``tables`` (None where there is nothing
+            to show) and ``project_fixed_points`` (True only for a one-layer, one-direction
+            trace, where the fixed points (layer 0, forward) and the PCA (the top layer's
+            output) live in the same space).
+        """
         tables = {}
         if self.bounds:
             tables["Recurrent weights against the vanishing bound (Pascanu et al. 2013)"] = [

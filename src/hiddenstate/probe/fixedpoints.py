@@ -24,8 +24,8 @@ characterizing fixed points in recurrent neural networks", JOSS 3(31):1003, 2018
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from scipy import optimize
@@ -351,6 +351,11 @@ def reachable_box(layer) -> list:
     and a tanh candidate); logistic RNN ``(0, 1)``; ReLU RNN ``(0, None)``; LSTM: ``(-1, 1)``
     for ``h`` and unbounded for ``c``. Pass it as ``bounds`` to :func:`find_fixed_points` with
     :func:`layer_map`.
+
+    Parameters
+    ----------
+    layer : hiddenstate.RNN, GRU or LSTM
+        The layer (or cell); its cell kind's ``bounds`` is called with its options.
 
     Returns
     -------

@@ -17,7 +17,7 @@ This module measures it three ways:
 * :func:`hidden_gradient_norms` — ``||dL/dh_t||`` for every ``t`` from the layer's own BPTT
   (:meth:`~hiddenstate.GRU.backward`), with ``L = <v, h_T>``;
 * :func:`jacobian_flow` — Frobenius norm and largest singular value of ``dh_T/dh_{T-k}`` for every
-  lag ``k``, from the analytic step Jacobians of a :func:`~hiddenstate.trace.trace`
+  lag ``k``, from the analytic step Jacobians of a :func:`~hiddenstate.probe.trace.trace`
   (:func:`step_jacobians`) or from any stack of Jacobians you provide;
 * :func:`spectral_bounds` — ``sigma_max`` of every recurrent weight block against ``1/gamma``.
 
@@ -83,7 +83,7 @@ def jacobians_at(lt: LayerTrace, t_idx: np.ndarray) -> np.ndarray:
         S = H, or 2H for the LSTM state (h, c); identity at padded steps, zero at steps that
         were reset and at ``t_idx < 0``.
     """
-    g = lambda a: None if a is None else _gather(a, t_idx)  # noqa: E731  (K, N, H)
+    g = lambda a: None if a is None else _gather(a, t_idx)
     rec = Record(h=g(lt.h), h_prev=g(lt.h_prev), gates={k: g(v) for k, v in lt.gates.items()},
                  preacts={k: g(v) for k, v in lt.preacts.items()}, c=g(lt.c), c_prev=g(lt.c_prev), s=g(lt.s))
     J = lt.cell.jacobian(rec, lt.weights["weight_hh"], **lt.options)
@@ -102,7 +102,7 @@ def step_jacobians(lt: LayerTrace) -> np.ndarray:
     Parameters
     ----------
     lt : LayerTrace
-        One layer and direction of a :func:`~hiddenstate.trace.trace`.
+        One layer and direction of a :func:`~hiddenstate.probe.trace.trace`.
 
     Returns
     -------
@@ -111,7 +111,7 @@ def step_jacobians(lt: LayerTrace) -> np.ndarray:
         ``J[t, n, i, j] = d state_t[i] / d state_{t-1}[j]``). ``S = H``, or ``2H`` for the LSTM,
         whose state is ``(h, c)`` stacked (``h`` first). Identity at padded steps; zero at steps
         that were reset. For the backward direction, time runs in the order that direction read
-        the sequence (see :meth:`~hiddenstate.trace.LayerTrace.in_processing_order`).
+        the sequence (see :meth:`~hiddenstate.probe.trace.LayerTrace.in_processing_order`).
     """
     p = lt.in_processing_order()
     T, N = p.mask.shape
@@ -333,7 +333,20 @@ class GradientNorms:
         return T - 1 - np.arange(T)
 
     def curve(self, layer: int = -1) -> tuple[np.ndarray, np.ndarray]:
-        """``(lags, norms)`` of one layer with lags increasing (0 = last step), for plotting."""
+        """``(lags, norms)`` of one layer with lags increasing (0 = last step), for plotting.
+
+        Parameters
+        ----------
+        layer : int, default -1
+            Which stacked layer (negative counts from the top).
+
+        Returns
+        -------
+        lags : ndarray of int, shape (T,)
+            ``0, 1, ..., T-1``.
+        norms : ndarray of shape (T,)
+            ``norm[layer]`` at those lags (a copy).
+        """
         return self.lags[::-1].copy(), self.norm[layer][::-1].copy()
 
 

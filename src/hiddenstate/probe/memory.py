@@ -67,7 +67,18 @@ class MemoryCurve:
         return float(np.clip((self.score - self.chance) / denom, 0.0, 1.0).sum())
 
     def horizon(self, threshold: float = 0.5) -> int:
-        """Largest lag ``k`` such that every lag ``<= k`` scores at least ``threshold``; -1 if none."""
+        """Largest lag ``k`` such that every lag ``<= k`` scores at least ``threshold``; -1 if none.
+
+        Parameters
+        ----------
+        threshold : float, default 0.5
+            Score a lag must reach (``R^2`` or accuracy, as :attr:`metric`).
+
+        Returns
+        -------
+        int
+            The horizon in steps; -1 when even lag 0 scores below ``threshold``.
+        """
         ok = self.score >= threshold
         if not ok[0]:
             return -1
@@ -101,7 +112,22 @@ def ridge_fit(X, Y, alpha: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def ridge_predict(X, W, b) -> np.ndarray:
-    """``X @ W + b`` for the output of :func:`ridge_fit`; shape (M, P)."""
+    """``X @ W + b`` for the output of :func:`ridge_fit`; shape (M, P).
+
+    Parameters
+    ----------
+    X : array_like of shape (M, H)
+        Inputs (e.g. hidden states), converted to float64.
+    W : ndarray of shape (H, P)
+        Weights from :func:`ridge_fit`.
+    b : ndarray of shape (P,)
+        Intercept from :func:`ridge_fit`.
+
+    Returns
+    -------
+    ndarray of shape (M, P), float64
+        The predictions.
+    """
     return np.asarray(X, dtype=np.float64) @ W + b
 
 
@@ -185,7 +211,7 @@ def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train
         if m.shape != (T, N):
             raise ValueError(f"mask must have shape {(T,) if single else (T, N)}; got {np.asarray(mask).shape}.")
         valid = m
-    cut = int(round(train_fraction * T))
+    cut = round(train_fraction * T)
 
     if classify:
         tokens = U[:, :, 0].astype(np.int64)

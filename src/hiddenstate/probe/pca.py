@@ -45,12 +45,34 @@ class PCAResult:
     scores: np.ndarray
 
     def transform(self, states) -> np.ndarray:
-        """Project states of shape (..., H) onto the components; returns shape (..., K)."""
+        """Project states of shape (..., H) onto the components; returns shape (..., K).
+
+        Parameters
+        ----------
+        states : array_like of shape (..., H)
+            States in the space the PCA was fitted in (converted to float64).
+
+        Returns
+        -------
+        ndarray of shape (..., K), float64
+            ``(states - mean) @ components.T``.
+        """
         s = np.asarray(states, dtype=np.float64)
         return (s - self.mean) @ self.components.T
 
     def n_components_for(self, fraction: float = 0.9) -> int:
-        """Smallest number of components whose explained variance ratio sums to ``fraction``."""
+        """Smallest number of components whose explained variance ratio sums to ``fraction``.
+
+        Parameters
+        ----------
+        fraction : float, default 0.9
+            Share of the total variance to explain, in (0, 1].
+
+        Returns
+        -------
+        int
+            Between 1 and K (K when even all kept components explain less).
+        """
         cum = np.cumsum(self.explained_variance_ratio)
         return int(min(np.searchsorted(cum, fraction - 1e-12) + 1, cum.size))
 

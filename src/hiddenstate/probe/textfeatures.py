@@ -4,7 +4,7 @@ Karpathy, Johnson and Fei-Fei (2015, section 4.2, Figure 2) found LSTM cells tha
 interpretable properties of the text: being inside a quotation, the position in the line
 (a "line length" counter), the depth of nested brackets, the start of a line. These functions
 compute such properties for every character so that units can be matched against them
-(:mod:`hiddenstate.unitfeatures`).
+(:mod:`hiddenstate.probe.unitfeatures`).
 
 Alignment: ``feature[t]`` is the value *after reading* ``text[t]`` — what the state ``h_t``,
 which has consumed characters ``0..t``, could know. An opening quote therefore already counts
@@ -65,10 +65,20 @@ def inside_quotes(text: str, quote: str = '"') -> np.ndarray:
 def position_in_line(text: str) -> np.ndarray:
     """Column of each character: 0 for the first character of a line, counting up to the newline.
 
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+
     Returns
     -------
     ndarray of shape (T,), float64
         The newline character itself gets the column it occupies (the length of its line).
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str (decode bytes first).
     """
     text = _check(text)
     out = np.zeros(len(text))
@@ -82,9 +92,19 @@ def position_in_line(text: str) -> np.ndarray:
 def after_newline(text: str) -> np.ndarray:
     """1.0 for the first character of each line (``t == 0`` or ``text[t-1] == "\\n"``).
 
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+
     Returns
     -------
     ndarray of shape (T,), float64 in {0, 1}
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str (decode bytes first).
     """
     text = _check(text)
     out = np.zeros(len(text))
@@ -97,9 +117,24 @@ def after_newline(text: str) -> np.ndarray:
 def bracket_depth(text: str, open_: str = "([{", close: str = ")]}") -> np.ndarray:
     """Nesting depth of brackets after reading each character (never below 0).
 
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+    open_ : str, default "([{"
+        Characters that open a bracket (each adds 1).
+    close : str, default ")]}"
+        Characters that close one (each subtracts 1, never below 0); brackets of different
+        kinds are not matched against each other.
+
     Returns
     -------
     ndarray of shape (T,), float64
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str (decode bytes first).
     """
     text = _check(text)
     out = np.zeros(len(text))
@@ -114,13 +149,43 @@ def bracket_depth(text: str, open_: str = "([{", close: str = ")]}") -> np.ndarr
 
 
 def is_space(text: str) -> np.ndarray:
-    """1.0 where the character is whitespace (space, tab, newline); shape (T,)."""
+    """1.0 where the character is whitespace (``str.isspace``: space, tab, newline, ...).
+
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+
+    Returns
+    -------
+    ndarray of shape (T,), float64 in {0, 1}
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str (decode bytes first).
+    """
     text = _check(text)
     return np.array([1.0 if ch.isspace() else 0.0 for ch in text])
 
 
 def is_upper(text: str) -> np.ndarray:
-    """1.0 where the character is an upper-case letter; shape (T,)."""
+    """1.0 where the character is an upper-case letter (``str.isupper``).
+
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+
+    Returns
+    -------
+    ndarray of shape (T,), float64 in {0, 1}
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str (decode bytes first).
+    """
     text = _check(text)
     return np.array([1.0 if ch.isupper() else 0.0 for ch in text])
 

@@ -135,7 +135,7 @@ class LayerTrace:
 
 def _map_arrays(lt: LayerTrace, f) -> LayerTrace:
     """A copy of ``lt`` with ``f`` applied to every per-step array (None stays None)."""
-    g = lambda a: None if a is None else f(a)  # noqa: E731
+    g = lambda a: None if a is None else f(a)
     return LayerTrace(
         kind=lt.kind, layer=lt.layer, direction=lt.direction, x=g(lt.x), h=g(lt.h), h_prev=g(lt.h_prev),
         c=g(lt.c), c_prev=g(lt.c_prev), gates={k: g(v) for k, v in lt.gates.items()},
@@ -228,7 +228,7 @@ def trace(layer, x, h0=None, *, lengths=None, reset=None) -> Trace:
         for d in range(D):
             dc = cache.directions[li * D + d]
             rec = kind.recorded(dc.kernel)
-            zero = lambda a: None if a is None else np.where(valid, a, 0.0)  # noqa: E731  padding reads 0
+            zero = lambda a: None if a is None else np.where(valid, a, 0.0)
             lt = LayerTrace(
                 kind=kind.name, layer=li, direction=d, x=dc.x, h=zero(rec.h), h_prev=zero(rec.h_prev),
                 c=zero(rec.c), c_prev=zero(rec.c_prev), gates={k: zero(v) for k, v in rec.gates.items()},

@@ -17,8 +17,8 @@ arXiv:1506.02078, 2015.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def best_units(activations, features: Mapping[str, np.ndarray], *, top: int = 3,
     ----------
     activations : array_like of shape (T, H) or (T, N, H)
     features : mapping of str to array_like of shape activations.shape[:-1]
-        E.g. :func:`hiddenstate.textfeatures.text_features` of the text that produced the states.
+        E.g. :func:`hiddenstate.probe.textfeatures.text_features` of the text that produced the states.
     top : int, default 3
     mask : array_like of bool, optional
 

@@ -12,6 +12,8 @@ It renders the data it is given and imports nothing from :mod:`hiddenstate.probe
   (house style, Agg figures, PNG output).
 """
 
-from hiddenstate.report.page import build_report, render_html
+from hiddenstate.lazy import attach
 
 __all__ = ["build_report", "render_html"]
+# lazy, so that ``hiddenstate.report.figures`` (used by training and the experiments) does not load the page
+__getattr__, __dir__ = attach(__name__, {name: "hiddenstate.report.page" for name in __all__}, globals())

@@ -87,10 +87,13 @@ def png_base64(fig) -> str:
     Parameters
     ----------
     fig : matplotlib.figure.Figure
+        The figure, saved on a white background at the current ``savefig.dpi`` (160 inside
+        :func:`style`).
 
     Returns
     -------
     str
+        The PNG's bytes in base64, for ``src="data:image/png;base64,..."``.
     """
     buf = io.BytesIO()
     with np.errstate(all="ignore"):  # matplotlib's internals may under/overflow harmlessly
@@ -104,7 +107,9 @@ def save_png(fig, path, *, dpi: float | None = None) -> pathlib.Path:
     Parameters
     ----------
     fig : matplotlib.figure.Figure
+        The figure, saved on a white background.
     path : str or os.PathLike
+        The PNG file to write.
     dpi : float, optional
         Resolution; default the figure's ``savefig.dpi``.
 

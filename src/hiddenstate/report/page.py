@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from hiddenstate import __version__
 from hiddenstate.report.figures import KIND_COLORS, png_base64, style
 from hiddenstate.report.plots import (
     eigenvalue_figure,
@@ -38,6 +37,7 @@ from hiddenstate.report.plots import (
 )
 from hiddenstate.report.textview import text_views_html
 from hiddenstate.validation import boolean, positive_int
+from hiddenstate.version import __version__
 
 __all__ = ["build_report", "render_html"]
 
@@ -262,6 +262,7 @@ def render_html(
     Parameters
     ----------
     title : str, default "Inside the hidden state"
+        The page's title and heading.
     subtitle : str, optional
         One line under the title (e.g. the model and data).
     meta : mapping of str to object, optional
@@ -278,6 +279,7 @@ def render_html(
     gradient_refs : mapping of str to (lags, values), optional
         Reference curves drawn dashed on the same axes (e.g. the bound ``0.9**k``).
     memory : :class:`~hiddenstate.probe.memory.MemoryCurve` or mapping of str to it, optional
+        Memory curves (held-out decodability against lag), one line each with its capacity.
     pca : :class:`~hiddenstate.probe.pca.PCAResult`, optional
         Its ``scores`` (T, K) or (T, N, K) are drawn as a trajectory coloured by time (up to 4
         sequences); fixed points of matching size are projected onto the same plane.

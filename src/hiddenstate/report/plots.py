@@ -57,6 +57,7 @@ def is_keep_gate(name: str) -> bool:
     Returns
     -------
     bool
+        True for a keep gate, whose time constant ``1 / (1 - mean)`` is worth plotting.
     """
     words = name.strip().split()
     return bool(words) and words[-1].lower() in ("z", "f", "update", "forget")
@@ -74,6 +75,7 @@ def loss_figure(loss: Mapping[str, object]):
     Returns
     -------
     matplotlib.figure.Figure
+        One axes: loss against step, one line per curve, with a legend.
 
     Raises
     ------
@@ -159,6 +161,7 @@ def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] |
     Returns
     -------
     matplotlib.figure.Figure
+        One axes: norm (log scale, bottom at 0.3 times the smallest plotted norm) against lag.
 
     Raises
     ------
@@ -201,6 +204,7 @@ def memory_figure(memory: Mapping[str, object]):
     Returns
     -------
     matplotlib.figure.Figure
+        One axes: score against lag, y from at most -0.05 to 1.05.
     """
     with style():
         fig, ax = figure(6.0, 3.4)
@@ -311,6 +315,7 @@ def eigenvalue_figure(fixed_points: Sequence):
     Returns
     -------
     matplotlib.figure.Figure
+        One axes with equal scales: one dot per eigenvalue, one legend entry per kind.
     """
     with style():
         fig, ax = figure(3.6, 3.4)

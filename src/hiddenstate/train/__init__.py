@@ -1,16 +1,40 @@
 """Train a character-level language model: model, corpus, optimizers, checkpoints, the loop.
 
 ``hiddenstate.train.train(config)``, ``load(run_dir)``, ``sample(run_dir, ...)`` and
-:class:`TrainConfig` are the entry points (:mod:`hiddenstate.train.loop`); the building blocks
-are :mod:`~hiddenstate.train.model` (:class:`CharRNN`), :mod:`~hiddenstate.train.corpus`,
-:mod:`~hiddenstate.train.optim` and :mod:`~hiddenstate.train.checkpoint`.
+:class:`TrainConfig` are the entry points. One concept per module:
+
+* :mod:`~hiddenstate.train.model` -- :class:`CharRNN`, one-hot/embedding -> recurrent layers -> ``W_hy``;
+* :mod:`~hiddenstate.train.corpus` -- vocabulary, the embedded text, the truncated-BPTT batcher;
+* :mod:`~hiddenstate.train.optim` -- Adam, SGD, the moving average of the weights, gradient clipping;
+* :mod:`~hiddenstate.train.checkpoint` -- safetensors + JSON directories, saved atomically;
+* :mod:`~hiddenstate.train.config` -- :class:`TrainConfig`, its rules, :data:`PRESETS`, :func:`lr_at`;
+* :mod:`~hiddenstate.train.snapshot` -- what a run's checkpoint holds (:class:`Snapshot`);
+* :mod:`~hiddenstate.train.rundir` -- a run directory: :func:`resolve_checkpoint`, :func:`load`,
+  :class:`Trained`, :func:`sample`;
+* :mod:`~hiddenstate.train.history` -- ``log.jsonl`` and :func:`plot_history`;
+* :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`.
+
+Imports flow down that list's dependencies only (loop -> rundir -> snapshot -> checkpoint, ...);
+nothing here imports ``probe``, ``report.page``, ``app`` or ``cli``.
 """
 
 from hiddenstate.lazy import attach
 
-_LOOP = "hiddenstate.train.loop"
-__all__ = ["PRESETS", "TrainConfig", "TrainResult", "Trained", "evaluate", "load", "lr_at",
-           "resolve_checkpoint", "sample", "train"]
-__getattr__, __dir__ = attach(__name__, {name: _LOOP for name in __all__} | {
-    "checkpoint": "hiddenstate.train.checkpoint", "corpus": "hiddenstate.train.corpus",
-    "loop": "hiddenstate.train.loop", "model": "hiddenstate.train.model", "optim": "hiddenstate.train.optim"}, globals())
+_EXPORTS = {
+    "PRESETS": "hiddenstate.train.config",
+    "TrainConfig": "hiddenstate.train.config",
+    "lr_at": "hiddenstate.train.config",
+    "Snapshot": "hiddenstate.train.snapshot",
+    "Trained": "hiddenstate.train.rundir",
+    "load": "hiddenstate.train.rundir",
+    "resolve_checkpoint": "hiddenstate.train.rundir",
+    "sample": "hiddenstate.train.rundir",
+    "plot_history": "hiddenstate.train.history",
+    "TrainResult": "hiddenstate.train.loop",
+    "evaluate": "hiddenstate.train.loop",
+    "train": "hiddenstate.train.loop",
+}
+_SUBMODULES = ("checkpoint", "config", "corpus", "history", "loop", "model", "optim", "rundir", "snapshot")
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = attach(__name__, _EXPORTS | {name: f"hiddenstate.train.{name}" for name in _SUBMODULES},
+                              globals())

@@ -42,6 +42,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -52,6 +53,8 @@ from pathlib import Path
 
 import numpy as np
 import safetensors.numpy
+
+from hiddenstate.files import fsync_dir, write_new
 
 __all__ = ["META_FILE", "MODEL_FILE", "OPTIMIZER_FILE", "load_checkpoint", "save_checkpoint"]
 
@@ -134,23 +137,7 @@ def _digest(data: bytes) -> dict:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file and fsync it before returning."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable (POSIX; a no-op where directories cannot be opened)."""
-    if os.name != "posix":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_write_file = write_new  # a module-level name, so a test can make it fail mid-save
 
 
 def _check_replaceable(directory: Path) -> None:
@@ -230,21 +217,19 @@ def save_checkpoint(
         for name, data in ((MODEL_FILE, model_bytes), (OPTIMIZER_FILE, optimizer_bytes),
                            (META_FILE, meta_bytes)):
             _write_file(staging / name, data)
-        _fsync_dir(staging)
+        fsync_dir(staging)
         if directory.exists():
             if previous.exists():  # left by an interrupted save; `directory` is complete
                 shutil.rmtree(previous)
             os.replace(directory, previous)
         os.replace(staging, directory)
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except BaseException:
         # Best effort; after a hard crash load_checkpoint falls back to `previous` instead.
         shutil.rmtree(staging, ignore_errors=True)
         if not directory.exists() and previous.exists():
-            try:
+            with contextlib.suppress(OSError):
                 os.replace(previous, directory)
-            except OSError:
-                pass
         raise
     shutil.rmtree(previous, ignore_errors=True)
     for stale in glob.glob(os.path.join(glob.escape(str(parent)),

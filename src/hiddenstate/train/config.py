@@ -20,8 +20,9 @@ import dataclasses
 import functools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hiddenstate.train.model import CELLS
 from hiddenstate.validation import choice, drop_probability, nonnegative_int, positive_int, real
@@ -114,7 +115,13 @@ class TrainConfig:
     out: str = "runs/char"
 
     def to_dict(self) -> dict:
-        """A JSON-serializable copy, field name -> value (``TrainConfig(**d)`` rebuilds it)."""
+        """A JSON-serializable copy of the configuration.
+
+        Returns
+        -------
+        dict
+            Field name -> value; ``TrainConfig(**d)`` rebuilds it.
+        """
         return dataclasses.asdict(self)
 
 

@@ -7,7 +7,7 @@ the next one (truncated backpropagation through time, Williams & Peng 1990; Suts
 
 Examples
 --------
->>> from hiddenstate.corpus import Vocabulary, StreamBatcher, load_text, train_val_split
+>>> from hiddenstate.train.corpus import Vocabulary, StreamBatcher, load_text, train_val_split
 >>> text = load_text()                       # embedded Shakespeare, 987,291 characters
 >>> vocab = Vocabulary(text)
 >>> vocab.size
@@ -28,6 +28,8 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from hiddenstate.validation import nonnegative_int, positive_int, real
 
 __all__ = ["StreamBatcher", "Vocabulary", "load_text", "train_val_split"]
 
@@ -173,12 +175,27 @@ class Vocabulary:
         return self._codepoints[ids].astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
     def to_json(self) -> dict:
-        """Return a JSON-serializable description: ``{"chars": <the V characters in id order>}``."""
+        """A JSON-serializable description of the vocabulary.
+
+        Returns
+        -------
+        dict
+            ``{"chars": <the V characters in id order>}``.
+        """
         return {"chars": self.chars}
 
     @classmethod
     def from_json(cls, data: dict | str) -> Vocabulary:
         """Rebuild a vocabulary from :meth:`to_json` output (a dict, or that dict as JSON text).
+
+        Parameters
+        ----------
+        data : dict or str
+            ``{"chars": ...}``, or that dict as JSON text.
+
+        Returns
+        -------
+        Vocabulary
 
         Raises
         ------
@@ -293,18 +310,15 @@ def train_val_split(ids, val_fraction: float = 0.1) -> tuple[np.ndarray, np.ndar
     Raises
     ------
     TypeError
-        If ``ids`` is not integer, or ``val_fraction`` is not a float.
+        If ``ids`` is not integer, or ``val_fraction`` is not a number.
     ValueError
         If ``ids`` is not 1-D, ``val_fraction`` is outside ``[0, 1)``, or either part would be
         empty while it should not be (an empty training part, or an empty validation part for a
         positive ``val_fraction``).
     """
     ids = _as_token_ids(ids)
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
-        raise TypeError(f"val_fraction must be a float; got {type(val_fraction).__name__}.")
-    if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1); got {val_fraction!r}.")
-    n_val = int(round(ids.size * val_fraction))
+    val_fraction = real("val_fraction", val_fraction, low=0.0, high=1.0, high_open=True)
+    n_val = round(ids.size * val_fraction)
     if val_fraction > 0 and n_val == 0:
         raise ValueError(
             f"val_fraction={val_fraction} of {ids.size} tokens must leave at least one validation "
@@ -366,13 +380,8 @@ class StreamBatcher:
 
     def __init__(self, ids, batch_size: int, seq_len: int):
         ids = _as_token_ids(ids)
-        for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int; got {type(value).__name__}.")
-            if value < 1:
-                raise ValueError(f"{name} must be positive; got {value}.")
-        self.batch_size = int(batch_size)
-        self.seq_len = int(seq_len)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.seq_len = positive_int("seq_len", seq_len)
         n, t = self.batch_size, self.seq_len
         if ids.size < n * (t + 1):
             raise ValueError(
@@ -401,6 +410,11 @@ class StreamBatcher:
 
     def batch(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Return batch ``k`` of a pass without moving the position.
+
+        Parameters
+        ----------
+        k : int
+            In ``[0, batches_per_epoch)``.
 
         Returns
         -------
@@ -453,6 +467,11 @@ class StreamBatcher:
 
         It also records ``batch_size``, ``seq_len`` and ``num_tokens`` so that
         :meth:`load_state_dict` can refuse a batcher built over a different layout.
+
+        Returns
+        -------
+        dict of str to int
+            ``batch_size``, ``seq_len``, ``num_tokens``, ``epoch`` and ``batch_index``.
         """
         return {
             "batch_size": self.batch_size,
@@ -465,10 +484,15 @@ class StreamBatcher:
     def load_state_dict(self, state: dict) -> None:
         """Restore a position from :meth:`state_dict`, so the next batches are those that followed.
 
+        Parameters
+        ----------
+        state : dict of str to int
+            From :meth:`state_dict` of a batcher over the same tokens and sizes.
+
         Raises
         ------
         TypeError
-            If ``state`` is not a dict.
+            If ``state`` is not a dict, or its ``epoch`` not an int.
         ValueError
             If keys are missing, the layout (``batch_size``, ``seq_len``, ``num_tokens``) differs
             from this batcher's, or the position is out of range. Nothing changes on error.
@@ -485,9 +509,7 @@ class StreamBatcher:
                     f"state['{key}'] must match this batcher ({expected[key]}); got {state[key]}. "
                     "Rebuild the batcher with the same text, split, batch_size and seq_len."
                 )
-        epoch, batch_index = state["epoch"], state["batch_index"]
-        if not (isinstance(epoch, int) and epoch >= 0):
-            raise ValueError(f"state['epoch'] must be a non-negative int; got {epoch!r}.")
+        epoch, batch_index = nonnegative_int("state['epoch']", state["epoch"]), state["batch_index"]
         if not (isinstance(batch_index, int) and 0 <= batch_index < self.batches_per_epoch):
             raise ValueError(
                 f"state['batch_index'] must be an int in [0, {self.batches_per_epoch}); "

@@ -143,7 +143,8 @@ def plot_history(history: dict, path, *, title: str = "", vocab_size: int | None
         ax.set_ylabel("cross-entropy (nats/char)")
         if title:
             ax.set_title(title, fontsize=9.5)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # an empty history has nothing to label
+            ax.legend()
         if train_loss.size:
             top = float(np.max(train_loss)) if ln_v is None else min(float(np.max(train_loss)), ln_v + 0.5)
             ax.set_ylim(bottom=max(0.0, float(np.min(train_loss)) - 0.2), top=max(top, ln_v or LN2) + 0.1)

@@ -29,17 +29,24 @@ Examples
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from hiddenstate.validation import drop_probability, float_dtype, generator, positive_int
-from hiddenstate.params import uniform_init
 from hiddenstate.functional import cross_entropy, softmax
 from hiddenstate.layers import GRU, LSTM, RNN
+from hiddenstate.params import uniform_init
+from hiddenstate.validation import choice, drop_probability, float_dtype, generator, nonnegative_int, positive_int, real
 
-__all__ = ["CELLS", "CharRNN"]
+__all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
+#: The recurrent layers a CharRNN can use (``cell=``).
 CELLS = ("gru", "lstm", "rnn")
 _LAYERS = {"gru": GRU, "lstm": LSTM, "rnn": RNN}
+
+#: The rules of :meth:`CharRNN.sample`'s options (``SAMPLE_RULES[name](name, value)``, see
+#: :mod:`hiddenstate.validation`), shared with the flags of ``hiddenstate sample``.
+SAMPLE_RULES = {"length": nonnegative_int, "temperature": functools.partial(real, low=0.0)}
 
 
 def _check_ids(name: str, ids, vocab_size: int, ndim: int) -> np.ndarray:
@@ -112,9 +119,7 @@ class CharRNN:
         self.vocab_size = positive_int("vocab_size", vocab_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)
         self.num_layers = positive_int("num_layers", num_layers)
-        if cell not in CELLS:
-            raise ValueError(f"cell must be one of {', '.join(CELLS)}; got {cell!r}.")
-        self.cell = cell
+        self.cell = choice("cell", cell, CELLS)
         self.embedding_dim = None if embedding_dim is None else positive_int("embedding_dim", embedding_dim)
         self.dropout = drop_probability("dropout", dropout)
         self.dtype = float_dtype("dtype", dtype)
@@ -147,20 +152,39 @@ class CharRNN:
         return int(sum(p.size for p in self.params.values()))
 
     def config(self) -> dict:
-        """The constructor arguments as a JSON-serializable dict (``CharRNN(**config)`` rebuilds it)."""
+        """The constructor arguments as a JSON-serializable dict.
+
+        Returns
+        -------
+        dict
+            ``vocab_size``, ``hidden_size``, ``num_layers``, ``cell``, ``embedding_dim``,
+            ``dropout``, ``weight_drop`` and ``dtype`` (its name); ``CharRNN(**config)`` rebuilds
+            the model (with fresh weights).
+        """
         return {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
                 "num_layers": self.num_layers, "cell": self.cell, "embedding_dim": self.embedding_dim,
                 "dropout": self.dropout, "weight_drop": self.weight_drop, "dtype": self.dtype.name}
 
     # -- parameters ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of :attr:`params` (torch names; strip ``"rnn."`` for ``torch.nn.GRU``)."""
+        """Copies of :attr:`params`.
+
+        Returns
+        -------
+        dict of str to ndarray
+            Under torch's names; strip ``"rnn."`` for ``torch.nn.GRU`` / ``LSTM`` / ``RNN``.
+        """
         return {k: v.copy() for k, v in self.params.items()}
 
     def load_state_dict(self, state: dict) -> None:
         """Copy arrays into :attr:`params` in place; keys and shapes must match exactly.
 
         Values are cast to the model's dtype. Nothing changes if a check fails.
+
+        Parameters
+        ----------
+        state : dict of str to ndarray
+            Exactly the keys of :attr:`params`, each of its shape (e.g. :meth:`state_dict`).
 
         Raises
         ------
@@ -189,7 +213,18 @@ class CharRNN:
 
     # -- state ---------------------------------------------------------------------------------
     def initial_state(self, batch_size: int):
-        """Zeros of the right structure: (L, N, H), or a pair of them for the LSTM."""
+        """The zero state of a batch, with the right structure.
+
+        Parameters
+        ----------
+        batch_size : int
+            N.
+
+        Returns
+        -------
+        ndarray of shape (L, N, H), or a pair of them (h, c) for the LSTM
+            Zeros of the model's dtype.
+        """
         return self.rnn.initial_state(batch_size)
 
     # -- forward / backward --------------------------------------------------------------------
@@ -211,8 +246,6 @@ class CharRNN:
             np.put_along_axis(x, inputs[..., None], 1.0, axis=-1)
             return x
         return self.params["encoder.weight"][inputs]  # (T, N, E)
-
-    _embed = embed  # the name hiddenstate.analysis used first
 
     def forward(self, inputs, state=None, *, training=False, rng=None):
         """Scores for the next character at every step of a (T, N) chunk.
@@ -321,7 +354,16 @@ class CharRNN:
     def loss_and_grads(self, inputs, targets, state=None, *, training=False, rng=None):
         """Mean cross-entropy of a chunk and its exact gradient (one truncated-BPTT step).
 
-        ``training`` and ``rng`` are passed to :meth:`forward` (dropout).
+        Parameters
+        ----------
+        inputs, targets : ndarray of shape (T, N), integer
+            ``targets[t, n]`` is the character after ``inputs[t, n]``.
+        state : optional
+            Carried state (see :meth:`forward`).
+        training : bool, default False
+            Apply dropout, see :meth:`forward`.
+        rng : numpy.random.Generator, optional
+            Draws the dropout masks (see :meth:`forward`).
 
         Returns
         -------
@@ -368,20 +410,18 @@ class CharRNN:
 
         Raises
         ------
-        TypeError, ValueError
+        TypeError
+            A prime that is not integer, a length that is not an int, a temperature that is not a
+            number, an rng that is not a Generator.
+        ValueError
             An empty or out-of-range prime, a negative length, a negative or non-finite temperature.
         """
         prime = _check_ids("prime", prime, self.vocab_size, 1)
         if prime.size == 0:
             raise ValueError("prime must hold at least one character id; got an empty prime. "
                              "Start from e.g. a newline.")
-        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
-            raise ValueError(f"length must be a non-negative integer; got {length!r}.")
-        length = int(length)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)) \
-                or not np.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}. "
-                             "Use 1.0 for the model's own distribution, 0 for greedy decoding.")
+        length = SAMPLE_RULES["length"]("length", length)
+        temperature = SAMPLE_RULES["temperature"]("temperature", temperature)
         rng = generator(rng)
         out = np.empty(length, dtype=np.int64)
         if length == 0:

@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from hiddenstate.validation import real
+
 __all__ = ["SGD", "Adam", "ExponentialMovingAverage", "clip_grad_norm"]
 
 
@@ -39,16 +41,6 @@ def _check_arrays(arrays, name: str = "params") -> dict[str, np.ndarray]:
                 "Pass a copy."
             )
     return arrays
-
-
-def _check_positive(name: str, value, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float; got {type(value).__name__}.")
-    ok = value >= 0 if allow_zero else value > 0
-    if not (ok and math.isfinite(value)):
-        rule = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{name} must be finite and {rule}; got {value}.")
-    return float(value)
 
 
 def _check_grads(grads, params: dict[str, np.ndarray]) -> None:
@@ -141,21 +133,24 @@ class Adam:
 
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         self.params = _check_arrays(params)
-        self.lr = _check_positive("lr", lr)
+        self.lr = real("lr", lr, low=0.0, low_open=True)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise TypeError(f"betas must be a pair of floats; got {betas!r}.")
-        for i, beta in enumerate(betas):
-            if not (isinstance(beta, (int, float)) and 0.0 <= beta < 1.0):
-                raise ValueError(f"betas[{i}] must be in [0, 1); got {beta!r}.")
-        self.betas = (float(betas[0]), float(betas[1]))
-        self.eps = _check_positive("eps", eps, allow_zero=True)
-        self.weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
+        self.betas = tuple(real(f"betas[{i}]", beta, low=0.0, high=1.0, high_open=True)
+                           for i, beta in enumerate(betas))
+        self.eps = real("eps", eps, low=0.0)
+        self.weight_decay = real("weight_decay", weight_decay, low=0.0)
         self.step_count = 0
         self.exp_avg = {k: np.zeros_like(p) for k, p in params.items()}
         self.exp_avg_sq = {k: np.zeros_like(p) for k, p in params.items()}
 
     def step(self, grads: dict[str, np.ndarray]) -> None:
-        """Apply one update from ``grads`` (same keys and shapes as ``params``; not modified).
+        """Apply one update from ``grads``.
+
+        Parameters
+        ----------
+        grads : dict of str to ndarray
+            Same keys and shapes as ``params``; not modified.
 
         Raises
         ------
@@ -186,6 +181,10 @@ class Adam:
         Keys are ``"step"`` (0-d int64), ``"exp_avg.<name>"`` and ``"exp_avg_sq.<name>"``, so the
         dict can go straight into ``save_checkpoint(..., arrays=opt.state_dict())``. The
         hyperparameters are not included; keep them with the run's configuration.
+
+        Returns
+        -------
+        dict of str to ndarray
         """
         state = {"step": np.array(self.step_count, dtype=np.int64)}
         for key in self.params:
@@ -195,6 +194,11 @@ class Adam:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore moments and step count from :meth:`state_dict` (copied; unchanged on error).
+
+        Parameters
+        ----------
+        state : dict of str to ndarray
+            From :meth:`state_dict` of an Adam over parameters of the same keys, shapes and dtypes.
 
         Raises
         ------
@@ -235,15 +239,24 @@ class SGD:
 
     def __init__(self, params, lr, momentum=0.0):
         self.params = _check_arrays(params)
-        self.lr = _check_positive("lr", lr)
-        self.momentum = _check_positive("momentum", momentum, allow_zero=True)
-        if self.momentum >= 1:
-            raise ValueError(f"momentum must be in [0, 1); got {momentum}.")
+        self.lr = real("lr", lr, low=0.0, low_open=True)
+        self.momentum = real("momentum", momentum, low=0.0, high=1.0, high_open=True)
         self.step_count = 0
         self.momentum_buffer = {k: np.zeros_like(p) for k, p in params.items()}
 
     def step(self, grads: dict[str, np.ndarray]) -> None:
-        """Apply one update from ``grads`` (same keys and shapes as ``params``; not modified)."""
+        """Apply one update from ``grads``.
+
+        Parameters
+        ----------
+        grads : dict of str to ndarray
+            Same keys and shapes as ``params``; not modified.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``grads`` is not a dict with exactly the parameter keys and shapes.
+        """
         _check_grads(grads, self.params)
         self.step_count += 1
         for key, param in self.params.items():
@@ -256,14 +269,33 @@ class SGD:
             param -= self.lr * buf
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Return ``{"step": 0-d int64, "momentum_buffer.<name>": copy, ...}``."""
+        """Return copies of the momentum buffers and the step count.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``{"step": 0-d int64, "momentum_buffer.<name>": copy, ...}``.
+        """
         state = {"step": np.array(self.step_count, dtype=np.int64)}
         for key in self.params:
             state[f"momentum_buffer.{key}"] = self.momentum_buffer[key].copy()
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore from :meth:`state_dict` (copies; nothing changes on error)."""
+        """Restore from :meth:`state_dict` (copies; nothing changes on error).
+
+        Parameters
+        ----------
+        state : dict of str to ndarray
+            From :meth:`state_dict` of an SGD over parameters of the same keys, shapes and dtypes.
+
+        Raises
+        ------
+        TypeError
+            If ``state`` is not a dict.
+        ValueError
+            If keys differ from :meth:`state_dict`'s, or a shape or dtype does not match.
+        """
         step, buffers = _load_buffers(state, self.params, ("momentum_buffer",))
         self.step_count = step
         self.momentum_buffer = buffers["momentum_buffer"]
@@ -315,11 +347,7 @@ class ExponentialMovingAverage:
 
     def __init__(self, params, decay=0.999):
         self.params = _check_arrays(params)
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)):
-            raise TypeError(f"decay must be a float; got {type(decay).__name__}.")
-        if not 0.0 < decay < 1.0:
-            raise ValueError(f"decay must be in (0, 1); got {decay}.")
-        self.decay = float(decay)
+        self.decay = real("decay", decay, low=0.0, high=1.0, low_open=True, high_open=True)
         self.n_averaged = 0
         self.average = {k: np.zeros_like(p) for k, p in params.items()}
 
@@ -335,14 +363,33 @@ class ExponentialMovingAverage:
         self.n_averaged += 1
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Return ``{"step": 0-d int64 n_averaged, "average.<name>": copy, ...}``."""
+        """Return copies of the averages and the update count.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``{"step": 0-d int64 n_averaged, "average.<name>": copy, ...}``.
+        """
         state = {"step": np.array(self.n_averaged, dtype=np.int64)}
         for key in self.params:
             state[f"average.{key}"] = self.average[key].copy()
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore from :meth:`state_dict` (copies; nothing changes on error)."""
+        """Restore from :meth:`state_dict` (copies; nothing changes on error).
+
+        Parameters
+        ----------
+        state : dict of str to ndarray
+            From :meth:`state_dict` of an average over parameters of the same keys, shapes and dtypes.
+
+        Raises
+        ------
+        TypeError
+            If ``state`` is not a dict.
+        ValueError
+            If keys differ from :meth:`state_dict`'s, or a shape or dtype does not match.
+        """
         step, buffers = _load_buffers(state, self.params, ("average",))
         self.n_averaged = step
         self.average = buffers["average"]
@@ -387,8 +434,8 @@ def clip_grad_norm(grads: dict[str, np.ndarray], max_norm: float, *, eps: float 
         is not finite (the message names the gradients holding inf or nan).
     """
     _check_arrays(grads, "grads")
-    max_norm = _check_positive("max_norm", max_norm)
-    eps = _check_positive("eps", eps, allow_zero=True)
+    max_norm = real("max_norm", max_norm, low=0.0, low_open=True)
+    eps = real("eps", eps, low=0.0)
     squares = []
     with np.errstate(over="ignore", invalid="ignore"):  # a non-finite norm is reported below
         for grad in grads.values():

@@ -144,7 +144,24 @@ class Trained:
 
     def sample(self, prime: str | None = None, length: int = 500, *, temperature: float = 1.0,
                seed: int | None = 0) -> str:
-        """Generate text from this model; see :func:`sample`."""
+        """Generate text from this model (:func:`sample` with this source).
+
+        Parameters
+        ----------
+        prime : str, optional
+            Text to condition on (default a newline).
+        length : int, default 500
+            Characters to generate after the prime.
+        temperature : float, default 1.0
+            Softmax temperature (>= 0; 0 is greedy).
+        seed : int or None, default 0
+            Seeds the sampler.
+
+        Returns
+        -------
+        str
+            ``prime`` followed by ``length`` generated characters.
+        """
         return sample(self, prime=prime, length=length, temperature=temperature, seed=seed)
 
 

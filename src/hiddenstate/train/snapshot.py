@@ -2,9 +2,9 @@
 
 :func:`~hiddenstate.train.checkpoint.save_checkpoint` stores weights, a JSON document and other
 arrays; for a run of :func:`~hiddenstate.train.train` they are a :class:`Snapshot`, whose fields
-are the entries below. :meth:`Snapshot.save` writes them and :meth:`Snapshot.read` reads them back
-with the same tables (:data:`META`, :data:`ARRAYS`, :data:`HISTORY`), so a key is named in one
-place only.
+are the entries below. :meth:`Snapshot.save` writes them and :meth:`Snapshot.read` reads them back,
+both through the same tables (:data:`META`, :data:`ARRAYS`, :data:`HISTORY`): every key is spelled
+once, in a table, with its meaning.
 
 ``model.safetensors``
     ``weights``: the model's parameters under torch's names (``rnn.weight_ih_l0`` ...,
@@ -60,6 +60,9 @@ ARRAYS = {
 #: i+1); ``val_step`` and ``val_loss`` one per validation pass. Losses in nats/char.
 HISTORY = {"train_loss": np.float64, "grad_norm": np.float64, "val_step": np.int64, "val_loss": np.float64}
 
+_ADAM, _RAW, _EMA_STEP, _CARRY_H, _CARRY_C, _HISTORY = ARRAYS  # the names, in the table's order
+_DERIVED = ("kind", "torch")  # meta entries that are not fields: a constant and a note
+
 
 def _prefixed(prefix: str, arrays: dict) -> dict:
     return {prefix + key: value for key, value in arrays.items()}
@@ -108,7 +111,13 @@ class Snapshot:
     ema_steps: int | None = None
 
     def torch_note(self) -> str:
-        """``meta["torch"]``: which ``torch.nn`` module loads the ``rnn.`` weights."""
+        """``meta["torch"]``: which ``torch.nn`` module loads the ``rnn.`` weights.
+
+        Returns
+        -------
+        str
+            E.g. ``"torch.nn.GRU(63, 256, num_layers=1) loads the 'rnn.' weights (prefix stripped)"``.
+        """
         m = self.model
         input_size = m["embedding_dim"] if m.get("embedding_dim") else m["vocab_size"]
         return (f"torch.nn.{m['cell'].upper()}({input_size}, {m['hidden_size']}, "
@@ -126,19 +135,19 @@ class Snapshot:
         arrays : dict of str to ndarray
             The arrays of :data:`ARRAYS`; history as float64/int64 1-D arrays.
         """
-        meta = {key: getattr(self, key) for key in META if key not in ("kind", "torch")}
+        meta = {key: getattr(self, key) for key in META if key not in _DERIVED}
         meta = {"kind": KIND, **meta, "torch": self.torch_note()}
-        arrays = _prefixed("adam.", self.adam)
+        arrays = _prefixed(_ADAM, self.adam)
         if self.raw_weights is not None:
-            arrays.update(_prefixed("weights.", self.raw_weights))
-            arrays["ema.step"] = np.array(self.ema_steps, dtype=np.int64)
+            arrays.update(_prefixed(_RAW, self.raw_weights))
+            arrays[_EMA_STEP] = np.array(self.ema_steps, dtype=np.int64)
         if isinstance(self.carry, tuple):
-            arrays["carry.h"] = np.ascontiguousarray(self.carry[0])
-            arrays["carry.c"] = np.ascontiguousarray(self.carry[1])
+            arrays[_CARRY_H] = np.ascontiguousarray(self.carry[0])
+            arrays[_CARRY_C] = np.ascontiguousarray(self.carry[1])
         elif self.carry is not None:
-            arrays["carry.h"] = np.ascontiguousarray(self.carry)
+            arrays[_CARRY_H] = np.ascontiguousarray(self.carry)
         for key, dtype in HISTORY.items():
-            arrays["history." + key] = np.asarray(self.history[key], dtype=dtype)
+            arrays[_HISTORY + key] = np.asarray(self.history[key], dtype=dtype)
         return self.weights, meta, arrays
 
     @classmethod
@@ -166,27 +175,42 @@ class Snapshot:
             raise ValueError(f"{name} must be written by hiddenstate.train (kind {KIND!r}); got kind {kind!r}. "
                              "It cannot be loaded as a model.")
         missing = [key for key in META if key not in meta and key != "torch"]
-        missing += [f"history.{key}" for key in HISTORY if f"history.{key}" not in arrays]
+        missing += [_HISTORY + key for key in HISTORY if _HISTORY + key not in arrays]
         if missing:
             raise ValueError(f"{name} must hold every entry of a run checkpoint; missing {missing}. "
                              "It was written by another version or edited.")
-        carry = arrays.get("carry.h")
+        carry = arrays.get(_CARRY_H)
         if carry is not None:
-            carry = (carry.copy(), arrays["carry.c"].copy()) if "carry.c" in arrays else carry.copy()
-        ema = "ema.step" in arrays
-        return cls(**{key: meta[key] for key in META if key not in ("kind", "torch")},
-                   weights=params, adam=_unprefixed("adam.", arrays),
-                   history={key: arrays["history." + key].tolist() for key in HISTORY}, carry=carry,
-                   raw_weights=_unprefixed("weights.", arrays) if ema else None,
-                   ema_steps=int(arrays["ema.step"]) if ema else None)
+            carry = (carry.copy(), arrays[_CARRY_C].copy()) if _CARRY_C in arrays else carry.copy()
+        ema = _EMA_STEP in arrays
+        return cls(**{key: meta[key] for key in META if key not in _DERIVED},
+                   weights=params, adam=_unprefixed(_ADAM, arrays),
+                   history={key: arrays[_HISTORY + key].tolist() for key in HISTORY}, carry=carry,
+                   raw_weights=_unprefixed(_RAW, arrays) if ema else None,
+                   ema_steps=int(arrays[_EMA_STEP]) if ema else None)
 
     def save(self, directory) -> None:
-        """Write the checkpoint to ``directory`` (atomically; see :mod:`hiddenstate.train.checkpoint`)."""
+        """Write the checkpoint to ``directory`` (atomically; see :mod:`hiddenstate.train.checkpoint`).
+
+        Parameters
+        ----------
+        directory : str or os.PathLike
+            The checkpoint directory (``<run>/checkpoint``); a previous checkpoint there is replaced.
+        """
         save_checkpoint(directory, *self.to_files())
 
     @classmethod
     def read(cls, directory) -> Snapshot:
         """Read and verify the checkpoint in ``directory`` (the checkpoint directory itself).
+
+        Parameters
+        ----------
+        directory : str or os.PathLike
+            A checkpoint directory written by :meth:`save`.
+
+        Returns
+        -------
+        Snapshot
 
         Raises
         ------

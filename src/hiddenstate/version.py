@@ -1,0 +1,5 @@
+"""The package version (one place; ``pyproject.toml`` repeats it for the build)."""
+
+__all__ = ["__version__"]
+
+__version__ = "0.2.0"
