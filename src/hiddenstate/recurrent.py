@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate import state as _state
+from hiddenstate.cells.base import OfKind
 from hiddenstate.params import load_into, uniform_init
 from hiddenstate.prepared import DirectionalState, LayerCache, Prepared
 from hiddenstate.unroll import backprop, unroll
@@ -36,7 +37,7 @@ from hiddenstate.validation import lengths as check_lengths
 __all__ = ["RecurrentLayer"]
 
 
-class RecurrentLayer:
+class RecurrentLayer(OfKind):
     """Shared engine of :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU` and :class:`~hiddenstate.LSTM`.
 
     Subclasses set the class attribute ``kind`` (a :class:`~hiddenstate.cells.base.CellKind`)
@@ -125,22 +126,6 @@ class RecurrentLayer:
             self.params["h0"] = np.zeros((LD, H), dtype=self.dtype)
             if self.is_lstm:
                 self.params["c0"] = np.zeros((LD, H), dtype=self.dtype)
-
-    # -- what kind of layer --------------------------------------------------------------------
-    @property
-    def num_gates(self) -> int:
-        """G, the number of gate blocks (1 RNN, 3 GRU, 4 LSTM)."""
-        return self.kind.num_gates
-
-    @property
-    def is_lstm(self) -> bool:
-        """True when the state is a pair ``(h, c)``."""
-        return self.kind.has_cell
-
-    @property
-    def options(self) -> dict:
-        """The kind's options of this layer (``{"nonlinearity": "tanh"}``, ``{"reset_after": False}``, ``{}``)."""
-        return {name: getattr(self, name) for name in self.kind.options}
 
     @staticmethod
     def suffix(layer: int, direction: int) -> str:

@@ -57,7 +57,7 @@ from hiddenstate.validation import (
     state_array,
 )
 
-__all__ = ["Cell", "CellKind", "Record", "Step"]
+__all__ = ["Cell", "CellKind", "OfKind", "Record", "Step"]
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,10 @@ class Step:
     state : ndarray of shape (N, S)
         The new state, ``S = H`` (LSTM: ``2H``, ``(h, c)`` concatenated, ``h`` first).
     record : Record
-        The step's gates and pre-activations, each of shape (1, N, H).
-    jacobian : ndarray of shape (N, S, S)
-        ``d state_new / d state`` (row ``i`` is the gradient of ``state_new[:, i]``).
+        The step's gates (and, with the Jacobian, pre-activations), each of shape (1, N, H).
+    jacobian : ndarray of shape (N, S, S) or None
+        ``d state_new / d state`` (row ``i`` is the gradient of ``state_new[:, i]``); None when
+        :meth:`CellKind.step` was asked for the map alone.
     """
 
     state: np.ndarray
@@ -178,7 +179,7 @@ class CellKind:
         """
         return 2 * hidden_size if self.has_cell else hidden_size
 
-    def step(self, weights: dict, x: np.ndarray, state: np.ndarray, **options) -> Step:
+    def step(self, weights: dict, x: np.ndarray, state: np.ndarray, *, jacobian: bool = True, **options) -> Step:
         """One step ``state -> F(state)`` with input ``x``, its record and its Jacobian.
 
         Runs :attr:`scan_forward` for T = 1 (so the map is exactly the layers' map).
@@ -191,6 +192,9 @@ class CellKind:
         x : ndarray of shape (N, I)
         state : ndarray of shape (N, S)
             ``h``, or ``(h, c)`` concatenated for the LSTM.
+        jacobian : bool, default True
+            Also compute the step Jacobian (``Step.jacobian`` is None otherwise: the map alone
+            costs O(N H G) instead of O(N S^2)).
         **options
             This kind's :attr:`options` (e.g. ``reset_after=True``).
 
@@ -206,10 +210,12 @@ class CellKind:
         s = np.ascontiguousarray(state)
         s0 = (s[:, :H], s[:, H:]) if self.has_cell else s
         with np.errstate(under="ignore"):
-            _, final, cache = self.scan_forward(xw[None], s0, w_hh, weights.get("bias_hh"), record=True, **options)
+            _, final, cache = self.scan_forward(xw[None], s0, w_hh, weights.get("bias_hh"), record=jacobian, **options)
             rec = self.recorded(cache)
-            J = self.jacobian(Record(*(_first(v) for v in (rec.h, rec.h_prev, rec.gates, rec.preacts, rec.c,
-                                                               rec.c_prev, rec.s))), w_hh, **options)
+            J = None
+            if jacobian:
+                J = self.jacobian(Record(*(_first(v) for v in (rec.h, rec.h_prev, rec.gates, rec.preacts, rec.c,
+                                                                   rec.c_prev, rec.s))), w_hh, **options)
         new = np.concatenate(final, axis=1) if self.has_cell else final
         return Step(state=new, record=rec, jacobian=J)
 
@@ -223,7 +229,28 @@ def _first(v):
     return v[0]
 
 
-class Cell:
+class OfKind:
+    """What a cell or layer knows from its class attribute ``kind`` (a :class:`CellKind`)."""
+
+    kind: CellKind
+
+    @property
+    def num_gates(self) -> int:
+        """G, the number of gate blocks (1 RNN, 3 GRU, 4 LSTM)."""
+        return self.kind.num_gates
+
+    @property
+    def is_lstm(self) -> bool:
+        """True when the state is a pair ``(h, c)``."""
+        return self.kind.has_cell
+
+    @property
+    def options(self) -> dict:
+        """The kind's options of this object (``{"nonlinearity": "tanh"}``, ``{"reset_after": False}``, ``{}``)."""
+        return {name: getattr(self, name) for name in self.kind.options}
+
+
+class Cell(OfKind):
     """One recurrence step of a cell kind with its own parameters (base of the three cells).
 
     Subclasses set :attr:`kind` (a :class:`CellKind`); the constructor arguments and the
@@ -272,21 +299,6 @@ class Cell:
         if self.bias:
             self.params["bias_ih"] = uniform_init(rng, (G * H,), H, self.dtype)
             self.params["bias_hh"] = uniform_init(rng, (G * H,), H, self.dtype)
-
-    @property
-    def num_gates(self) -> int:
-        """G, the number of gate blocks."""
-        return self.kind.num_gates
-
-    @property
-    def is_lstm(self) -> bool:
-        """True when the state is a pair ``(h, c)``."""
-        return self.kind.has_cell
-
-    @property
-    def options(self) -> dict:
-        """The kind's options of this cell (e.g. ``{"reset_after": False}``)."""
-        return {name: getattr(self, name) for name in self.kind.options}
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())

@@ -332,14 +332,14 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
     opts = layer.options
     S = kind.state_size(layer.hidden_size)
 
-    def step(s):
-        return kind.step(w, xv, np.asarray(s, dtype=np.float64).reshape(1, S), **opts)
+    def step(s, jacobian):
+        return kind.step(w, xv, np.asarray(s, dtype=np.float64).reshape(1, S), jacobian=jacobian, **opts)
 
     def F(s):
-        return step(s).state[0]
+        return step(s, False).state[0]
 
     def jac(s):
-        return step(s).jacobian[0]
+        return step(s, True).jacobian[0]
 
     return F, jac
 
