@@ -107,6 +107,9 @@ class RecurrentLayer(OfKind):
         self.learn_h0 = boolean("learn_h0", learn_h0)
         self.dropout = drop_probability("dropout", dropout)
         self.weight_drop = drop_probability("weight_drop", weight_drop)
+        if self.weight_drop and not self.kind.recurrent:
+            raise ValueError(f"weight_drop must be 0 for {type(self).__name__}, which has no recurrent weights "
+                             f"to drop; got {self.weight_drop}. Use dropout between layers instead.")
         self.dtype = float_dtype("dtype", dtype)
         self._rng = generator(rng)
         self.num_directions = 2 if self.bidirectional else 1
@@ -117,10 +120,12 @@ class RecurrentLayer(OfKind):
             for d in range(self.num_directions):
                 sfx = self.suffix(layer, d)
                 self.params["weight_ih" + sfx] = uniform_init(self._rng, (G * H, width), H, self.dtype)
-                self.params["weight_hh" + sfx] = uniform_init(self._rng, (G * H, H), H, self.dtype)
+                if self.kind.recurrent:
+                    self.params["weight_hh" + sfx] = uniform_init(self._rng, (G * H, H), H, self.dtype)
                 if self.bias:
                     self.params["bias_ih" + sfx] = uniform_init(self._rng, (G * H,), H, self.dtype)
-                    self.params["bias_hh" + sfx] = uniform_init(self._rng, (G * H,), H, self.dtype)
+                    if self.kind.recurrent:
+                        self.params["bias_hh" + sfx] = uniform_init(self._rng, (G * H,), H, self.dtype)
         if self.learn_h0:
             LD = self.num_layers * self.num_directions
             self.params["h0"] = np.zeros((LD, H), dtype=self.dtype)

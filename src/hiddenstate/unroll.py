@@ -71,7 +71,7 @@ def unroll(net, prepared, training, rng, record):
                 xw += p["bias_ih" + sfx]
             k = layer * D + d
             s0 = (state0[0][k], state0[1][k]) if net.is_lstm else state0[k]
-            w_hh, w_mask = p["weight_hh" + sfx], None
+            w_hh, w_mask = p.get("weight_hh" + sfx), None  # None: a kind without recurrent weights
             if use_weight_drop:  # one DropConnect mask for the whole chunk (Merity et al. 2018)
                 w_mask = ((drng.random(w_hh.shape) >= net.weight_drop).astype(net.dtype)
                           / net.dtype.type(1.0 - net.weight_drop))  # (G*H, H)
@@ -185,10 +185,12 @@ def backprop(net, cache, d_output, d_h_n):
             dxw, dw_hh, db_hh, ds0 = bwd(dc.kernel, dhs, dfin)
             dxw2 = dxw.reshape(T * N, G * H)
             grads["weight_ih" + sfx] = dxw2.T @ xin.reshape(T * N, xin.shape[2])
-            grads["weight_hh" + sfx] = dw_hh if dc.weight_mask is None else dw_hh * dc.weight_mask
+            if net.kind.recurrent:
+                grads["weight_hh" + sfx] = dw_hh if dc.weight_mask is None else dw_hh * dc.weight_mask
             if net.bias:
                 grads["bias_ih" + sfx] = dxw.sum(axis=1).sum(axis=0)
-                grads["bias_hh" + sfx] = db_hh
+                if net.kind.recurrent:
+                    grads["bias_hh" + sfx] = db_hh
             dxin = (dxw2 @ p["weight_ih" + sfx]).reshape(T, N, xin.shape[2])
             if d == 1:
                 dxin = reverse_time(dxin, idx)

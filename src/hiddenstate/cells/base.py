@@ -143,6 +143,10 @@ class CellKind:
     bounds : callable
         ``bounds(H, **options) -> list of (low, high)`` of length S: a box that contains every
         state reachable from a state inside it (None: unbounded).
+    recurrent : bool, default True
+        The kind has recurrent weights ``weight_hh`` (G*H, H) and ``bias_hh`` (G*H,). False for
+        the linear recurrences whose gates read the input only (minGRU, minLSTM): their
+        kernels get ``w_hh = b_hh = None`` and return ``d_w_hh = d_b_hh = None``.
     """
 
     name: str
@@ -158,6 +162,7 @@ class CellKind:
     recorded: Callable
     jacobian: Callable
     bounds: Callable
+    recurrent: bool = True
 
     @property
     def num_gates(self) -> int:
@@ -202,8 +207,8 @@ class CellKind:
         -------
         Step
         """
-        w_hh = weights["weight_hh"]
-        H = w_hh.shape[1]
+        w_hh = weights.get("weight_hh")
+        H = weights["weight_ih"].shape[0] // self.num_gates
         xw = x @ weights["weight_ih"].T  # (N, G*H)
         if weights.get("bias_ih") is not None:
             xw = xw + weights["bias_ih"]
@@ -292,13 +297,14 @@ class Cell(OfKind):
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
         G, H, I = self.kind.num_gates, self.hidden_size, self.input_size
-        self.params = {
-            "weight_ih": uniform_init(rng, (G * H, I), H, self.dtype),
-            "weight_hh": uniform_init(rng, (G * H, H), H, self.dtype),
-        }
+        rec = self.kind.recurrent
+        self.params = {"weight_ih": uniform_init(rng, (G * H, I), H, self.dtype)}
+        if rec:
+            self.params["weight_hh"] = uniform_init(rng, (G * H, H), H, self.dtype)
         if self.bias:
             self.params["bias_ih"] = uniform_init(rng, (G * H,), H, self.dtype)
-            self.params["bias_hh"] = uniform_init(rng, (G * H,), H, self.dtype)
+            if rec:
+                self.params["bias_hh"] = uniform_init(rng, (G * H,), H, self.dtype)
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
@@ -357,7 +363,7 @@ class Cell(OfKind):
         if self.bias:
             xw += p["bias_ih"]
         with np.errstate(under="ignore"):
-            _, final, kcache = self.kind.scan_forward(xw[None], state0, p["weight_hh"], p.get("bias_hh"),
+            _, final, kcache = self.kind.scan_forward(xw[None], state0, p.get("weight_hh"), p.get("bias_hh"),
                                                       **self.options)
         if unbatched:
             final = tuple(s[0] for s in final) if self.is_lstm else final[0]
@@ -416,6 +422,7 @@ class Cell(OfKind):
         if self.bias:
             grads["bias_ih"] = dxw.sum(axis=0)
             grads["bias_hh"] = db_hh
+        grads = {k: grads[k] for k in p}  # a kind without recurrent weights has no weight_hh/bias_hh
         dx = dxw @ p["weight_ih"]
         if unbatched:
             dx = dx[0]

@@ -86,7 +86,7 @@ def jacobians_at(lt: LayerTrace, t_idx: np.ndarray) -> np.ndarray:
     g = lambda a: None if a is None else _gather(a, t_idx)
     rec = Record(h=g(lt.h), h_prev=g(lt.h_prev), gates={k: g(v) for k, v in lt.gates.items()},
                  preacts={k: g(v) for k, v in lt.preacts.items()}, c=g(lt.c), c_prev=g(lt.c_prev), s=g(lt.s))
-    J = lt.cell.jacobian(rec, lt.weights["weight_hh"], **lt.options)
+    J = lt.cell.jacobian(rec, lt.weights.get("weight_hh"), **lt.options)
     S = J.shape[-1]
     valid = _gather(lt.mask, t_idx) & (t_idx >= 0)
     J = np.where(valid[..., None, None], J, np.eye(S))  # padding carries the state unchanged
@@ -454,12 +454,15 @@ def spectral_bounds(layer) -> list[dict]:
     list of dict
         One row per layer, direction and gate block: ``"matrix"`` (parameter name), ``"block"``,
         ``"sigma_max"``, ``"bound"`` (``1/gamma``, or None for gated cells) and
-        ``"vanishing guaranteed"`` (True/False, or None when the bound does not apply).
+        ``"vanishing guaranteed"`` (True/False, or None when the bound does not apply). Empty
+        for a kind without recurrent weights (minGRU, minLSTM).
     """
     kind = kind_of(layer).name
     names = kind_of(layer).blocks
     H = layer.hidden_size
     rows = []
+    if not kind_of(layer).recurrent:  # a linear recurrence: no recurrent weights to bound
+        return rows
     for li in range(layer.num_layers):
         for d in range(layer.num_directions):
             key = f"weight_hh_l{li}" + ("_reverse" if d else "")
