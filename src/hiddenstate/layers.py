@@ -46,7 +46,7 @@ from hiddenstate.ragged import reverse_padded
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.validation import boolean
 
-__all__ = ["GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
+__all__ = ["BY_KIND", "GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
 
 
 class RNN(RecurrentLayer):
@@ -383,3 +383,7 @@ class LSTM(RecurrentLayer):
     """
 
     kind = lstm.KIND
+
+
+#: The sequence layer of every cell kind, by the kind's name (a new kind adds its layer here).
+BY_KIND = {cls.kind.name: cls for cls in (RNN, GRU, LSTM)}

@@ -224,11 +224,11 @@ def analyze_model(
         if layer.batch_first:
             xt = xt.transpose(1, 0, 2)
         h_init = np.stack([lt.h_prev[0] for lt in tr.layers])[:, :ns]  # (L, ns, H) the state each layer started from
-        h0s = (h_init, np.stack([lt.c_prev[0] for lt in tr.layers])[:, :ns]) if kind == "lstm" else h_init
+        h0s = (h_init, np.stack([lt.c_prev[0] for lt in tr.layers])[:, :ns]) if cell.has_cell else h_init
         an.gradient_norms = hidden_gradient_norms(layer, xt, h0s)
         for li in range(L):
             an.gradient[f"‖dL/dh_t‖ (BPTT, layer {li})"] = an.gradient_norms.curve(li)
-    if kind == "rnn":
+    if an.bounds and an.bounds[-1]["bound"] is not None:  # a bound that applies: the Elman RNN's
         s = an.bounds[-1]["sigma_max"]
         lags = np.arange(an.jacobian.lags.size)
         with np.errstate(under="ignore", over="ignore"):
@@ -263,7 +263,7 @@ def analyze_model(
     if n_fixed_point_starts:
         first = tr[0, 0]
         visited = first.h[tr.mask]  # (M, H)
-        if kind == "lstm":
+        if cell.has_cell:
             visited = np.concatenate([visited, first.c[tr.mask]], axis=1)  # state (h, c)
         if visited.shape[0]:
             pick = rng.choice(visited.shape[0], size=min(n_fixed_point_starts, visited.shape[0]), replace=False)
@@ -337,9 +337,9 @@ def memory_sweep(cell: str, hidden_sizes, x, targets, *, max_lag: int = 20, rng:
         One row per hidden size: ``"H"``, ``"parameters"``, ``"µs per step"`` (per sequence),
         ``"capacity"``, ``"horizon (R² ≥ 0.5)"`` or ``"horizon (acc ≥ 0.5)"``.
     """
-    cls = {"rnn": layers.RNN, "gru": layers.GRU, "lstm": layers.LSTM}.get(cell)
+    cls = layers.BY_KIND.get(cell)
     if cls is None:
-        raise ValueError(f"cell must be 'rnn', 'gru' or 'lstm'; got {cell!r}.")
+        raise ValueError(f"cell must be one of {', '.join(repr(k) for k in layers.BY_KIND)}; got {cell!r}.")
     rng = np.random.default_rng(0) if rng is None else rng
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 3:

@@ -392,7 +392,7 @@ def hidden_gradient_norms(layer, x, h0=None, *, dh_last=None) -> GradientNorms:
         raise ValueError(f"dh_last must have shape (N, H)=({N}, {H}) or (H,); got {np.shape(dh_last)}.")
     if T == 0:
         raise ValueError("x must have at least one time step; got T=0.")
-    lstm = tr.kind == "lstm"
+    lstm = tr.layers[0].cell.has_cell  # the state is (h, c)
     xt = tr.layers[0].x  # (T, N, I) time-major input of layer 0
     per = np.zeros((L, T, N))
     per_c = np.zeros((L, T, N)) if lstm else None

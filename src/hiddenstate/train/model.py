@@ -34,15 +34,14 @@ import functools
 import numpy as np
 
 from hiddenstate.functional import cross_entropy, softmax
-from hiddenstate.layers import GRU, LSTM, RNN
+from hiddenstate.layers import BY_KIND
 from hiddenstate.params import uniform_init
 from hiddenstate.validation import choice, drop_probability, float_dtype, generator, nonnegative_int, positive_int, real
 
 __all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
 #: The recurrent layers a CharRNN can use (``cell=``).
-CELLS = ("gru", "lstm", "rnn")
-_LAYERS = {"gru": GRU, "lstm": LSTM, "rnn": RNN}
+CELLS = tuple(sorted(BY_KIND))
 
 #: The rules of :meth:`CharRNN.sample`'s options (``SAMPLE_RULES[name](name, value)``, see
 #: :mod:`hiddenstate.validation`), shared with the flags of ``hiddenstate sample``.
@@ -128,7 +127,7 @@ class CharRNN:
         V, H = self.vocab_size, self.hidden_size
         input_size = V if self.embedding_dim is None else self.embedding_dim
         options = {"reset_after": True} if cell == "gru" else {}
-        self.rnn = _LAYERS[cell](input_size, H, self.num_layers, dropout=self.dropout, weight_drop=weight_drop,
+        self.rnn = BY_KIND[cell](input_size, H, self.num_layers, dropout=self.dropout, weight_drop=weight_drop,
                                  dtype=self.dtype, rng=rng, **options)
         self.weight_drop = self.rnn.weight_drop
         self.params: dict[str, np.ndarray] = {}
