@@ -29,7 +29,7 @@ LAYERS = {
     CORE: {CORE},
     "probe": {CORE, "probe"},
     "report": {CORE, "report"},
-    "interop": {CORE, "interop"},
+    "interop": {CORE, "interop", "train.model"},  # whole character models convert too
     "train": {CORE, "train", "report.figures"},
     "experiments": {CORE, "experiments", "probe", "train.optim", "report.figures"},
     "app": {CORE, "probe", "report", "train", "app"},

@@ -154,8 +154,8 @@ def test_from_torch_module_mismatches_raise():
 
 def test_to_torch_refuses_what_torch_cannot_compute():
     require_torch()
-    with pytest.raises(ValueError, match="reset_after=True to become a torch.nn.GRU; got reset_after=False"):
-        to_torch(GRU(2, 3, rng=np.random.default_rng(0)))
+    # the Cho-form GRU is not refused any more: it becomes our ChoGRU module (tests/test_torch_modules.py)
+    assert type(to_torch(GRU(2, 3, rng=np.random.default_rng(0)))).__name__ == "ChoGRU"
     with pytest.raises(ValueError, match="nonlinearity 'tanh' or 'relu' to become a torch.nn.RNN; got 'sigmoid'"):
         to_torch(our_layer("rnn", 2, 3, nonlinearity="sigmoid"))
     learned = our_layer("gru", 2, 3, learn_h0=True)

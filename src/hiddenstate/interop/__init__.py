@@ -11,11 +11,13 @@ are imported only by the functions that need them; Keras never.
 
 from hiddenstate.interop.keras3 import from_keras_weights, to_keras_weights
 from hiddenstate.interop.onnx_export import charrnn_to_onnx, to_onnx
-from hiddenstate.interop.pytorch import from_torch, to_torch
+from hiddenstate.interop.pytorch import charrnn_from_torch, charrnn_to_torch, from_torch, to_torch
 from hiddenstate.interop.safetensors_io import load_safetensors, save_safetensors
 
 __all__ = [
+    "charrnn_from_torch",
     "charrnn_to_onnx",
+    "charrnn_to_torch",
     "from_keras_weights",
     "from_torch",
     "load_safetensors",
