@@ -14,6 +14,15 @@ Kinds of recurrence used across the tests::
     "lstm"       LSTM / LSTMCell
     "rnn_sigmoid" RNN / RNNCell, nonlinearity="sigmoid" (Elman's logistic units; not in torch),
                   included where the installed hiddenstate offers it
+
+The linear recurrences (no recurrent weights, so not in ``KINDS``, whose tests read
+``weight_hh``; ``ALL_KINDS`` adds them where a test is about the layer machinery)::
+
+    "mingru"      MinGRU / MinGRUCell, plain form, parallel scan
+    "mingru_log"  MinGRU / MinGRUCell, log_space=True
+    "mingru_seq"  MinGRU / MinGRUCell, scan="sequential"
+    "minlstm"     MinLSTM / MinLSTMCell, plain form
+    "minlstm_log" MinLSTM / MinLSTMCell, log_space=True
 """
 
 from __future__ import annotations
@@ -30,7 +39,14 @@ _HAS_SIGMOID = "sigmoid" in getattr(_rnn, "NONLINEARITIES", ())
 KINDS = ("rnn_tanh", "rnn_relu", "gru", "gru_after", "lstm") + (("rnn_sigmoid",) if _HAS_SIGMOID else ())
 #: the kinds torch implements (torch has no Cho-form GRU)
 TORCH_KINDS = ("rnn_tanh", "rnn_relu", "gru_after", "lstm")
-GATES = {"rnn_tanh": 1, "rnn_relu": 1, "rnn_sigmoid": 1, "gru": 3, "gru_after": 3, "lstm": 4}
+LINEAR_KINDS = ("mingru", "mingru_log", "mingru_seq", "minlstm", "minlstm_log")
+ALL_KINDS = KINDS + LINEAR_KINDS
+GATES = {"rnn_tanh": 1, "rnn_relu": 1, "rnn_sigmoid": 1, "gru": 3, "gru_after": 3, "lstm": 4,
+         "mingru": 2, "mingru_log": 2, "mingru_seq": 2, "minlstm": 3, "minlstm_log": 3}
+_LINEAR = {"mingru": (hs.MinGRU, hs.MinGRUCell, {}), "mingru_log": (hs.MinGRU, hs.MinGRUCell, {"log_space": True}),
+           "mingru_seq": (hs.MinGRU, hs.MinGRUCell, {"scan": "sequential"}),
+           "minlstm": (hs.MinLSTM, hs.MinLSTMCell, {}),
+           "minlstm_log": (hs.MinLSTM, hs.MinLSTMCell, {"log_space": True})}
 
 
 def _options(kind: str) -> tuple[type, type, dict]:
@@ -46,7 +62,21 @@ def _options(kind: str) -> tuple[type, type, dict]:
         return hs.GRU, hs.GRUCell, {"reset_after": True}
     if kind == "lstm":
         return hs.LSTM, hs.LSTMCell, {}
+    if kind in _LINEAR:
+        return _LINEAR[kind]
     raise ValueError(f"unknown kind {kind!r}")
+
+
+def kind_of_layer(layer) -> str:
+    """The strategies' name of a layer's (or cell's) kind and options."""
+    name = layer.kind.name
+    if name in ("mingru", "minlstm"):
+        return name + ("_log" if layer.log_space else "_seq" if name == "mingru" and layer.scan == "sequential" else "")
+    if layer.is_lstm:
+        return "lstm"
+    if name == "gru":
+        return "gru_after" if layer.reset_after else "gru"
+    return "rnn_" + layer.nonlinearity
 
 
 def make_layer(kind: str, input_size: int, hidden_size: int, num_layers: int = 1, *, seed: int = 0, **kwargs):
@@ -63,9 +93,7 @@ def make_cell(kind: str, input_size: int, hidden_size: int, *, seed: int = 0, **
 
 def cell_like(layer, layer_index: int = 0, reverse: bool = False):
     """A cell holding the weights of one layer and direction of ``layer`` (copies, not views)."""
-    kind = "lstm" if layer.is_lstm else ("gru_after" if getattr(layer, "reset_after", False) else
-                                         "gru" if layer.num_gates == 3 else
-                                         "rnn_" + layer.nonlinearity)
+    kind = kind_of_layer(layer)
     sfx = f"_l{layer_index}" + ("_reverse" if reverse else "")
     width = layer.params["weight_ih" + sfx].shape[1]
     cell = make_cell(kind, width, layer.hidden_size, bias=layer.bias, dtype=layer.dtype)

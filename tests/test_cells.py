@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hiddenstate as hs
-from tests.strategies import GATES, KINDS, make_cell, seeds
+from tests.strategies import ALL_KINDS, GATES, KINDS, make_cell, seeds
 
 
 def _sig(a):
@@ -45,7 +45,7 @@ def test_parameters_have_torch_names_shapes_and_init(kind):
     assert cell.num_gates == G and cell.input_size == I and cell.hidden_size == H
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_init_is_reproducible_from_the_generator(kind):
     a, b, c = make_cell(kind, 3, 4, seed=1), make_cell(kind, 3, 4, seed=1), make_cell(kind, 3, 4, seed=2)
     for k in a.params:
@@ -67,7 +67,7 @@ def test_no_bias(kind):
 # ---------------------------------------------------------------------------- shapes and equivalences
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_forward_and_backward_shapes(kind):
     rng = np.random.default_rng(0)
     cell = make_cell(kind, 3, 4)
@@ -86,7 +86,7 @@ def test_forward_and_backward_shapes(kind):
         assert a.shape == b.shape
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_none_state_means_zeros(kind):
     rng = np.random.default_rng(1)
     cell = make_cell(kind, 3, 4)
@@ -96,7 +96,7 @@ def test_none_state_means_zeros(kind):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_unbatched_equals_batch_of_one(kind):
     rng = np.random.default_rng(2)
     cell = make_cell(kind, 3, 4)
@@ -122,7 +122,7 @@ def test_unbatched_equals_batch_of_one(kind):
 
 
 @settings(max_examples=10, deadline=None)
-@given(kind=st.sampled_from(KINDS), seed=seeds, N=st.integers(2, 4), I=st.integers(1, 4), H=st.integers(1, 4))
+@given(kind=st.sampled_from(ALL_KINDS), seed=seeds, N=st.integers(2, 4), I=st.integers(1, 4), H=st.integers(1, 4))
 def test_batch_equals_rows_one_by_one(kind, seed, N, I, H):
     """Rows never mix: each row of a batch gives what it gives alone; gradients add over rows."""
     rng = np.random.default_rng(seed)
@@ -149,7 +149,7 @@ def test_batch_equals_rows_one_by_one(kind, seed, N, I, H):
         np.testing.assert_allclose(total[k], grads[k], rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_forward_does_not_modify_its_inputs(kind):
     rng = np.random.default_rng(3)
     cell = make_cell(kind, 3, 4)
@@ -268,7 +268,7 @@ def test_lstm_equations():
 # ---------------------------------------------------------------------------- float32
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_float32_cell_end_to_end(kind):
     rng = np.random.default_rng(8)
     c64 = make_cell(kind, 3, 4, seed=3)

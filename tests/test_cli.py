@@ -87,7 +87,7 @@ def test_resume_continues_the_run(run_dir, tmp_path, capsys):
     (lambda d, t, r: ["train", "--data", str(d), "--out", str(t / "empty.txt"), "--steps", "1", *TINY],
      ["out must be a directory"]),
     (lambda d, t, r: ["train", "--data", str(d), "--batch-size", "100000", "--out", str(t / "o")],
-     ["batch_size"]),
+     ["--batch-size x (--seq-len + 1) = 100000 x 65 = 6500000 characters", "got 18000"]),
     (lambda d, t, r: ["train", "--resume", str(t / "nowhere")], ["does not exist"]),
     (lambda d, t, r: ["train", "--resume", str(r), "--hidden-size", "99"], ["--hidden-size must match"]),
     (lambda d, t, r: ["train", "--resume", str(r), "--preset", "long"], ["--preset cannot be combined"]),
@@ -177,3 +177,281 @@ def test_flags_accept_what_the_rules_accept(text_file, tmp_path, capsys):
                  "--out", str(out), *TINY]) == 0
     config = json.loads((out / "checkpoint" / "meta.json").read_text())["meta"]["train"]
     assert config["dropout"] == 0.95 and config["weight_drop"] == 0.95
+
+
+# ------------------------------------------------------------------ nothing lost, nothing misleading (issue 11)
+def tree(path):
+    return {str(p.relative_to(path)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def copy_run(run_dir, tmp_path, name="copy"):
+    import shutil
+
+    return shutil.copytree(run_dir, tmp_path / name)
+
+
+def test_train_onto_a_run_is_refused_and_overwrite_keeps_other_files(run_dir, text_file, tmp_path, capsys):
+    copy = copy_run(run_dir, tmp_path)
+    (copy / "notes.txt").write_text("mine", encoding="utf-8")
+    before = tree(copy)
+    assert main(["train", "--data", str(text_file), "--steps", "3", "--out", str(copy), *TINY]) == 2
+    assert_one_line_error(capsys, f"--out '{copy}' already holds a run (checkpoint at step 10); continue it with "
+                                  f"`hiddenstate train --resume {copy}`, replace it with --overwrite, or choose another --out.")
+    assert tree(copy) == before
+    assert main(["train", "--data", str(text_file), "--steps", "3", "--out", str(copy), "--overwrite", *TINY]) == 0
+    assert json.loads((copy / "checkpoint" / "meta.json").read_text())["meta"]["step"] == 3
+    assert tree(copy)["notes.txt"] == before["notes.txt"]
+
+
+def test_train_into_a_folder_of_other_files_is_refused(text_file, tmp_path, capsys):
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "log.jsonl").write_text("mine\n", encoding="utf-8")
+    before = tree(folder)
+    for extra in ([], ["--overwrite"]):
+        assert main(["train", "--data", str(text_file), "--out", str(folder), *extra, *TINY]) == 2
+        assert_one_line_error(capsys, "--out must be a new or empty directory, or a previous run; got",
+                              "which holds 1 entry that is not a hiddenstate run (log.jsonl)", "Choose another --out.")
+        assert tree(folder) == before
+
+
+def test_a_second_train_on_one_directory_exits_2_naming_the_holder(run_dir, tmp_path, capsys):
+    import socket
+
+    from hiddenstate.train.ownership import RunLock
+
+    copy = copy_run(run_dir, tmp_path)
+    with RunLock(copy).acquire("train"):
+        assert main(["train", "--resume", str(copy), "--steps", "12", "--quiet"]) == 2
+        assert_one_line_error(capsys, f"--resume '{copy}' is in use by another training process (pid {os.getpid()} "
+                                      f"on {socket.gethostname()}, since ")
+
+
+def test_interrupted_train_saves_the_step_and_says_so(text_file, tmp_path, monkeypatch, capsys):
+    import signal
+
+    import hiddenstate.train
+    from hiddenstate.train import loop
+
+    def sigterm_at_step_4(record):
+        if record["step"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(hiddenstate.train, "train", lambda config, **kw: loop.train(config, callback=sigterm_at_step_4, **kw))
+    out = tmp_path / "r"
+    assert main(["train", "--data", str(text_file), "--steps", "10", "--out", str(out), *TINY]) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"hiddenstate: interrupted by SIGTERM: saved the checkpoint of step 4 in '{out / 'checkpoint'}'; "
+                   f"continue with `hiddenstate train --resume {out}`"]
+    assert json.loads((out / "checkpoint" / "meta.json").read_text())["meta"]["step"] == 4
+
+
+def test_an_interrupt_elsewhere_does_not_talk_about_checkpoints(monkeypatch, capsys):
+    from hiddenstate.experiments import reproduce
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce, "run", interrupted)
+    assert main(["reproduce", "elman-xor", "--quick"]) == 130
+    assert capsys.readouterr().err == "hiddenstate: interrupted\n"
+
+
+def test_a_diverging_run_exits_1_naming_the_flags(text_file, tmp_path, capsys):
+    out = tmp_path / "r"
+    argv = ["train", "--data", str(text_file), "--steps", "20", "--lr", "1e4", "--clip", "1e9", "--save-every", "1",
+            "--out", str(out), *TINY]
+    assert main(argv) == 1
+    line = assert_one_line_error(capsys, "training diverged at step 2: the training loss reached",
+                                 "(--lr, now 10000)", "(--clip, now 1e+09)", "The checkpoint of step 1 in")
+    assert "validation loss" not in line
+    assert json.loads((out / "checkpoint" / "meta.json").read_text())["meta"]["step"] == 1
+
+
+@pytest.mark.parametrize("make_argv,needles", [
+    (lambda d, t, r: ["train", "--data", str(t / "missing.txt"), "--out", str(t / "o")],
+     ["--data must name an existing text file; got", "give none for the embedded Shakespeare corpus"]),
+    (lambda d, t, r: ["train", "--data", str(t / "nul.txt"), "--out", str(t / "o"), *TINY],
+     ["--data must hold at least 2 distinct characters; got 1 ('\\x00')"]),
+    (lambda d, t, r: ["train", "--data", str(t / "short.txt"), "--out", str(t / "o"), *TINY],
+     ["the training text must hold at least --batch-size x (--seq-len + 1) = 8 x 17 = 136 characters", "got 85 (of the 95 characters of"]),
+    (lambda d, t, r: ["train", "--hidden-size", "1000000000", "--out", str(t / "o"), "--quiet"],
+     ["training a GRU of --hidden-size 1000000000 x --num-layers 1", "of memory; this machine allows"]),
+    (lambda d, t, r: ["sample", str(r), "--length", "1000000000000"],
+     ["--length 1000000000000 needs about", "TiB of memory; this machine allows", "Use a smaller --length."]),
+    (lambda d, t, r: ["sample", str(r), "--prime", "€x"], ["--prime must only use characters", "'€'"]),
+    (lambda d, t, r: ["inspect", str(r), "--text", str(t / "missing.txt")], ["--text must name an existing text file"]),
+    (lambda d, t, r: ["inspect", str(r), "--out", str(t)], ["--out must name an HTML file; got", "which is a directory"]),
+    (lambda d, t, r: ["inspect", str(r), "--out", str(t / "short.txt")],
+     ["--out must be a new file or a previous hiddenstate report; got", "(nothing was written)"]),
+    (lambda d, t, r: ["train", "--resume", str(r), "--overwrite"], ["--overwrite cannot be combined with --resume"]),
+])
+def test_errors_name_the_flag_the_user_typed(make_argv, needles, text_file, run_dir, tmp_path, capsys):
+    import time
+
+    (tmp_path / "nul.txt").write_bytes(b"\x00" * 3000)
+    (tmp_path / "short.txt").write_text("to be or not to be " * 5, encoding="utf-8")
+    before = tree(tmp_path)
+    start = time.perf_counter()
+    assert run_main(make_argv(text_file, tmp_path, run_dir)) == 2
+    assert time.perf_counter() - start < 10  # refused up front, not after the work
+    assert_one_line_error(capsys, *needles)
+    assert tree(tmp_path) == before and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("error,status,needle", [
+    (MemoryError(), 1, "hiddenstate: error: out of memory (MemoryError)."),
+    (RecursionError("maximum recursion depth exceeded"), 2, "hiddenstate: error: an input nests too deeply"),
+    (KeyError("vocab"), 2, "hiddenstate: error: a required entry is missing: 'vocab'"),
+    (RuntimeError("boom"), 1, "hiddenstate: internal error: RuntimeError: boom (set HIDDENSTATE_DEBUG=1"),
+])
+def test_no_traceback_at_the_cli_boundary(error, status, needle, run_dir, monkeypatch, capsys):
+    import hiddenstate.train
+
+    def fails(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(hiddenstate.train, "load", fails)
+    assert main(["sample", str(run_dir)]) == status
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(needle), err
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_the_surviving_checkpoint(text_file, tmp_path, monkeypatch,
+                                                                              capsys):
+    import errno
+
+    from hiddenstate.train.snapshot import Snapshot
+
+    save, calls = Snapshot.save, []
+
+    def fills_the_disk(self, directory):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(self, directory)
+
+    monkeypatch.setattr(Snapshot, "save", fills_the_disk)
+    out = tmp_path / "r"
+    assert main(["train", "--data", str(text_file), "--steps", "10", "--save-every", "5", "--out", str(out), *TINY]) == 1
+    assert_one_line_error(capsys, f"No space left on device while saving the checkpoint of step 10 to "
+                                  f"'{out / 'checkpoint'}'; the checkpoint of step 5 in '{out / 'checkpoint'}' is intact.")
+
+
+def test_a_loss_plot_that_cannot_be_written_is_a_warning_not_a_failed_run(text_file, tmp_path, monkeypatch, capsys):
+    from hiddenstate.train import loop
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the font cache is unreadable")
+
+    monkeypatch.setattr(loop, "plot_history", broken)
+    assert main(["train", "--data", str(text_file), "--steps", "3", "--out", str(tmp_path / "r"), *TINY]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"hiddenstate: warning: could not write the loss plot '{tmp_path / 'r' / 'loss.png'}' "
+                                         "(the font cache is unreadable); the run is complete and its checkpoint of "
+                                         "step 3 is saved."]
+    assert "loss curve" not in captured.out and captured.out.strip().splitlines()[-1].startswith("validation loss: ")
+
+
+def test_inspect_works_from_another_folder_and_counts_what_it_dropped(text_file, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    shutil.copy(text_file, home / "small.txt")
+    monkeypatch.chdir(home)
+    assert main(["train", "--data", "small.txt", "--steps", "2", "--out", "runs/rel", *TINY]) == 0
+    monkeypatch.chdir(elsewhere)
+    (elsewhere / "mine.txt").write_text("ROMEO: my lov\u00e9, my \u20acuro\n" * 20, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["inspect", str(home / "runs" / "rel"), "--out", "r.html", "--text", "mine.txt"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "text: dropped 40 characters outside the model's vocabulary ('é', '€'); the report says so too"
+    page = (elsewhere / "r.html").read_text(encoding="utf-8")
+    assert "(40 characters outside the vocabulary dropped)" in page and "characters dropped" in page
+    assert main(["inspect", str(home / "runs" / "rel"), "--out", "r.html"]) == 0  # its validation text, found
+    assert "validation text" in (elsewhere / "r.html").read_text(encoding="utf-8")  # a previous report is replaced
+
+
+def test_inspect_of_an_old_run_with_a_relative_data_path_says_what_to_do(run_dir, tmp_path, monkeypatch):
+    import dataclasses
+
+    from hiddenstate.app import inspected_text
+    from hiddenstate.train import load
+
+    trained = load(run_dir)
+    old = dataclasses.replace(trained, config=dataclasses.replace(trained.config, data="small.txt", out="runs/x"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"the run's training text 'small.txt' was recorded relative to the "
+                                                r"folder it was trained in, and is not found from here\. Run inspect "
+                                                r"from that folder, or pass --text FILE\."):
+        inspected_text(old)
+
+
+def test_demo_replaces_its_own_previous_run_but_no_other(text_file, tmp_path, capsys):
+    from hiddenstate.cli import _is_demo_run
+    from hiddenstate.train import TrainConfig, train
+    from hiddenstate.train.ownership import describe
+
+    demo = tmp_path / "demo"
+    train({"steps": 1, "max_minutes": 3.0, "out": str(demo), "eval_every": 1}, progress=False, verbose=False)
+    other = tmp_path / "other"
+    train(TrainConfig(data=str(text_file), hidden_size=16, steps=1, out=str(other)), progress=False, verbose=False)
+    assert _is_demo_run(describe(demo)) and not _is_demo_run(describe(other))
+    assert main(["demo", "--out", str(other), "--steps", "1", "--quiet"]) == 2
+    assert_one_line_error(capsys, f"--out '{other}' already holds a run (checkpoint at step 1)")
+
+
+@pytest.mark.parametrize("cell", ["mingru", "minlstm"])
+def test_train_sample_and_inspect_a_model_of_linear_recurrences(cell, text_file, tmp_path, capsys):
+    out = tmp_path / cell
+    assert main(["train", "--data", str(text_file), "--cell", cell, "--num-layers", "2", "--steps", "4",
+                 "--out", str(out), *TINY]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("validation loss: ")
+    meta = json.loads((out / "checkpoint" / "meta.json").read_text())
+    assert cell in json.dumps(meta)
+    assert main(["sample", str(out), "--length", "30", "--seed", "1"]) == 0
+    assert len(capsys.readouterr().out) >= 30
+    assert main(["inspect", str(out), "--out", str(tmp_path / "report.html")]) == 0
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+    capsys.readouterr()
+    argv = ["train", "--data", str(text_file), "--cell", cell, "--weight-drop", "0.2", "--out", str(tmp_path / "w"),
+            *TINY]
+    assert run_main(argv) == 2
+    assert_one_line_error(capsys, f"--weight-drop must be 0 for cell='{cell}', which has no recurrent weights")
+
+
+def test_readme_examples_never_write_where_another_examples_results_live():
+    import pathlib
+    import re
+
+    from hiddenstate.train import PRESETS, TrainConfig
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    written = []  # (destination, the example that writes it)
+    for line in re.findall(r"^hiddenstate (?:train|demo|inspect)\b.*$", readme, flags=re.M):
+        line = line.split("  #")[0].strip()
+        if "--resume" in line:
+            continue  # continues the run in its own directory
+        out = re.search(r"--out (\S+)", line)
+        if out:
+            written.append((out.group(1), line))
+        elif line.startswith("hiddenstate train"):
+            preset = re.search(r"--preset (\S+)", line)
+            written.append((PRESETS.get(preset.group(1) if preset else "", {}).get("out", TrainConfig().out), line))
+        elif line.startswith("hiddenstate demo"):
+            written.append(("runs/demo", line))
+    written.append(("runs/demo", "make demo"))
+    for block in re.findall(r"```python\n(.*?)```", readme, flags=re.S):  # files the Python examples save
+        written += [(path, "python: " + path) for path in
+                    re.findall(r"(?:save_checkpoint|save_safetensors|to_onnx|charrnn_to_onnx)\([^\"]*\"([^\"]+)\"", block)]
+    runs = {path for path, example in written if example.startswith(("hiddenstate train", "make demo"))}
+    seen = {}
+    for path, example in written:
+        inside = [run for run in runs if path != run and path.startswith(run + "/")]
+        # a run's own report next to it is fine; anything else inside a run, or written twice, is not
+        assert all(example.startswith("hiddenstate inspect " + run) for run in inside), (path, example)
+        assert seen.setdefault(path, example) == example, (path, example, seen[path])
+    assert "runs/example-checkpoint" in seen and len(written) >= 8

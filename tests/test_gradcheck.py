@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hiddenstate import gradcheck
 from hiddenstate.gradcheck import GradcheckError, check_grads
-from tests.strategies import KINDS, make_cell, make_layer, random_state, seeds, state_parts
+from tests.strategies import ALL_KINDS, KINDS, make_cell, make_layer, random_state, seeds, state_parts
 
 RTOL = 1e-6
 T, N, I, H = 4, 2, 3, 2
@@ -22,7 +22,7 @@ T, N, I, H = 4, 2, 3, 2
 # ---------------------------------------------------------------------------- cells
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("batched", [True, False])
 def test_cell_gradients(kind, batched):
     rng = np.random.default_rng(0)
@@ -218,7 +218,7 @@ def test_checker_errors(call, exc, match):
 
 
 @settings(max_examples=15, deadline=None)
-@given(kind=st.sampled_from(KINDS), seed=seeds, L=st.integers(1, 2), bidirectional=st.booleans(),
+@given(kind=st.sampled_from(ALL_KINDS), seed=seeds, L=st.integers(1, 2), bidirectional=st.booleans(),
        batch_first=st.booleans(), learn_h0=st.booleans(), use_lengths=st.booleans(), use_reset=st.booleans(),
        Tn=st.integers(1, 4), Nn=st.integers(1, 3), In=st.integers(1, 3), Hn=st.integers(1, 3))
 def test_layer_gradients_random_configuration(kind, seed, L, bidirectional, batch_first, learn_h0, use_lengths,

@@ -300,7 +300,7 @@ def test_lstm_weights_given_as_a_gru_raise_with_names_and_shapes():
      r"weights\[1\]\[1\] \(recurrent_kernel\) must have shape \(H=4, 4\*H=16\); got \(5, 20\)"),
     ("rnn", lambda r: keras_shaped(r, "rnn", 3, 4)[:2] + [np.zeros((4, 1))], {},
      r"weights\[2\] \(bias\) must have shape \(1\*H=4,\) for a Keras SimpleRNN; got \(4, 1\)"),
-    ("rnn", lambda r: [np.zeros((3, 4)), np.zeros((4, 4)), np.zeros(4, dtype=np.int64)], {},
+    ("rnn", lambda r: [np.zeros((3, 4)), np.zeros((4, 4)), np.zeros(4, dtype=bool)], {},  # ints are promoted
      r"weights\[2\] must be a floating-point array"),
     ("lstm", lambda r: keras_shaped(r, "lstm", 3, 4), {"reset_after": True}, "reset_after must be None"),
     ("conv", lambda r: [], {}, "kind must be one of"),

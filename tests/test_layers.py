@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import hiddenstate as hs
 from tests.strategies import (
+    ALL_KINDS,
     KINDS,
     cell_like,
     chunkings,
@@ -100,7 +101,7 @@ def test_state_dict_round_trip(kind):
 # ---------------------------------------------------------------------------- layer == loop of cells
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, False), (1, True), (2, True)])
 def test_layer_equals_loop_of_cells(kind, num_layers, bidirectional):
     rng = np.random.default_rng(0)
@@ -114,7 +115,7 @@ def test_layer_equals_loop_of_cells(kind, num_layers, bidirectional):
     assert out.shape == (5, 2, layer.num_directions * 4)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_default_h0_is_zeros(kind):
     rng = np.random.default_rng(1)
     layer = make_layer(kind, 3, 4, 2)
@@ -125,7 +126,7 @@ def test_default_h0_is_zeros(kind):
     assert_state_close(a[1], b[1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_final_state_is_the_last_output(kind):
     rng = np.random.default_rng(2)
     layer = make_layer(kind, 3, 4, 2, bidirectional=True)
@@ -146,7 +147,7 @@ def test_final_state_is_the_last_output(kind):
 
 
 @settings(max_examples=12, deadline=None)
-@given(kind=st.sampled_from(KINDS), seed=seeds, bidirectional=st.booleans(), L=st.integers(1, 2), N=st.integers(2, 4))
+@given(kind=st.sampled_from(ALL_KINDS), seed=seeds, bidirectional=st.booleans(), L=st.integers(1, 2), N=st.integers(2, 4))
 def test_batch_equals_rows_one_by_one(kind, seed, bidirectional, L, N):
     rng = np.random.default_rng(seed)
     layer = make_layer(kind, 3, 3, L, bidirectional=bidirectional, seed=seed)
@@ -181,7 +182,7 @@ def _run_chunks(layer, x, h0, sizes):
     return np.concatenate(outs, axis=0), state
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("num_layers", [1, 2])
 @pytest.mark.parametrize("chunk", [1, 3, 7, 12])
 def test_chunked_run_with_carried_state_equals_one_long_run(kind, num_layers, chunk):
@@ -198,7 +199,7 @@ def test_chunked_run_with_carried_state_equals_one_long_run(kind, num_layers, ch
 
 
 @settings(max_examples=15, deadline=None)
-@given(kind=st.sampled_from(KINDS), seed=seeds, L=st.integers(1, 2), T=st.integers(2, 10), data=st.data())
+@given(kind=st.sampled_from(ALL_KINDS), seed=seeds, L=st.integers(1, 2), T=st.integers(2, 10), data=st.data())
 def test_chunked_equals_whole_property(kind, seed, L, T, data):
     sizes = data.draw(chunkings(T))
     rng = np.random.default_rng(seed)
@@ -211,7 +212,7 @@ def test_chunked_equals_whole_property(kind, seed, L, T, data):
     assert_state_close(hn, whole_hn, rtol=1e-13, atol=1e-15)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_chunked_backward_chained_through_the_state_equals_full_bptt(kind):
     """Gradients of two chunks, chained by passing chunk 2's dh0 as chunk 1's d_h_n, equal full BPTT."""
     rng = np.random.default_rng(4)
@@ -234,7 +235,7 @@ def test_chunked_backward_chained_through_the_state_equals_full_bptt(kind):
 # ---------------------------------------------------------------------------- stacked == chained
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_two_stacked_layers_equal_two_one_layer_runs_chained(kind, bidirectional):
     rng = np.random.default_rng(5)
@@ -269,7 +270,7 @@ def test_two_stacked_layers_equal_two_one_layer_runs_chained(kind, bidirectional
 # ---------------------------------------------------------------------------- T = 0, unbatched, batch_first
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True)])
 def test_empty_sequence_returns_h0(kind, num_layers, bidirectional):
     """A sequence of length 0: output (0, N, D*H) and h_n == h0 (a copy); backward passes d_h_n through."""
@@ -289,7 +290,7 @@ def test_empty_sequence_returns_h0(kind, num_layers, bidirectional):
     assert all(not g.any() for g in grads.values())
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True)])
 def test_unbatched_equals_batch_of_one(kind, num_layers, bidirectional):
     rng = np.random.default_rng(7)
@@ -314,7 +315,7 @@ def test_unbatched_equals_batch_of_one(kind, num_layers, bidirectional):
         np.testing.assert_allclose(g[k], gb[k], rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_batch_first_is_the_transpose(kind):
     rng = np.random.default_rng(8)
     tm = make_layer(kind, 3, 4, 2, bidirectional=True)
@@ -336,7 +337,7 @@ def test_batch_first_is_the_transpose(kind):
 # ---------------------------------------------------------------------------- lengths and reset
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True)])
 def test_lengths_equal_running_each_row_alone(kind, num_layers, bidirectional):
     rng = np.random.default_rng(9)
@@ -357,7 +358,7 @@ def test_lengths_equal_running_each_row_alone(kind, num_layers, bidirectional):
         np.testing.assert_array_equal(dx[ln:, n], 0.0)  # padding never influences the loss
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_full_lengths_change_nothing_and_padding_values_do_not_matter(kind):
     rng = np.random.default_rng(10)
     layer = make_layer(kind, 3, 4, 2, bidirectional=True)
@@ -375,7 +376,7 @@ def test_full_lengths_change_nothing_and_padding_values_do_not_matter(kind):
     assert_state_close(c[1], d[1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_length_zero_column_keeps_h0(kind):
     rng = np.random.default_rng(11)
     layer = make_layer(kind, 3, 4, 2, bidirectional=True)
@@ -385,7 +386,7 @@ def test_length_zero_column_keeps_h0(kind):
     assert_state_close(take_rows(h_n, 1), take_rows(h0, 1), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("num_layers, bidirectional", [(1, False), (2, True)])
 def test_reset_splits_the_sequence_into_independent_pieces(kind, num_layers, bidirectional):
     """reset[t, n] = True restarts column n at step t from h0: same as two separate runs."""
@@ -416,7 +417,7 @@ def test_reset_splits_the_sequence_into_independent_pieces(kind, num_layers, bid
                 np.testing.assert_allclose(got[k, n], want, **TOL)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_reset_at_step_zero_changes_nothing(kind):
     rng = np.random.default_rng(13)
     layer = make_layer(kind, 3, 4)
@@ -430,7 +431,7 @@ def test_reset_at_step_zero_changes_nothing(kind):
 # ---------------------------------------------------------------------------- learned h0, dropout
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_learned_initial_state_gradient_is_the_batch_sum(kind):
     rng = np.random.default_rng(14)
     layer = make_layer(kind, 3, 4, 2, bidirectional=True, learn_h0=True)
@@ -495,7 +496,7 @@ def test_weight_drop_is_dropconnect_on_the_recurrent_weights(kind):
 # ---------------------------------------------------------------------------- inputs untouched, reverse_padded
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_forward_and_backward_leave_inputs_untouched(kind):
     rng = np.random.default_rng(16)
     layer = make_layer(kind, 3, 4, 2, bidirectional=True)
@@ -553,7 +554,7 @@ def test_backward_direction_equals_forward_cell_loop_over_the_reversed_rows(kind
 # ---------------------------------------------------------------------------- float32 end to end
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_float32_end_to_end(kind):
     rng = np.random.default_rng(18)
     l32 = make_layer(kind, 3, 4, 2, bidirectional=True, dtype=np.float32, learn_h0=True)
@@ -602,7 +603,7 @@ def test_long_saturated_sequence_stays_finite(kind):
 
 
 @settings(max_examples=20, deadline=None)
-@given(kind=st.sampled_from(KINDS), seed=seeds, L=st.integers(1, 2), bidirectional=st.booleans(),
+@given(kind=st.sampled_from(ALL_KINDS), seed=seeds, L=st.integers(1, 2), bidirectional=st.booleans(),
        batch_first=st.booleans(), T=st.integers(1, 6), N=st.integers(1, 3), p_reset=st.sampled_from([0.0, 0.3]))
 def test_lengths_and_resets_equal_separate_runs_property(kind, seed, L, bidirectional, batch_first, T, N, p_reset):
     """Each row == its valid prefix cut at its reset points, every piece run alone from h0."""

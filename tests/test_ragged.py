@@ -128,7 +128,11 @@ def test_last_valid_errors(rng):
     with pytest.raises(TypeError, match="lengths must be an integer array"):
         last_valid(np.zeros((3, 2, 1)), [1.0, 2.0])
     with pytest.raises(ValueError, match="d_last must be a float array"):
-        last_valid_backward(np.zeros((2, 1), dtype=np.int64), [1, 1], 3)
+        last_valid_backward(np.float64(1.0), [1, 1], 3)  # a scalar (integer arrays are promoted: the dtype rule)
+    with pytest.raises(TypeError, match="d_last must be a floating-point array"):
+        last_valid_backward(np.zeros((2, 1), dtype=bool), [1, 1], 3)
+    np.testing.assert_array_equal(last_valid_backward(np.ones((2, 1), dtype=np.int64), [1, 2], 3),
+                                  last_valid_backward(np.ones((2, 1)), [1, 2], 3))
 
 
 def test_reverse_padded_is_reexported_and_an_involution(rng):

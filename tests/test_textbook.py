@@ -155,7 +155,7 @@ def test_hidden_state_update_value_errors(z, h, n, match):
 @pytest.mark.parametrize(
     "args, match",
     [
-        ((np.array([1, 0]), np.zeros(2), np.zeros(2)), r"^z_t must be a floating-point array.*got dtype int64"),
+        ((np.array([1, 0]) == 1, np.zeros(2), np.zeros(2)), r"^z_t must be a floating-point array.*got dtype bool"),
         ((np.full(2, 0.5), np.array([True, False]), np.zeros(2)), r"^h_prev must be a floating-point array.*got dtype bool"),
         ((np.full(2, 0.5), np.zeros(2), np.array([0.1, None], dtype=object)), r"^h_tilde must be a floating-point array.*got dtype object"),
         ((np.full(2, 0.5), np.zeros(2), np.zeros(2, dtype=complex)), r"^h_tilde must be a floating-point array"),
@@ -379,7 +379,7 @@ def test_seed_a_through_the_torch_layout_cell():
         (lambda: elman_step(X1, np.zeros((2, 3)), W_XH, W_HH, np.zeros(4)), ValueError, r"^b must have shape \(H,\)=\(3,\); got \(4,\)"),
         (lambda: elman_step(X1[None], np.zeros((1, 2, 3)), W_XH, W_HH, B), ValueError, r"^x_t must have shape \(D,\) or \(N, D\); got \(1, 2, 2\)"),
         (lambda: elman_step(np.array([[np.nan, 0.0]]), np.zeros((1, 3)), W_XH, W_HH, B), ValueError, r"^x_t must be finite"),
-        (lambda: elman_step(X1.astype(int), np.zeros((2, 3)), W_XH, W_HH, B), TypeError, r"^x_t must be a floating-point array"),
+        (lambda: elman_step(X1.astype(complex), np.zeros((2, 3)), W_XH, W_HH, B), TypeError, r"^x_t must be a floating-point array"),
         (lambda: candidate(X1, np.zeros((2, 3)), np.zeros((2, 2)), W_XH, W_HH, B), ValueError, r"^r_t must have the shape of h_prev \(2, 3\); got \(2, 2\)"),
         (lambda: gru_step(X1, np.zeros((2, 3)), {"W_z": W_XH}), ValueError, r"^params is missing GRU key\(s\)"),
         (lambda: gru_step(X1, np.zeros((2, 3)), [W_XH]), TypeError, r"^params must be a mapping of GRU weights; got list"),

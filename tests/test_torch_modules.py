@@ -49,7 +49,7 @@ def test_cho_gru_round_trip_and_unbatched_input():
     for k, v in ours.params.items():
         np.testing.assert_array_equal(back.params[k], v)
     x = np.random.default_rng(2).normal(size=(5, 2))  # unbatched (T, I)
-    out, h_n = to_torch(ours)(torch.tensor(x))
+    out, h_n = to_torch(ours).eval()(torch.tensor(x))  # eval: no inter-layer dropout, as torch.nn.GRU
     ref_out, ref_h = ours(x)
     np.testing.assert_allclose(out.detach().numpy(), ref_out, atol=1e-12)
     np.testing.assert_allclose(h_n.detach().numpy(), ref_h, atol=1e-12)

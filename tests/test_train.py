@@ -101,7 +101,8 @@ def test_prime_with_unknown_characters_is_a_clear_error(trained):
 
 
 @pytest.mark.parametrize("cell,extra", [("gru", {}), ("lstm", {"num_layers": 2, "dropout": 0.2}),
-                                        ("gru", {"ema": 0.9}), ("gru", {"weight_drop": 0.3, "dropout": 0.1})])
+                                        ("gru", {"ema": 0.9}), ("gru", {"weight_drop": 0.3, "dropout": 0.1}),
+                                        ("mingru", {"num_layers": 2, "dropout": 0.2}), ("minlstm", {})])
 def test_resume_equals_the_uninterrupted_run(cell, extra, text_file, tmp_path):
     # 40 steps over 36k training characters / (64 x 16) per step: the batcher wraps to a new pass
     # (state reset) during the run, so that path is covered too; dropout draws from the saved RNG
@@ -259,7 +260,7 @@ def test_learning_rate_schedule():
     (dict(steps=2.5), TypeError, "steps must be a positive integer; got float 2.5"),
     (dict(lr=-1.0), ValueError, "lr must be a finite number > 0; got -1.0"),
     (dict(dtype="float16"), ValueError, "dtype must be one of float32, float64; got 'float16'"),
-    (dict(batch_size=10_000), ValueError, "ids must hold at least batch_size"),
+    (dict(batch_size=10_000), ValueError, r"--batch-size x \(--seq-len \+ 1\) = 10000 x 17 = 170000 characters"),
 ])
 def test_config_errors(overrides, error, match, text_file, tmp_path):
     with pytest.raises(error, match=match):
@@ -388,3 +389,263 @@ def test_plot_history_draws_an_empty_and_a_short_history(tmp_path):
                          title="t", vocab_size=63)
     for path in (empty, short):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------ nothing lost (issue 11)
+def tree(path):
+    """Every file under ``path``: relative name -> (bytes, mtime_ns)."""
+    return {str(p.relative_to(path)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_out_holding_a_run_is_refused_before_anything_is_touched(text_file, tmp_path):
+    run = train(small_config(text_file, tmp_path / "run", steps=5, save_every=5), progress=False, verbose=False)
+    before = tree(run.out)
+    with pytest.raises(ValueError, match=r"--out '.*run' already holds a run \(checkpoint at step 5\); continue it "
+                                         r"with `hiddenstate train --resume .*run`, replace it with --overwrite"):
+        train(small_config(text_file, run.out, steps=3), progress=False)
+    assert tree(run.out) == before
+    # --overwrite replaces the run, and only the run: a file of the user's in it stays as it was
+    (run.out / "notes.txt").write_text("mine", encoding="utf-8")
+    mine = tree(run.out)["notes.txt"]
+    again = train(small_config(text_file, run.out, steps=3, save_every=3), overwrite=True, progress=False,
+                  verbose=False)
+    assert load(again.out).step == 3 and len((again.out / "log.jsonl").read_text().splitlines()) == 3
+    assert tree(run.out)["notes.txt"] == mine
+    assert sorted(p.name for p in run.out.iterdir()) == ["checkpoint", "log.jsonl", "loss.png", "notes.txt"]
+
+
+def test_out_with_other_files_is_refused_even_with_overwrite(text_file, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "log.jsonl").write_text("my own log\n", encoding="utf-8")
+    (out / "loss.png").write_bytes(b"my own plot")
+    before = tree(out)
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match=r"--out must be a new or empty directory, or a previous run; got "
+                                             r"'.*mine', which holds 2 entries that are not a hiddenstate run "
+                                             r"\(log.jsonl, loss.png\)"):
+            train(small_config(text_file, out, steps=2), overwrite=overwrite, progress=False)
+        assert tree(out) == before
+    with pytest.raises(ValueError, match="out must be a directory; got .*, which is a file"):
+        train(small_config(text_file, out / "log.jsonl", steps=2), progress=False)
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again(text_file, tmp_path):
+    from hiddenstate.train.ownership import LOCK_FILE
+
+    out = tmp_path / "killed"
+    (out / ".checkpoint.saving-0123456789ab").mkdir(parents=True)  # a save the kill cut short
+    (out / LOCK_FILE).write_text('{"pid": 999999999, "host": "elsewhere"}\n', encoding="utf-8")  # no flock: stale
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 4.1}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"--resume '.*killed' holds no checkpoint: the run there was stopped "
+                                         r"before its first save\. Start it again with `hiddenstate train --out"):
+        train(None, resume=out, progress=False)
+    run = train(small_config(text_file, out, steps=2, save_every=2), progress=False, verbose=False)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "log.jsonl", "loss.png"]
+    assert len((run.out / "log.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_second_process_is_refused_naming_the_holder(text_file, tmp_path):
+    import os
+    import socket
+
+    from hiddenstate.train.ownership import RunLock
+
+    first = train(small_config(text_file, tmp_path / "run", steps=4, save_every=2), progress=False, verbose=False)
+    holder = rf"is in use by another training process \(pid {os.getpid()} on {socket.gethostname()}, since "
+    with RunLock(first.out).acquire("train"):  # what a running `hiddenstate train` holds
+        with pytest.raises(ValueError, match="--resume '.*run' " + holder):
+            train({"steps": 6}, resume=first.out, progress=False)
+        with pytest.raises(ValueError, match="--out '.*run' " + holder):
+            train(small_config(text_file, first.out, steps=2), overwrite=True, progress=False)
+        with pytest.raises(ValueError, match="--resume '.*run' " + holder):  # resuming into another directory
+            train({"steps": 6, "out": str(tmp_path / "copy")}, resume=first.out, progress=False)
+        assert not (tmp_path / "copy").exists()
+    assert train({"steps": 6}, resume=first.out, progress=False, verbose=False).step == 6
+    assert not (first.out / ".hiddenstate.lock").exists()  # released at the end
+
+
+def test_resume_refuses_a_log_whose_steps_repeat(text_file, tmp_path):
+    run = train(small_config(text_file, tmp_path / "run", steps=6, save_every=3), progress=False, verbose=False)
+    log = run.out / "log.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:4] + lines[2:]) + "\n", encoding="utf-8")  # two writers interleaved
+    before = tree(run.out)
+    with pytest.raises(ValueError, match=r"log.jsonl' must list each step once, in order; got step 3 after step 4\. "
+                                         r"Two processes wrote to this run"):
+        train({"steps": 8}, resume=run.out, progress=False)
+    assert tree(run.out) == before
+
+
+@pytest.mark.parametrize("signame,status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_saves_the_current_step_and_the_run_resumes_exactly(signame, status, text_file, tmp_path):
+    import os
+    import signal
+
+    from hiddenstate.train.guards import TrainingInterrupted
+
+    whole = train(small_config(text_file, tmp_path / "whole", steps=12, save_every=5), progress=False, verbose=False)
+    sig = getattr(signal, signame)
+
+    def signal_at_step_3(record):  # before the first checkpoint (save_every 5)
+        if record["step"] == 3:
+            os.kill(os.getpid(), sig)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(TrainingInterrupted) as info:
+        train(small_config(text_file, tmp_path / "parts", steps=12, save_every=5), progress=False,
+              verbose=False, callback=signal_at_step_3)
+    assert (info.value.signum, info.value.step, info.value.saved, info.value.exit_status) == (sig, 3, True, status)
+    assert isinstance(info.value, KeyboardInterrupt)
+    assert str(info.value) == f"interrupted by {signame}: saved the checkpoint of step 3 in '{tmp_path / 'parts' / 'checkpoint'}'"
+    assert load(tmp_path / "parts").step == 3
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # the caller's handlers are back
+    resumed = train(None, resume=tmp_path / "parts", progress=False, verbose=False)
+    for key in ("train_loss", "grad_norm", "val_step", "val_loss"):
+        np.testing.assert_array_equal(resumed.history[key], whole.history[key], err_msg=key)
+    for key, value in whole.model.params.items():
+        assert resumed.model.params[key].tobytes() == value.tobytes(), key
+
+
+def test_a_second_signal_stops_at_once_and_says_which_checkpoint_is_intact(text_file, tmp_path):
+    import os
+    import signal
+
+    from hiddenstate.train.guards import TrainingInterrupted
+
+    def twice_at_step_7(record):
+        if record["step"] == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt here, inside the step
+
+    with pytest.raises(TrainingInterrupted) as info:
+        train(small_config(text_file, tmp_path / "run", steps=12, save_every=5), progress=False, verbose=False,
+              callback=twice_at_step_7)
+    assert (info.value.step, info.value.saved) == (5, False)
+    assert "stopped at once; the checkpoint of step 5 in" in str(info.value) and load(tmp_path / "run").step == 5
+
+    def twice_at_step_2(record):
+        if record["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted, match="stopped at once; no checkpoint was saved"):
+        train(small_config(text_file, tmp_path / "new", steps=12, save_every=5), progress=False, verbose=False,
+              callback=twice_at_step_2)
+    assert not (tmp_path / "new").exists()  # nothing saved: nothing left behind
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(lr=1e4, clip=1e9), r"training diverged at step 2: the training loss reached [\d.]+ nats/char \(a uniform "
+                             r"guess scores 4\.\d\d\)\. Lower the learning rate \(--lr, now 10000\) or the gradient "
+                             r"clipping norm \(--clip, now 1e\+09\)\. The checkpoint of step 1 in '.*' is intact"),
+    (dict(lr=1e308), r"training diverged at step 1: the training step hit a floating-point error \((overflow|invalid "
+                     r"value) encountered in .*\)\. Lower the learning rate \(--lr, now 1e\+308\) or the gradient "
+                     r"clipping norm \(--clip, now 5\)\. No checkpoint was saved\.$"),
+])
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(overrides, match, text_file, tmp_path):
+    from hiddenstate.train.guards import TrainingDiverged
+
+    config = small_config(text_file, tmp_path / "run", steps=20, save_every=1, **overrides)
+    with pytest.raises(TrainingDiverged, match=match) as info:
+        train(config, progress=False, verbose=False)
+    assert isinstance(info.value, FloatingPointError)
+    if info.value.checkpoint_step is None:  # diverged at the first step: nothing saved, nothing left behind
+        assert not (tmp_path / "run").exists()
+        return
+    assert info.value.checkpoint_step == 1
+    good = load(tmp_path / "run")  # the last good checkpoint loads (weights finite)
+    assert good.step == 1 and all(np.isfinite(p).all() for p in good.model.params.values())
+
+
+def test_degenerate_texts_are_refused(tmp_path):
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"\x00" * 5000)
+    with pytest.raises(ValueError, match=r"data must hold at least 2 distinct characters; got 1 \('\\x00'\) in "
+                                         r"'.*nul.txt': there is nothing to predict"):
+        train({"data": str(nul), "out": str(tmp_path / "r")}, progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_resumed_run_gets_a_new_time_budget(text_file, tmp_path, capsys):
+    import time
+
+    def slow_step_2(record):
+        if record["step"] == 2:
+            time.sleep(1.3)
+
+    # 0.02 minutes = 1.2 s: the slow step uses it up (the limit is checked after the next step)
+    config = small_config(text_file, tmp_path / "run", steps=20, max_minutes=0.02, eval_every=100)
+    first = train(config, progress=False, verbose=False, callback=slow_step_2)
+    assert first.stopped == "time" and first.step == 3
+    # the run has spent more than its limit already; the resumed part has a budget of its own
+    resumed = train(None, resume=first.out, progress=False, verbose=True)
+    assert resumed.stopped == "steps" and resumed.step == 20
+    assert resumed.seconds > 1.3  # the run's own clock still counts every part
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"resuming '{first.out}' at step 3 of 20; --max-minutes 0.02: a new time budget for this part")
+
+
+def test_a_full_disk_names_the_file_and_the_checkpoint_that_survived(text_file, tmp_path, monkeypatch):
+    import errno
+
+    calls = []
+    save = Snapshot.save
+
+    def fills_the_disk(self, directory):
+        calls.append(self.step)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(self, directory)
+
+    monkeypatch.setattr(Snapshot, "save", fills_the_disk)
+    with pytest.raises(OSError, match=r"^No space left on device while saving the checkpoint of step 10 to '.*run/"
+                                      r"checkpoint'; the checkpoint of step 5 in '.*' is intact\.$") as info:
+        train(small_config(text_file, tmp_path / "run", steps=20, save_every=5), progress=False, verbose=False)
+    assert info.value.errno == errno.ENOSPC
+    assert load(tmp_path / "run").step == 5
+
+
+def test_a_loss_plot_that_cannot_be_written_is_a_warning(text_file, tmp_path, monkeypatch):
+    import errno
+
+    from hiddenstate.train import loop
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(loop, "plot_history", no_space)
+    with pytest.warns(UserWarning, match=r"could not write the loss plot '.*loss.png' \(\[Errno 28\] No space left "
+                                         r"on device\); the run is complete and its checkpoint of step 4 is saved"):
+        run = train(small_config(text_file, tmp_path / "run", steps=4), progress=False, verbose=False)
+    assert run.plot is None and load(run.out).step == 4
+
+
+def test_sizes_that_cannot_fit_in_memory_are_refused_up_front(text_file, tmp_path, trained):
+    with pytest.raises(ValueError, match=r"training a GRU of --hidden-size 1000000000 x --num-layers 1 "
+                                         r"\(3,000,000,\d+,\d+,\d+,\d+ parameters\) needs about .* of memory; this "
+                                         r"machine allows .*\. Lower --hidden-size"):
+        train(small_config(text_file, tmp_path / "big", hidden_size=10**9), progress=False)
+    assert not (tmp_path / "big").exists()
+    with pytest.raises(ValueError, match=r"length 1000000000000 needs about .* TiB of memory"):
+        sample(trained, length=10**12)
+
+
+def test_the_data_path_is_recorded_absolute_and_old_relative_ones_are_found(text_file, tmp_path, monkeypatch):
+    import shutil
+
+    from hiddenstate.train.rundir import training_text_path
+
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    shutil.copy(text_file, home / "small.txt")
+    monkeypatch.chdir(home)
+    run = train(small_config("small.txt", "runs/rel", steps=2), progress=False, verbose=False)
+    assert run.config.data == str(home / "small.txt")
+    assert load(home / "runs" / "rel").config.data == str(home / "small.txt")
+    monkeypatch.chdir(tmp_path)
+    # an older run recorded "small.txt" as typed, relative to the folder it was trained in
+    old = TrainConfig(data="small.txt", out="runs/rel")
+    assert training_text_path(old, home / "runs" / "rel") == str(home / "small.txt")
+    assert training_text_path(old, tmp_path / "elsewhere") == "small.txt"  # not found: left as recorded

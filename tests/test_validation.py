@@ -67,19 +67,19 @@ def test_layer_value_errors(case):
 
 
 LAYER_TYPE_ERRORS = {
-    "x int": (lambda: gru()(np.zeros((5, 2, 3), dtype=int)), r"^x must be a floating-point array \(float32 or float64\); got dtype int64"),
     "x bool": (lambda: gru()(np.zeros((5, 2, 3), dtype=bool)), r"^x must be a floating-point array .*got dtype bool"),
     "x object": (lambda: gru()(np.zeros((5, 2, 3), dtype=object)), r"^x must be a floating-point array .*got dtype object"),
     "x complex": (lambda: gru()(np.zeros((5, 2, 3), dtype=complex)), r"^x must be a floating-point array .*got dtype complex128"),
     "x string": (lambda: gru()("abc"), r"^x must be a floating-point array"),
     "x ragged list": (lambda: gru()([[[1.0, 2.0, 3.0]], [[1.0, 2.0]]]), r"^x must be a floating-point array; got list"),
     "x list of bools": (lambda: gru()([[[True, False, True]]]), r"^x must be a floating-point array .*got dtype bool"),
-    "h0 int": (lambda: gru()(X, np.zeros((4, 2, 4), dtype=int)), r"^h0 must be a floating-point array .*got dtype int64"),
+    "h0 complex": (lambda: gru()(X, np.zeros((4, 2, 4), dtype=complex)), r"^h0 must be a floating-point array .*got dtype complex128"),
+    "x strings": (lambda: gru()(np.full((5, 2, 3), "1")), r"^x must be a floating-point array .*got dtype <U1"),
     "h0 bool": (lambda: gru()(X, np.zeros((4, 2, 4), dtype=bool)), r"^h0 must be a floating-point array .*got dtype bool"),
     "h0 object": (lambda: gru()(X, np.zeros((4, 2, 4), dtype=object)), r"^h0 must be a floating-point array .*got dtype object"),
     "lstm h0 not a pair": (lambda: lstm()(X, np.zeros((1, 2, 4))), r"^h0 must be None or a pair \(h0, c0\) for an LSTM; got ndarray"),
     "lstm h0 list": (lambda: lstm()(X, [np.zeros((1, 2, 4))] * 2), r"^h0 must be None or a pair \(h0, c0\) for an LSTM; got list"),
-    "lstm c0 int": (lambda: lstm()(X, (np.zeros((1, 2, 4)), np.zeros((1, 2, 4), dtype=int))), r"^c0 must be a floating-point array"),
+    "lstm c0 bool": (lambda: lstm()(X, (np.zeros((1, 2, 4)), np.zeros((1, 2, 4), dtype=bool))), r"^c0 must be a floating-point array"),
     "lengths float": (lambda: gru()(X, lengths=np.array([1.0, 2.0])), r"^lengths must be an integer array of shape \(N=2,\); got dtype float64"),
     "lengths bool": (lambda: gru()(X, lengths=np.array([True, False])), r"^lengths must be an integer array of shape \(N=2,\); got dtype bool"),
     "reset int": (lambda: gru()(X, reset=np.zeros((5, 2), dtype=int)), r"^reset must be a bool array; got dtype int64"),
@@ -107,10 +107,14 @@ def test_carried_state_with_another_batch_size_is_rejected_not_sliced(kind):
 
 
 def test_accepted_conversions():
-    """Documented leniency: Python lists of numbers and float16/float32 arrays are converted."""
+    """The one dtype rule: lists of numbers, integer arrays (promoted to float64) and float16/float32 arrays."""
     layer = make_layer("gru", 3, 4)
     out, _ = layer([[[1, 2, 3]]])
     assert out.dtype == np.float64 and out.shape == (1, 1, 4)
+    for ints in (np.array([[[1, 2, 3]]]), np.array([[[1, 2, 3]]], dtype=np.uint8), np.array([[[1, 2, 3]]], dtype=np.int32)):
+        np.testing.assert_array_equal(layer(ints)[0], out)  # an int64 array is promoted like a list of ints
+    h0 = np.ones((1, 1, 4), dtype=int)
+    np.testing.assert_array_equal(layer(ints, h0)[0], layer(ints, h0.astype(float))[0])
     out16, _ = layer(np.ones((1, 1, 3), dtype=np.float16))
     np.testing.assert_array_equal(out16, layer(np.ones((1, 1, 3)))[0])
 
@@ -173,7 +177,8 @@ CELL_ERRORS = {
                       r"^c must have shape \(N=2, H=4\); got \(1, 4\)"),
     "x NaN": (lambda: hs.GRUCell(3, 4)(np.full((2, 3), np.nan)), ValueError, r"^x must be finite; got 6 NaN or Inf"),
     "h Inf": (lambda: hs.GRUCell(3, 4)(np.zeros((2, 3)), np.full((2, 4), np.inf)), ValueError, r"^h must be finite; got 8 NaN or Inf"),
-    "x int": (lambda: hs.GRUCell(3, 4)(np.zeros((2, 3), dtype=int)), TypeError, r"^x must be a floating-point array .*got dtype int64"),
+    "x complex": (lambda: hs.GRUCell(3, 4)(np.zeros((2, 3), dtype=complex)), TypeError,
+                  r"^x must be a floating-point array .*got dtype complex128"),
     "h bool": (lambda: hs.RNNCell(3, 4)(np.zeros((2, 3)), np.zeros((2, 4), dtype=bool)), TypeError,
                r"^h must be a floating-point array .*got dtype bool"),
     "x object": (lambda: hs.LSTMCell(3, 4)(np.zeros((2, 3), dtype=object)), TypeError, r"^x must be a floating-point array .*got dtype object"),
@@ -202,7 +207,9 @@ def test_backward_gradient_shapes_are_checked():
     with pytest.raises(ValueError, match=r"^d_output must be finite"):
         g.backward(cache, np.full((5, 2, 8), np.nan))
     with pytest.raises(TypeError, match=r"^d_output must be a floating-point array"):
-        g.backward(cache, np.zeros((5, 2, 8), dtype=int))
+        g.backward(cache, np.zeros((5, 2, 8), dtype=bool))
+    np.testing.assert_array_equal(g.backward(cache, np.ones((5, 2, 8), dtype=int))[1],
+                                  g.backward(cache, np.ones((5, 2, 8)))[1])  # integers are promoted
     layer = lstm()
     _, _, cache = layer.forward(X)
     with pytest.raises(ValueError, match=r"^d_c_n must have the shape of the forward result; got \(2, 4\).*expected \(1, 2, 4\)"):
@@ -221,7 +228,7 @@ def test_load_state_dict_is_strict_and_atomic():
     bad["weight_hh_l1"] = np.zeros((3, 3))
     with pytest.raises(ValueError, match=r"^state_dict\['weight_hh_l1'\] must have shape \(12, 4\); got \(3, 3\)"):
         g.load_state_dict(bad)
-    bad["weight_hh_l1"] = np.zeros((12, 4), dtype=int)
+    bad["weight_hh_l1"] = np.zeros((12, 4), dtype=complex)
     with pytest.raises(TypeError, match=r"^state_dict\['weight_hh_l1'\] must be a floating-point array"):
         g.load_state_dict(bad)
     bad["weight_hh_l1"] = np.full((12, 4), np.nan)

@@ -1,15 +1,15 @@
-"""hiddenstate: the hidden state of RNN, GRU and LSTM as a first-class object.
+"""hiddenstate: the hidden state of RNN, GRU and LSTM (and of minGRU, minLSTM) as a first-class object.
 
 Create it (:func:`init_hidden`, :func:`initial_state`), update it (:mod:`hiddenstate.textbook`,
 the cells), carry it and train through it (:class:`RNN`, :class:`GRU`, :class:`LSTM` with exact
-BPTT), check gradients (:mod:`hiddenstate.gradcheck`) and look inside it
+BPTT; :class:`MinGRU`, :class:`MinLSTM` with a parallel scan), check gradients (:mod:`hiddenstate.gradcheck`) and look inside it
 (:mod:`hiddenstate.probe`, :mod:`hiddenstate.report`). ``import hiddenstate`` loads NumPy only;
 the names that need scipy, matplotlib or safetensors import them when first used.
 """
 
 from hiddenstate import functional, gradcheck, oldpaths, ragged, textbook
-from hiddenstate.cells import GRUCell, LSTMCell, RNNCell
-from hiddenstate.layers import GRU, LSTM, RNN, DirectionalState, reverse_padded
+from hiddenstate.cells import GRUCell, LSTMCell, MinGRUCell, MinLSTMCell, RNNCell
+from hiddenstate.layers import GRU, LSTM, RNN, DirectionalState, MinGRU, MinLSTM, reverse_padded
 from hiddenstate.lazy import attach
 from hiddenstate.probe.trace import trace
 from hiddenstate.ragged import last_valid, pad_sequences
@@ -47,6 +47,10 @@ __all__ = [
     "DirectionalState",
     "GRUCell",
     "LSTMCell",
+    "MinGRU",
+    "MinGRUCell",
+    "MinLSTM",
+    "MinLSTMCell",
     "RNNCell",
     "analyze_model",
     "build_report",

@@ -7,8 +7,10 @@ HTML report (:mod:`hiddenstate.report`). None of those packages imports this one
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,10 +18,13 @@ from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.report import build_report
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.history import read_history
-from hiddenstate.train.rundir import LOG_FILE, load, run_dir_of
+from hiddenstate.train.rundir import LOG_FILE, Trained, load, run_dir_of, training_text_path
 from hiddenstate.validation import generator, positive_int
 
-__all__ = ["inspect_checkpoint", "loss_history"]
+__all__ = ["InspectedText", "check_report_path", "inspect_checkpoint", "inspected_text", "loss_history"]
+
+_REPORT_MARK = "<footer>hiddenstate "  # every page of hiddenstate.report.build_report has it
+_MAX_REPORT_BYTES = 256 << 20
 
 
 def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
@@ -41,18 +46,153 @@ def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
     return read_history(pathlib.Path(os.fspath(run_dir)) / LOG_FILE)
 
 
+def check_report_path(out) -> pathlib.Path:
+    """Check, before any work, that a report may be written to ``out``.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The HTML file to write. It may be new, or a previous hiddenstate report (replaced); a
+        directory, a file of anything else, or a path under a file are refused.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+
+    Raises
+    ------
+    TypeError
+        ``out`` is not a path.
+    ValueError
+        ``out`` is a directory, an existing file that is not a hiddenstate report, or lies under a file.
+    """
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out must be a path; got {type(out).__name__}.")
+    path = pathlib.Path(os.fspath(out))
+    if path.is_dir():
+        raise ValueError(f"out must name an HTML file; got '{path}', which is a directory. Give a file name, "
+                         f"e.g. '{path / 'report.html'}'.")
+    if path.exists():
+        try:
+            small = path.is_file() and path.stat().st_size <= _MAX_REPORT_BYTES
+            ours = small and _REPORT_MARK in path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            ours = False
+        if not ours:
+            raise ValueError(f"out must be a new file or a previous hiddenstate report; got '{path}', which exists "
+                             "and is something else. Choose another file name (nothing was written).")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"out must lie in a directory; got '{path}', under '{parent}', which is a file.")
+            break
+    return path
+
+
+@dataclass
+class InspectedText:
+    """The text a report measures (see :func:`inspected_text`).
+
+    Attributes
+    ----------
+    text : str
+        At most ``n_chars`` characters, all in the model's vocabulary.
+    source : str
+        ``"validation text"`` or the file's name.
+    dropped : int
+        Characters outside the vocabulary left out of the stretch of text that ``text`` comes from.
+    unknown : str
+        The distinct characters dropped, sorted (at most 10).
+    """
+
+    text: str
+    source: str
+    dropped: int
+    unknown: str
+
+
+def inspected_text(trained: Trained, text_file=None, *, n_chars: int = 2000) -> InspectedText:
+    """The text :func:`inspect_checkpoint` runs the model on, and what it had to drop.
+
+    Parameters
+    ----------
+    trained : Trained
+        The loaded model (:func:`hiddenstate.train.load`).
+    text_file : str or os.PathLike, optional
+        A text of the user's; characters outside the vocabulary are dropped (and counted).
+        Default: the start of the run's validation text (the tail of its training corpus).
+    n_chars : int, default 2000
+        Characters kept.
+
+    Returns
+    -------
+    InspectedText
+
+    Raises
+    ------
+    FileNotFoundError, IsADirectoryError, ValueError
+        ``text_file`` unreadable; the run's training text not found from here or changed since
+        training; fewer than 20 characters of the vocabulary.
+    """
+    n_chars = positive_int("n_chars", n_chars)
+    cfg = trained.config
+    if text_file is not None:
+        raw = load_text(text_file, name="text")
+        source = pathlib.Path(text_file).name
+    else:
+        raw = _training_text(trained)
+        raw = raw[round(len(raw) * (1.0 - cfg.val_fraction)):]
+        nl = raw.find("\n")
+        raw = raw[nl + 1:] if 0 <= nl < 200 else raw  # start at a line
+        source = "validation text"
+    known = set(trained.vocab.chars)
+    kept, dropped, unknown = [], 0, set()
+    for ch in raw:
+        if ch in known:
+            kept.append(ch)
+            if len(kept) == n_chars:
+                break
+        else:
+            dropped += 1
+            unknown.add(ch)
+    text = "".join(kept)
+    if len(text) < 20:
+        raise ValueError(f"text must contain at least 20 characters of the model's vocabulary; got {len(text)}"
+                         f"{f' ({dropped} others dropped)' if dropped else ''}. Pass --text with a text in the "
+                         "training language.")
+    return InspectedText(text, source, dropped, "".join(sorted(unknown)[:10]))
+
+
+def _training_text(trained: Trained) -> str:
+    """The run's training text, found from here and checked against the checkpoint's SHA-256."""
+    cfg = trained.config
+    path = training_text_path(cfg, trained.run_dir)
+    if path is not None and not os.path.isabs(path) and not os.path.exists(path):
+        raise FileNotFoundError(f"the run's training text '{path}' was recorded relative to the folder it was trained "
+                                "in, and is not found from here. Run inspect from that folder, or pass --text FILE.")
+    text = load_text(path, name="the run's training text")
+    expected = trained.snapshot.text.get("sha256") if isinstance(trained.snapshot.text, dict) else None
+    if expected and hashlib.sha256(text.encode("utf-8")).hexdigest() != expected:
+        raise ValueError(f"the run's training text '{path}' has changed since training (its SHA-256 differs), so its "
+                         "validation text is not the one the run held out. Pass --text FILE to choose a text.")
+    return text
+
+
 def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
                        rng: np.random.Generator | None = None) -> pathlib.Path:
     """Analyse a trained character model and write its HTML report (``hiddenstate inspect``).
 
     Parameters
     ----------
-    checkpoint : str or os.PathLike
-        A run directory of :func:`hiddenstate.train.train` or its ``checkpoint/`` subdirectory.
+    checkpoint : str, os.PathLike or Trained
+        A run directory of :func:`hiddenstate.train.train` or its ``checkpoint/`` subdirectory, or
+        the model loaded from one.
     out : str or os.PathLike, default "report.html"
-        The HTML file to write.
+        The HTML file to write: new, or a previous report (checked first, :func:`check_report_path`).
     text_file : str or os.PathLike, optional
-        Text to run the model on; characters outside the model's vocabulary are dropped.
+        Text to run the model on; characters outside the model's vocabulary are dropped, and the
+        report's subtitle says how many (:func:`inspected_text`).
         Default: the start of the run's validation text (the tail of its training corpus).
     n_chars : int, default 2000
         Characters of text analysed (one sequence; all of them appear in the coloured view).
@@ -70,43 +210,37 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
         From :func:`hiddenstate.train.load` when there is no checkpoint at ``checkpoint``.
     ValueError
         From :func:`hiddenstate.train.load` for an invalid checkpoint; when the text has fewer than
-        20 characters of the model's vocabulary; when ``n_chars`` is not positive.
+        20 characters of the model's vocabulary; when ``n_chars`` is not positive; when ``out``
+        may not be written (:func:`check_report_path`).
     TypeError
         When ``n_chars`` is not an integer or ``rng`` not a :class:`numpy.random.Generator`.
     """
     n_chars = positive_int("n_chars", n_chars)
     rng = np.random.default_rng(0) if rng is None else generator(rng)
-    trained = load(checkpoint)
+    out = check_report_path(out)
+    trained = checkpoint if isinstance(checkpoint, Trained) else load(checkpoint)
     model, vocab, cfg = trained.model, trained.vocab, trained.config
-    if text_file is not None:
-        raw = load_text(text_file)
-        source = pathlib.Path(text_file).name
-    else:
-        corpus = load_text(cfg.data)
-        raw = corpus[round(len(corpus) * (1.0 - cfg.val_fraction)):]
-        nl = raw.find("\n")
-        raw = raw[nl + 1:] if 0 <= nl < 200 else raw  # start at a line
-        source = "validation text"
+    measured = inspected_text(trained, text_file, n_chars=n_chars)
+    text, source = measured.text, measured.source
     known = set(vocab.chars)
-    text = "".join(ch for ch in raw if ch in known)[:n_chars]
-    if len(text) < 20:
-        raise ValueError(f"text must contain at least 20 characters of the model's vocabulary; got {len(text)}. "
-                         "Pass --text with a text in the training language.")
     ids = vocab.encode(text)  # (T,)
     x = model.embed(ids[:, None])  # (T, 1, I)
     space = vocab.encode(" ")[0] if " " in known else None
     fp_input = None if space is None else np.asarray(model.embed(np.array([[space]]))[0, 0], dtype=np.float64)
-    run_dir = run_dir_of(trained.path) if trained.path is not None else pathlib.Path(checkpoint)
+    run_dir = None if trained.path is None else run_dir_of(trained.path)
     meta = {"training steps": trained.step}
+    if measured.dropped:
+        meta["characters dropped"] = f"{measured.dropped:,} outside the vocabulary"
     if trained.val_loss is not None:
         meta["val loss (nats/char)"] = float(trained.val_loss)
     if cfg.ema is not None:
         meta["weights"] = f"moving average, decay {cfg.ema:g}"
-    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=loss_history(run_dir),
+    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=None if run_dir is None else loss_history(run_dir),
                        fixed_point_input=fp_input, rng=rng, title_meta=meta)
     data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
     layers = f"{model.num_layers} × {model.hidden_size}" if model.num_layers > 1 else f"{model.hidden_size}"
+    dropped = (f" ({measured.dropped:,} characters outside the vocabulary dropped)" if measured.dropped else "")
     subtitle = (f"Character-level {model.cell.upper()} ({layers} units) trained {trained.step:,} steps on {data}; "
-                f"measured on {len(text):,} characters of {source}"
+                f"measured on {len(text):,} characters of {source}{dropped}"
                 + ("; fixed points with the input held at ' '." if space is not None else "."))
     return build_report(out, an, title="Inside the hidden state", subtitle=subtitle, max_chars=len(text))

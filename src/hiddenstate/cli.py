@@ -2,9 +2,12 @@
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
-empty file, a directory given as a file, a prime with unknown characters, a bad flag value) are
-one line on stderr, ``hiddenstate: error: ...``, and exit status 2, like argparse's own usage
-errors; nothing prints a traceback for them (set ``HIDDENSTATE_DEBUG=1`` to see one).
+empty file, a directory given as a file, a prime with unknown characters, a bad flag value, an
+``--out`` that holds a run or other files) are one line on stderr, ``hiddenstate: error: ...``,
+naming the flag, and exit status 2, like argparse's own usage errors. A run that fails (it
+diverged, the disk is full, memory ran out) is one line too, with status 1. Nothing prints a
+traceback (set ``HIDDENSTATE_DEBUG=1`` to see one); warnings are one line each. SIGINT and
+SIGTERM during ``train`` save the current step and exit 130 / 143.
 
 Examples
 --------
@@ -19,8 +22,10 @@ Examples
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
+import warnings
 from pathlib import Path
 
 __all__ = ["main"]
@@ -104,8 +109,11 @@ def _build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--dtype", choices=DTYPES, help="default float32 (about twice as fast as float64)")
     tr.add_argument("--out", metavar="DIR", help="run directory: checkpoint/, log.jsonl, loss.png")
     tr.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR (a run or checkpoint directory)")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="replace a previous run in --out (its checkpoint, log and plot; never other files)")
     tr.add_argument("--preset", choices=tuple(PRESETS),
-                    help="named configuration: demo (the defaults, at most 3 minutes) or long (see README)")
+                    help="named configuration: demo (the defaults, at most 3 minutes), long, mingru (minGRU blocks, "
+                         "at most 3 minutes) or mingru-long (see README)")
     _config_flag(tr, "max_minutes", float, metavar="M",
                  help="wall-clock limit: stop (with a last evaluation and checkpoint) when reached")
     _config_flag(tr, "eval_every", int, metavar="K", help="steps between validation passes")
@@ -133,7 +141,9 @@ def _build_parser() -> argparse.ArgumentParser:
     de = sub.add_parser("demo", help="train the default model on Shakespeare and sample from it",
                         description="Train with the demo preset on the embedded Shakespeare, print a sample "
                                     "and the final validation loss.")
-    de.add_argument("--out", default=_DEMO_OUT, metavar="DIR", help=f"run directory (default {_DEMO_OUT})")
+    de.add_argument("--out", default=_DEMO_OUT, metavar="DIR",
+                    help=f"run directory (default {_DEMO_OUT}; a previous demo run there is replaced)")
+    de.add_argument("--overwrite", action="store_true", help="replace a previous run of any configuration in --out")
     _config_flag(de, "steps", int, metavar="S", help="override the preset's steps")
     _config_flag(de, "max_minutes", float, metavar="M", help="override the preset's time limit")
     de.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -160,7 +170,9 @@ def _print_result(result) -> None:
     if result.plot is not None:
         print(f"loss curve: {result.plot}")
     if result.stopped != "steps":
-        print(f"stopped early ({result.stopped}) at step {result.step} of {result.config.steps}")
+        more = (f"; continue with `{PROG} train --resume {result.out}` (a new --max-minutes budget)"
+                if result.stopped == "time" else "")
+        print(f"stopped early ({result.stopped}) at step {result.step} of {result.config.steps}{more}")
     print(f"validation loss: {result.val_loss:.4f} nats/char ({result.val_bpc:.4f} bits/char, "
           f"perplexity {result.val_ppl:.2f}) after {result.step} steps, {result.seconds:.0f} s")
 
@@ -176,22 +188,37 @@ def _cmd_train(args) -> int:
     if args.resume is not None:
         if args.preset is not None:
             raise _UsageError("--preset cannot be combined with --resume: a resumed run keeps its configuration.")
-        result = _train.train(given, resume=args.resume, progress=not args.quiet)
+        result = _train.train(given, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet)
     else:
         config = dict(_train.PRESETS[args.preset]) if args.preset else {}  # no preset: no time limit
         config.update(given)
-        result = _train.train(config, progress=not args.quiet)
+        result = _train.train(config, overwrite=args.overwrite, progress=not args.quiet)
     _print_result(result)
     return 0
 
 
 def _cmd_sample(args) -> int:
     from hiddenstate import train as _train
+    from hiddenstate.resources import check_memory
+    from hiddenstate.train.guards import sampling_memory
 
-    text = _train.sample(args.checkpoint, prime=args.prime, length=args.length,
-                         temperature=args.temperature, seed=args.seed)
+    trained = _train.load(args.checkpoint)
+    check_memory(f"--length {args.length}", sampling_memory(trained.model, args.length, len(args.prime or "\n")),
+                 "Use a smaller --length.")
+    text = _train.sample(trained, prime=args.prime, length=args.length, temperature=args.temperature, seed=args.seed)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def _is_demo_run(state) -> bool:
+    """A previous run of ``hiddenstate demo``: the demo preset's configuration (steps and limits aside)."""
+    from hiddenstate.train import PRESETS, TrainConfig
+
+    if state.kind != "run" or not isinstance(state.config, dict):
+        return False
+    demo = TrainConfig(**PRESETS["demo"]).to_dict()
+    free = {"steps", "max_minutes", "out", "eval_every", "save_every"}
+    return all(state.config.get(k) == v for k, v in demo.items() if k not in free)
 
 
 def _cmd_demo(args) -> int:
@@ -203,7 +230,10 @@ def _cmd_demo(args) -> int:
         config["steps"] = args.steps
     if args.max_minutes is not None:
         config["max_minutes"] = args.max_minutes
-    result = _train.train(config, progress=not args.quiet)
+    from hiddenstate.train.ownership import describe
+
+    overwrite = args.overwrite or _is_demo_run(describe(args.out))  # the demo replaces its own previous run
+    result = _train.train(config, overwrite=overwrite, progress=not args.quiet)
     prime = _DEMO_PRIME if set(_DEMO_PRIME) <= set(result.vocab.chars) else None
     print()
     print("--- sample (temperature 0.8, seed 0) ---")
@@ -227,20 +257,21 @@ def _cmd_reproduce(args) -> int:
 
 def _cmd_inspect(args) -> int:
     from hiddenstate import train as _train
-
-    ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
-    if args.text is not None:
-        _check_text_file(args.text)
-    from hiddenstate.app import inspect_checkpoint
-
-    print(f"report: {inspect_checkpoint(ckpt, args.out, text_file=args.text)}")
-    return 0
-
-
-def _check_text_file(path) -> None:
+    from hiddenstate.app import check_report_path, inspect_checkpoint, inspected_text
     from hiddenstate.train.corpus import load_text
 
-    load_text(path)
+    ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
+    check_report_path(args.out)  # before the work, not after it
+    if args.text is not None:
+        load_text(args.text, name="--text")
+    trained = _train.load(ckpt)
+    measured = inspected_text(trained, args.text)
+    if measured.dropped:
+        shown = ", ".join(repr(c) for c in measured.unknown)
+        print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
+              f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
+    print(f"report: {inspect_checkpoint(trained, args.out, text_file=args.text)}")
+    return 0
 
 
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
@@ -252,6 +283,66 @@ def _one_line(error: BaseException) -> str:
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
         text = f"{error.strerror}: '{error.filename}'"
     return " ".join(text.split())
+
+
+#: The API's names of what a command's flags set: a message ``"<name> must ..."`` names the flag.
+_TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", "batch_size", "lr", "clip", "seed",
+                "max_minutes", "eval_every", "save_every", "dropout", "weight_drop", "ema", "embedding_dim",
+                "overwrite", "cell", "dtype")
+_FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed"),
+               "inspect": ("text", "out"), "reproduce": ("out", "seed")}
+
+
+def _flagged(text: str, command: str) -> str:
+    """``text`` with a leading API name (``"prime must ..."``) replaced by the flag the user typed."""
+    for name in _FLAG_NAMES.get(command, ()):
+        if text.startswith(f"{name} must ") or text.startswith(f"{name}["):
+            return "--" + name.replace("_", "-") + text[len(name):]
+    return text
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings on one line each, like the errors."""
+    print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def _report(error: BaseException, command: str) -> int:
+    """One line on stderr for an error that ends a command; returns the exit status."""
+    from hiddenstate.train.guards import RunWriteError, TrainingDiverged
+
+    if isinstance(error, MemoryError):
+        print(f"{PROG}: error: out of memory ({_one_line(error)}). Ask for less (a smaller model, --length, "
+              "--batch-size), or close other programs.", file=sys.stderr)
+        return 1
+    if isinstance(error, RecursionError):
+        print(f"{PROG}: error: an input nests too deeply to be read ({_one_line(error)}).", file=sys.stderr)
+        return 2
+    if isinstance(error, KeyError):
+        print(f"{PROG}: error: a required entry is missing: {_one_line(error)} (an edited or foreign file?).",
+              file=sys.stderr)
+        return 2
+    known = (_UsageError, ValueError, TypeError, OSError, FloatingPointError)
+    if not isinstance(error, known):
+        print(f"{PROG}: internal error: {type(error).__name__}: {_one_line(error)} (set HIDDENSTATE_DEBUG=1 to "
+              "see the traceback, and please report it)", file=sys.stderr)
+        return 1
+    print(f"{PROG}: error: {_flagged(_one_line(error), command)}", file=sys.stderr)
+    full_disk = isinstance(error, OSError) and error.errno == errno.ENOSPC
+    return 1 if isinstance(error, (TrainingDiverged, RunWriteError)) or full_disk else 2
+
+
+def _interrupted(error: KeyboardInterrupt) -> int:
+    """The message and exit status of an interrupted command (true about what was saved)."""
+    from hiddenstate.train.guards import TrainingInterrupted
+
+    if not isinstance(error, TrainingInterrupted):
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    run = error.checkpoint.parent
+    again = (f"; continue with `{PROG} train --resume {run}`" if error.step is not None
+             else "; nothing was left behind, so the same command starts it again")
+    print(f"{PROG}: {error.describe()}{again}", file=sys.stderr)
+    return error.exit_status
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -287,22 +378,25 @@ def main(argv=None) -> int:
     Returns
     -------
     int
-        The exit status: 0 done, 2 a user error (one line on stderr), 130 interrupted. argparse's
-        own usage errors and ``--help`` exit (SystemExit, status 2 and 0) instead of returning.
+        The exit status: 0 done; 2 a user error (one line on stderr); 1 a run that failed (it
+        diverged, the disk is full, memory ran out) or an internal error; 130 interrupted by SIGINT
+        and 143 by SIGTERM (``train`` saves the step it was in first). argparse's own usage errors
+        and ``--help`` exit (SystemExit, status 2 and 0) instead of returning.
     """
     parser = _build_parser()
     args = parser.parse_args(argv)  # exits with status 2 on unknown flags or bad values
     try:
-        with _blas_threads():
-            return _COMMANDS[args.command](args)
-    except (_UsageError, ValueError, TypeError, OSError, FloatingPointError) as error:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", UserWarning)  # shown, once each, on one line
+            warnings.showwarning = _show_warning
+            with _blas_threads():
+                return _COMMANDS[args.command](args)
+    except KeyboardInterrupt as error:
+        return _interrupted(error)
+    except Exception as error:  # a user error is one line, never a traceback
         if os.environ.get("HIDDENSTATE_DEBUG"):
             raise
-        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the last checkpoint is intact (continue with --resume)", file=sys.stderr)
-        return 130
+        return _report(error, args.command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,16 @@
 """Numerically stable activations, softmax and cross-entropy, with their derivatives.
 
-Every function here is elementwise or row-wise NumPy and never overflows: the logistic
-sigmoid is computed as ``0.5 * tanh(0.5 * x) + 0.5`` (exact identity, no ``exp`` of a large
-argument), softmax subtracts the row maximum before exponentiating.
+Every function here is elementwise or row-wise NumPy and never overflows. Two logistic sigmoids:
+
+* :func:`sigmoid`, the public one (and so :func:`hiddenstate.textbook.update_gate` and
+  :func:`~hiddenstate.textbook.reset_gate`): accurate to a few ulps in *relative* terms over the
+  whole range, from ``exp(-|x|)`` (``sigmoid(-50) = 1.93e-22``, not 0);
+* :func:`sigmoid_tanh`, the kernels' fast form ``0.5 * tanh(0.5 * x) + 0.5`` (an exact identity,
+  one ``tanh``, in place): accurate in *absolute* terms (about 1e-16), which is what a gate that
+  multiplies a state needs, but it loses the relative accuracy of tiny values (``sigmoid_tanh(-40)``
+  is 0). The scan kernels of :mod:`hiddenstate.cells` use this form, so the layers match torch.
+
+Softmax subtracts the row maximum before exponentiating.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "FloatGuard",
     "cross_entropy",
     "dsigmoid_from_output",
     "dtanh_from_output",
@@ -17,13 +26,22 @@ __all__ = [
     "log_softmax",
     "relu",
     "sigmoid",
+    "sigmoid_tanh",
     "softmax",
     "tanh",
 ]
 
 
 def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Logistic sigmoid ``1 / (1 + exp(-x))``, computed without overflow.
+    """Logistic sigmoid ``1 / (1 + exp(-x))``, accurate to a few ulps over the whole range, without overflow.
+
+    With ``e = exp(-|x|)`` (in (0, 1], so it never overflows): ``1 / (1 + e)`` for ``x >= 0`` and
+    ``e / (1 + e)`` for ``x < 0``. Every operation is within half an ulp or one ulp, so the
+    result has a relative error of at most about 3 ulps for every input, including the tiny
+    values of very negative ``x`` (``sigmoid(-50) = 1.9287e-22``; the tanh form
+    :func:`sigmoid_tanh` returns 0 there). Results below the smallest normal number
+    (``x < -708`` in float64) are subnormal; below the smallest subnormal (``x < -744.44``) they
+    are 0 (an error of less than one ulp of the subnormal range).
 
     Parameters
     ----------
@@ -35,8 +53,42 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     Returns
     -------
     ndarray, same shape and dtype as ``x``
-        Values in [0, 1]. Uses the identity ``sigmoid(x) = (1 + tanh(x / 2)) / 2``, which is
-        finite for every finite or infinite input.
+        Values in [0, 1]; NaN where ``x`` is NaN.
+    """
+    x = np.asarray(x)
+    with np.errstate(under="ignore", invalid="ignore"):  # exp(-|x|) underflows to 0 for |x| > 745: exact enough
+        e = np.exp(-np.abs(x))  # (0, 1]
+        # x < 0: e / (1 + e), rounded to 0 where the exact value is below the smallest subnormal
+        # (less than one ulp of error; NaN compares False and stays NaN through 1 / NaN)
+        num = np.where(x < 0, np.where(x < _FLUSH.get(e.dtype, -np.inf), 0, e), 1)
+        return np.divide(num, 1 + e, out=out)
+
+
+#: ln(smallest subnormal) of each dtype: below it the exact sigmoid rounds to 0 rather than to the smallest subnormal
+_FLUSH = {np.dtype(t): float(np.log(np.finfo(t).smallest_subnormal)) for t in (np.float64, np.float32)}
+
+
+def sigmoid_tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The kernels' fast sigmoid ``0.5 * tanh(0.5 * x) + 0.5``: absolute accuracy, in place, one ``tanh``.
+
+    An exact identity, computed with one ``tanh`` and three in-place operations (what the scan
+    kernels of :mod:`hiddenstate.cells` use, and what keeps them equal to torch's to 1e-10 and
+    better). Its *absolute* error is about one ulp of 1 (1.1e-16 in float64), so a gate in [0, 1]
+    that scales a state is exact enough; its *relative* error grows for very negative ``x``
+    (``sigmoid_tanh(-20)`` is off in the 9th digit, ``sigmoid_tanh(-40)`` is 0). For tiny
+    probabilities use :func:`sigmoid`.
+
+    Parameters
+    ----------
+    x : ndarray of any shape, floating dtype
+        Pre-activation.
+    out : ndarray, optional
+        Where to write the result (may be ``x`` itself).
+
+    Returns
+    -------
+    ndarray, same shape and dtype as ``x``
+        Values in [0, 1], finite for every finite or infinite input.
     """
     out = np.multiply(x, 0.5, out=out)
     np.tanh(out, out=out)
@@ -224,3 +276,60 @@ def gru_blend(z: np.ndarray, h_prev: np.ndarray, n: np.ndarray, out: np.ndarray 
     d = h_prev - n
     d *= z
     return np.add(n, d, out=out)
+
+
+class FloatGuard:
+    """``with FloatGuard() as guard:`` NumPy code with underflow ignored and overflow/invalid noted, not raised.
+
+    Gradients and gates may underflow to 0 (exact enough). An overflow or an invalid operation
+    (``inf - inf``) is recorded in :attr:`tripped` instead of raising or warning, whatever
+    ``numpy.seterr`` says: a saturated result such as ``tanh(inf) = 1`` is the exact limit and
+    is returned, while :meth:`check` turns a result that is left non-finite into one clear
+    ``ValueError``. In the normal case (nothing tripped) :meth:`check` costs nothing.
+
+    Attributes
+    ----------
+    tripped : bool
+        An overflow or invalid operation happened inside the block.
+    """
+
+    def __init__(self):
+        self.tripped = False
+        self._state = np.errstate(under="ignore", over="call", invalid="call", call=self._note)
+
+    def _note(self, err, flag):
+        self.tripped = True
+
+    def __enter__(self) -> FloatGuard:
+        """Enter the guarded block."""
+        self._state.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Leave it (exceptions propagate)."""
+        self._state.__exit__(*exc)
+
+    def check(self, what: str, arrays, hint: str) -> None:
+        """Raise ValueError if the block overflowed and left a result non-finite.
+
+        Parameters
+        ----------
+        what : str
+            What overflowed, for the message (``"the forward pass"``).
+        arrays : iterable of (str, ndarray or None)
+            The results by name; None entries are skipped.
+        hint : str
+            How to fix it, appended to the message.
+
+        Raises
+        ------
+        ValueError
+            ``tripped`` and some result has NaN or Inf.
+        """
+        if not self.tripped:
+            return
+        for name, a in arrays:
+            if a is not None and not np.isfinite(a).all():
+                bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+                raise ValueError(f"{what} must stay within the float range; got {bad} NaN or Inf value(s) in {name} "
+                                 f"after an overflow. {hint}")

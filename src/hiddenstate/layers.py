@@ -1,4 +1,4 @@
-"""Sequence layers :class:`RNN`, :class:`GRU` and :class:`LSTM`: unroll, stack, both directions, exact BPTT.
+"""Sequence layers :class:`RNN`, :class:`GRU`, :class:`LSTM`, :class:`MinGRU`, :class:`MinLSTM`: unroll, stack, both directions, exact BPTT.
 
 The layers follow ``torch.nn.RNN/GRU/LSTM``: same constructor names, same parameter names and
 layouts (``weight_ih_l{k}`` (G*H, I_k), ``weight_hh_l{k}`` (G*H, H), ``bias_ih_l{k}``,
@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells import gru, lstm, rnn
+from hiddenstate.cells import gru, lstm, mingru, minlstm, rnn
 from hiddenstate.prepared import DirectionalState
 from hiddenstate.ragged import reverse_padded
 from hiddenstate.recurrent import RecurrentLayer
-from hiddenstate.validation import boolean
+from hiddenstate.validation import boolean, choice
 
 __all__ = ["BY_KIND", "GRU", "LSTM", "RNN", "DirectionalState", "reverse_padded"]
 
@@ -385,5 +385,121 @@ class LSTM(RecurrentLayer):
     kind = lstm.KIND
 
 
+class _LinearRecurrence(RecurrentLayer):
+    """The constructor shared by :class:`MinGRU` and :class:`MinLSTM` (no recurrent weights)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, *, log_space=False, scan="parallel", bias=True,
+                 batch_first=False, bidirectional=False, dropout=0.0, learn_h0=False, dtype=np.float64, rng=None):
+        self.log_space = boolean("log_space", log_space)
+        self.scan = choice("scan", scan, mingru.SCANS)
+        super().__init__(input_size, hidden_size, num_layers, bias=bias, batch_first=batch_first,
+                         bidirectional=bidirectional, dropout=dropout, learn_h0=learn_h0, dtype=dtype, rng=rng)
+
+
+_MIN_PARAMETERS = """
+    Parameters
+    ----------
+    input_size : int
+        I, features of each input vector (layer k > 0 reads I_k = D*H).
+    hidden_size : int
+        H, hidden units per layer and direction.
+    num_layers : int, default 1
+        L, stacked layers; layer k > 0 reads layer k-1's output (D*H features).
+    log_space : bool, default False
+        The paper's log-space form (App. B.3): candidate ``g(W_h x + b_h)`` with
+        ``g(p) = p + 1/2`` (p >= 0) or ``sigmoid(p)``, always positive, and a parallel scan of
+        log pairs. False: the plain form ``h~ = W_h x + b_h``.
+    scan : {"parallel", "sequential"}, default "parallel"
+        ``"parallel"``: a chunked scan over time (no Python loop over the steps of a chunk);
+        ``"sequential"``: the per-step loop (the streaming reference). Same results to rounding.
+    bias : bool, default True
+        Whether ``bias_ih_l{k}`` exists.
+    batch_first : bool, default False
+        Input and output as (N, T, features) instead of (T, N, features).
+    bidirectional : bool, default False
+        D = 2: a second direction (suffix ``_reverse``) reads each sequence backwards.
+    dropout : float in [0, 1), default 0
+        Inverted dropout on every layer's output except the last, in ``forward(training=True)``.
+    learn_h0 : bool, default False
+        Add a trainable initial state ``params["h0"]`` (L*D, H), initialised to zeros.
+    dtype : {float64, float32}, default float64
+        Dtype of the parameters and of every result.
+    rng : numpy.random.Generator, optional
+        Draws the initial weights from U(-1/sqrt(H), 1/sqrt(H)) and the dropout masks.
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        ``weight_ih_l{k}`` (G*H, I_k) and ``bias_ih_l{k}`` (G*H,) (``_reverse`` for the backward
+        direction), ``h0`` with ``learn_h0``; no ``weight_hh``/``bias_hh``: the gates read the
+        input only.
+    kind : CellKind
+        The class attribute naming the kernels (``CellKind.recurrent`` is False).
+    log_space, scan : bool, str
+        The options above.
+
+    Raises
+    ------
+    TypeError
+        A size that is not an integer, a flag that is not a bool, a dtype other than
+        float32/float64, an ``rng`` that is not a ``numpy.random.Generator``.
+    ValueError
+        A size that is not positive, ``dropout`` outside [0, 1), an unknown ``scan``.
+
+    Notes
+    -----
+    Inputs, outputs, ``lengths``, ``reset``, ``learn_h0`` and ``backward`` are those of
+    :class:`GRU` (see :meth:`forward`). Feng, Tung, Ahmed, Bengio and Hajimirsadeghi (2024),
+    "Were RNNs all we needed?", arXiv:2410.01201.
+"""
+
+
+class MinGRU(_LinearRecurrence):
+    __doc__ = """Multi-layer minGRU (Feng et al. 2024): a GRU whose gate and candidate read the input only.
+
+    Every layer and direction runs, with ``weight_ih`` = [W_z; W_h] (row blocks z, h; G = 2)::
+
+        z_t  = sigmoid(W_z x_t + b_z)          the paper's z: weights the candidate
+        h~_t = W_h x_t + b_h                   (log_space: g(W_h x_t + b_h))
+        h_t  = (1 - z_t) * h_{t-1} + z_t * h~_t
+
+    that is ``hidden_state_update(keep, h_{t-1}, h~)`` with the keep gate ``keep = 1 - z`` (the
+    seeds' z), a linear recurrence computed by a scan (:mod:`hiddenstate.cells.mingru`).
+    """ + _MIN_PARAMETERS + """
+    Examples
+    --------
+    >>> layer = MinGRU(10, 20, 2, rng=np.random.default_rng(0))
+    >>> out, h_n = layer(np.ones((5, 3, 10)))
+    >>> out.shape, h_n.shape
+    ((5, 3, 20), (2, 3, 20))
+    """
+
+    kind = mingru.KIND
+
+
+class MinLSTM(_LinearRecurrence):
+    __doc__ = """Multi-layer minLSTM (Feng et al. 2024): normalised forget and input gates from the input only.
+
+    Every layer and direction runs, with ``weight_ih`` = [W_f; W_i; W_h] (row blocks f, i, h; G = 3)::
+
+        f_t, i_t = sigmoid(W_f x_t + b_f), sigmoid(W_i x_t + b_i)
+        f'_t = f_t / (f_t + i_t)               the keep gate; i'_t = 1 - f'_t
+        h~_t = W_h x_t + b_h                   (log_space: g(W_h x_t + b_h))
+        h_t  = f'_t * h_{t-1} + i'_t * h~_t
+
+    a linear recurrence computed by a scan (:mod:`hiddenstate.cells.minlstm`). The state is
+    ``h`` alone.
+    """ + _MIN_PARAMETERS + """
+    Examples
+    --------
+    >>> layer = MinLSTM(10, 20, bidirectional=True, rng=np.random.default_rng(0))
+    >>> out, h_n = layer(np.ones((5, 3, 10)))
+    >>> out.shape, h_n.shape
+    ((5, 3, 40), (2, 3, 20))
+    """
+
+    kind = minlstm.KIND
+
+
 #: The sequence layer of every cell kind, by the kind's name (a new kind adds its layer here).
-BY_KIND = {cls.kind.name: cls for cls in (RNN, GRU, LSTM)}
+BY_KIND = {cls.kind.name: cls for cls in (RNN, GRU, LSTM, MinGRU, MinLSTM)}

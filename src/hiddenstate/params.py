@@ -1,4 +1,4 @@
-"""Parameters in torch's layout: their initialisation and loading a state dict into them in place."""
+"""Parameters in torch's layout: their initialisation, their expected shapes, the check at every forward, loading in place."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from hiddenstate.validation import float_array, shape_str
 
-__all__ = ["load_into", "uniform_init"]
+__all__ = ["check_params", "load_into", "param_shapes", "uniform_init"]
 
 
 def uniform_init(rng: np.random.Generator, shape, hidden_size: int, dtype) -> np.ndarray:
@@ -65,3 +65,104 @@ def load_into(params: dict, state, owner: str) -> None:
         new[k] = float_array(f"state_dict[{k!r}]", a, dtype=v.dtype)
     for k, a in new.items():
         np.copyto(params[k], a)
+
+
+def param_shapes(num_gates: int, hidden_size: int, widths: dict, *, bias: bool, recurrent: bool,
+                 states: tuple = (), num_states: int = 0) -> dict:
+    """The shape of every parameter of a cell or layer, with the same shape spelled in symbols.
+
+    Parameters
+    ----------
+    num_gates : int
+        G.
+    hidden_size : int
+        H.
+    widths : dict of str to int
+        The input width of each parameter-name suffix (``{"": I}`` for a cell,
+        ``{"_l0": I, "_l0_reverse": I, "_l1": D*H, ...}`` for a layer).
+    bias : bool
+        Whether ``bias_ih`` (and ``bias_hh``) exist.
+    recurrent : bool
+        Whether ``weight_hh`` (and ``bias_hh``) exist.
+    states : tuple of str, default ()
+        Learned initial states (``("h0",)``, ``("h0", "c0")``), each (L*D, H).
+    num_states : int, default 0
+        L*D, the rows of each learned initial state.
+
+    Returns
+    -------
+    dict of str to (tuple of int, str)
+        Key -> ``(shape, legend)``, e.g. ``"weight_ih_l0" -> ((9, 3), "(G*H=9, I_0=3)")``, in the
+        order the constructors create the parameters.
+    """
+    GH, H = num_gates * hidden_size, hidden_size
+    out = {}
+    for sfx, width in widths.items():
+        sym = "I" if not sfx else ("I_" + sfx.split("_")[1][1:])
+        out["weight_ih" + sfx] = ((GH, width), f"(G*H={GH}, {sym}={width})")
+        if recurrent:
+            out["weight_hh" + sfx] = ((GH, H), f"(G*H={GH}, H={H})")
+        if bias:
+            out["bias_ih" + sfx] = ((GH,), f"(G*H={GH},)")
+            if recurrent:
+                out["bias_hh" + sfx] = ((GH,), f"(G*H={GH},)")
+    for name in states:
+        out[name] = ((num_states, H), f"(L*D={num_states}, H={H})")
+    return out
+
+
+def check_params(params, shapes: dict, dtype, owner: str) -> None:
+    """Check a cell's or layer's parameters before a forward pass: keys, types, dtypes, shapes, finiteness.
+
+    ``params`` is a public, mutable dict: a value set by hand (``params["weight_hh_l0"] = ...``)
+    or a diverged update must fail here, with the parameter's name, not deep inside a kernel or
+    as a silently wrong result. The cost is one pass over the parameters (``numpy.isfinite``),
+    O(G*H*(I+H)) per forward, small next to the scan's O(T*N*G*H*(I+H)).
+
+    Parameters
+    ----------
+    params : dict of str to ndarray
+        The parameters to check.
+    shapes : dict of str to (tuple of int, str)
+        From :func:`param_shapes`: the expected shape and its legend for every key.
+    dtype : numpy.dtype
+        The owner's dtype; every parameter must have exactly it (no silent cast per call).
+    owner : str
+        Name of the owner for messages (e.g. ``"GRU"``).
+
+    Raises
+    ------
+    TypeError
+        ``params`` is not a dict, a value is not an ndarray or has another dtype.
+    ValueError
+        A key is missing or unexpected, a shape differs, a value is NaN or Inf.
+    """
+    if not isinstance(params, dict):
+        raise TypeError(f"{owner}.params must be a dict of parameter names to arrays; got {type(params).__name__}. "
+                        f"Change parameters in place or with load_state_dict.")
+    if params.keys() != shapes.keys():
+        missing = [k for k in shapes if k not in params]
+        extra = sorted(k for k in params if k not in shapes)
+        raise ValueError(f"{owner}.params must hold exactly the keys {list(shapes)}; got missing {missing}, "
+                         f"unexpected {extra}. Change parameters in place or with load_state_dict.")
+    for key, (shape, legend) in shapes.items():
+        v = params[key]
+        if type(v) is not np.ndarray or v.dtype != dtype or v.shape != shape:
+            _bad_param(key, v, shape, legend, dtype)
+        if not np.isfinite(v).all():
+            bad = int(v.size - np.count_nonzero(np.isfinite(v)))
+            raise ValueError(f"params[{key!r}] must be finite; got {bad} NaN or Inf value(s). A value set by hand or "
+                             f"a diverged update: reload the parameters (load_state_dict) or lower the learning rate.")
+
+
+def _bad_param(key, v, shape, legend, dtype):
+    """Raise the error that says why ``params[key]`` does not fit (the slow path of :func:`check_params`)."""
+    if not isinstance(v, np.ndarray):
+        raise TypeError(f"params[{key!r}] must be an ndarray of shape {legend} and dtype {dtype}; got "
+                        f"{type(v).__name__}. Assign into the array (params[{key!r}][...] = value) instead of "
+                        f"replacing it.")
+    if v.dtype != dtype:
+        raise TypeError(f"params[{key!r}] must have dtype {dtype} (the owner's dtype); got {v.dtype}. Assign into "
+                        f"the array (params[{key!r}][...] = value) so the dtype is kept.")
+    if v.shape != shape:
+        raise ValueError(f"params[{key!r}] must have shape {legend}; got {shape_str(v.shape)}.")

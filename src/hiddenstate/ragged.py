@@ -27,12 +27,15 @@ True
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
-from hiddenstate.validation import boolean, shape_str
+from hiddenstate.validation import boolean, float_array, nonnegative_int, shape_str
 from hiddenstate.validation import lengths as check_lengths
+
+_MAX_STEPS = int(np.iinfo(np.intp).max)  # the largest T an array axis can have
 
 __all__ = [
     "last_valid",
@@ -105,15 +108,32 @@ def reverse_padded(x, lengths) -> np.ndarray:
     ValueError, TypeError
         ``x`` with fewer than two axes; ``lengths`` of the wrong shape, type or range.
     """
-    x = np.asarray(x)
+    x = _array("x", x)
     if x.ndim < 2:
         raise ValueError(f"x must have shape (T, N, ...); got {shape_str(x.shape)}.")
     lengths = check_lengths(lengths, x.shape[0], x.shape[1])
     return reverse_time(x, reverse_index(x.shape[0], lengths))
 
 
+def _array(name: str, value) -> np.ndarray:
+    """``np.asarray(value)``, or a TypeError naming the argument for ragged nested lists and the like."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError):
+        raise TypeError(f"{name} must be an array (or nested lists of one shape); got {type(value).__name__} that "
+                        f"NumPy cannot turn into one.") from None
+
+
+def _fits(value, dtype) -> bool:
+    """``value`` is an integer that ``dtype`` (bool or integer) holds exactly."""
+    if not math.isfinite(value) or not float(value).is_integer():
+        return False
+    info = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    return info[0] <= int(value) <= info[1]
+
+
 def _time_major(name: str, a, batch_first: bool, min_ndim: int = 2) -> np.ndarray:
-    a = np.asarray(a)
+    a = _array(name, a)
     if a.ndim < min_ndim:
         legend = "(N, T, ...)" if batch_first else "(T, N, ...)"
         raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}.")
@@ -170,8 +190,7 @@ def pad_sequences(sequences, *, batch_first=False, padding_value=0.0):
     dtype = np.result_type(*arrays)
     if not isinstance(padding_value, (numbers.Real, np.bool_)) or isinstance(padding_value, np.ndarray):
         raise TypeError(f"padding_value must be a real scalar; got {type(padding_value).__name__}.")
-    if dtype.kind in "biu" and not (float(padding_value).is_integer() and
-                                    np.asarray(padding_value).astype(dtype) == padding_value):
+    if dtype.kind in "biu" and not _fits(padding_value, dtype):
         raise ValueError(f"padding_value must be representable in the batch dtype {dtype}; got {padding_value!r}. "
                          f"Convert the sequences to a float dtype first.")
     lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
@@ -200,13 +219,15 @@ def mask_from_lengths(lengths, T=None, *, batch_first=False) -> np.ndarray:
     ndarray of bool, shape (T, N) ((N, T) if ``batch_first``)
     """
     batch_first = boolean("batch_first", batch_first)
-    arr = np.asarray(lengths)
+    arr = _array("lengths", lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must have shape (N,); got {shape_str(arr.shape)}.")
     if T is None:
         T = int(arr.max(initial=0)) if arr.dtype.kind in "iu" else 0
     if isinstance(T, (bool, np.bool_)) or not isinstance(T, (numbers.Integral, np.integer)) or T < 0:
         raise ValueError(f"T must be a non-negative integer; got {T!r}.")
+    if T > _MAX_STEPS:
+        raise ValueError(f"T must be a non-negative integer that can index an array; got {T}.")
     lens = check_lengths(arr, int(T), arr.shape[0])
     mask = np.arange(T)[:, None] < lens[None, :]  # (T, N)
     return np.ascontiguousarray(mask.T) if batch_first else mask
@@ -235,7 +256,7 @@ def lengths_from_mask(mask, *, batch_first=False) -> np.ndarray:
         holes cannot be expressed as lengths; use ``reset`` or right-pad the data).
     """
     batch_first = boolean("batch_first", batch_first)
-    m = np.asarray(mask)
+    m = _array("mask", mask)
     if m.dtype != bool:
         raise TypeError(f"mask must be a bool array; got dtype {m.dtype}. Use mask.astype(bool) or x != pad.")
     if m.ndim != 2:
@@ -309,13 +330,22 @@ def last_valid_backward(d_last, lengths, T, *, batch_first=False) -> np.ndarray:
     ndarray of shape (T, N, ...) ((N, T, ...) if ``batch_first``)
         Zero except ``[lengths[n] - 1, n]``; rows of length 0 get no gradient. Pass it as
         ``d_output`` to ``layer.backward``.
+
+    Raises
+    ------
+    TypeError
+        ``d_last`` not real numbers, ``T`` not an integer, lengths not integers, a non-bool
+        ``batch_first``.
+    ValueError
+        ``d_last`` a scalar or with NaN/Inf, a negative ``T``, lengths of the wrong shape or range.
     """
     batch_first = boolean("batch_first", batch_first)
-    d = np.asarray(d_last)
-    if d.ndim < 1 or d.dtype.kind != "f":
+    d = float_array("d_last", d_last)  # integers promoted, bool/complex refused (TypeError), NaN/Inf refused
+    if d.ndim < 1:
         raise ValueError(f"d_last must be a float array of shape (N, ...); got {shape_str(d.shape)} {d.dtype}.")
-    if isinstance(T, (bool, np.bool_)) or not isinstance(T, (numbers.Integral, np.integer)) or T < 0:
-        raise ValueError(f"T must be a non-negative integer; got {T!r}.")
+    T = nonnegative_int("T", T)
+    if T > _MAX_STEPS:
+        raise ValueError(f"T must be a non-negative integer that can index an array; got {T}.")
     N = d.shape[0]
     lens = check_lengths(lengths, int(T), N)
     out = np.zeros((int(T),) + d.shape, dtype=d.dtype)  # (T, N, ...)

@@ -19,22 +19,28 @@ import numpy as np
 
 from hiddenstate import state as _state
 from hiddenstate.cells.base import OfKind
-from hiddenstate.params import load_into, uniform_init
-from hiddenstate.prepared import DirectionalState, LayerCache, Prepared
+from hiddenstate.functional import FloatGuard
+from hiddenstate.params import check_params, load_into, param_shapes, uniform_init
+from hiddenstate.prepared import DirectionalState, LayerCache, Prepared, prepare_input
+from hiddenstate.resources import check_memory
 from hiddenstate.unroll import backprop, unroll
 from hiddenstate.validation import (
     boolean,
     drop_probability,
-    float_array,
     float_dtype,
     generator,
     positive_int,
     shape_str,
-    state_array,
 )
-from hiddenstate.validation import lengths as check_lengths
 
 __all__ = ["RecurrentLayer"]
+
+_TOO_LARGE = "The inputs or the weights are too large for this dtype; scale them down."
+
+
+def _parts(state):
+    """``(h,)`` or the LSTM's ``(h, c)``."""
+    return state if isinstance(state, tuple) else (state,)
 
 
 class RecurrentLayer(OfKind):
@@ -114,6 +120,10 @@ class RecurrentLayer(OfKind):
         self._rng = generator(rng)
         self.num_directions = 2 if self.bidirectional else 1
         G, H = self.num_gates, self.hidden_size
+        D, L = self.num_directions, self.num_layers
+        size = L * D * G * H * (self.input_size + D * H + 2)  # an upper bound of the parameter count
+        check_memory(f"{type(self).__name__}(input_size={self.input_size}, hidden_size={H}, num_layers={L})",
+                     float(size) * self.dtype.itemsize, "Use smaller sizes.")
         self.params: dict[str, np.ndarray] = {}
         for layer in range(self.num_layers):
             width = self.input_size if layer == 0 else H * self.num_directions
@@ -294,74 +304,7 @@ class RecurrentLayer(OfKind):
             Non-float inputs, non-integer lengths, non-bool reset, an LSTM ``h0`` that is not a
             pair.
         """
-        x = float_array("x", x, dtype=self.dtype)
-        I, H = self.input_size, self.hidden_size
-        LD = self.num_layers * self.num_directions
-        if x.ndim == 2:
-            unbatched = True
-            if x.shape[1] != I:
-                raise ValueError(f"x must have shape (T, I={I}) when unbatched; got {shape_str(x.shape)}.")
-            x = x[:, None, :]
-        elif x.ndim == 3:
-            unbatched = False
-            if x.shape[2] != I:
-                legend = f"(N, T, I={I})" if self.batch_first else f"(T, N, I={I})"
-                raise ValueError(f"x must have shape {legend}; got {shape_str(x.shape)}.")
-            if self.batch_first:
-                x = x.transpose(1, 0, 2)
-        else:
-            legend = "(N, T, I)" if self.batch_first else "(T, N, I)"
-            raise ValueError(f"x must have shape {legend} or unbatched (T, I); got {shape_str(x.shape)}.")
-        x = np.ascontiguousarray(x)
-        T, N, _ = x.shape
-
-        def state(name, value, learned_key):
-            if value is None:
-                if self.learn_h0:
-                    return np.repeat(self.params[learned_key][:, None, :], N, axis=1), True
-                return np.zeros((LD, N, H), dtype=self.dtype), False
-            if unbatched:
-                a = state_array(name, value, None, H, self.dtype, lead=(LD,), legend=f"(L*D={LD}, H={H})")
-                return a[:, None, :].copy(), False
-            legend = f"(num_layers*num_directions={LD}, N={N}, H={H})"
-            return state_array(name, value, N, H, self.dtype, lead=(LD,), legend=legend).copy(), False
-
-        if self.is_lstm:
-            if h0 is None:
-                hc = (None, None)
-            elif isinstance(h0, tuple) and len(h0) == 2:
-                hc = h0
-            else:
-                raise TypeError(f"h0 must be None or a pair (h0, c0) for an LSTM; got {type(h0).__name__}.")
-            (h, learned_h), (c, learned_c) = state("h0", hc[0], "h0"), state("c0", hc[1], "c0")
-            state0, learned = (h, c), (learned_h, learned_c)
-        else:
-            state0, learned_h = state("h0", h0, "h0")
-            learned = (learned_h,)
-
-        keep = None
-        lens = None
-        if lengths is not None:
-            if unbatched:
-                raise ValueError("lengths must be None for unbatched (T, I) input; add a batch axis to use lengths.")
-            lens = check_lengths(lengths, T, N)
-            if (lens < T).any():
-                keep = (np.arange(T)[:, None] < lens[None, :])[:, :, None]  # (T, N, 1)
-        rmask = None
-        if reset is not None:
-            r = np.asarray(reset)
-            if r.dtype != bool:
-                raise TypeError(f"reset must be a bool array; got dtype {r.dtype}.")
-            want = (T,) if unbatched else ((N, T) if self.batch_first else (T, N))
-            if r.shape != want:
-                legend = "(T,)" if unbatched else ("(N, T)" if self.batch_first else "(T, N)")
-                raise ValueError(f"reset must have shape {legend}={shape_str(want)}; got {shape_str(r.shape)}.")
-            r = r[:, None] if unbatched else (r.T if self.batch_first else r)
-            if keep is not None:
-                r = r & keep[:, :, 0]
-            if r.any():
-                rmask = np.ascontiguousarray(r)
-        return Prepared(x, state0, learned, lens, keep, rmask, unbatched)
+        return prepare_input(self, x, h0, lengths=lengths, reset=reset)
 
     # -- forward -------------------------------------------------------------------------------
     def forward(self, x, h0=None, *, lengths=None, reset=None, training=False, rng=None):
@@ -427,10 +370,51 @@ class RecurrentLayer(OfKind):
         -------
         output, h_n, cache
             As :meth:`forward`.
+
+        Raises
+        ------
+        TypeError
+            ``prepared`` is not a :class:`Prepared`; a parameter that is not an ndarray of the
+            layer's dtype (see :meth:`check_params`); non-bool flags.
+        ValueError
+            ``prepared`` made for another input width or dtype; a parameter of the wrong shape
+            or with NaN/Inf.
         """
-        with np.errstate(under="ignore"):  # gradients and gates may underflow to 0; that is exact enough
-            drng = generator(rng) if rng is not None else self._rng
-            return unroll(self, prepared, boolean("training", training), drng, boolean("record", record))
+        training, record = boolean("training", training), boolean("record", record)
+        if not isinstance(prepared, Prepared):
+            raise TypeError(f"prepared must be the Prepared that {type(self).__name__}.prepare returned; got "
+                            f"{type(prepared).__name__}. Call layer.prepare(x, ...) first, or layer.forward(x, ...).")
+        px = prepared.x
+        if not isinstance(px, np.ndarray) or px.ndim != 3 or px.shape[2] != self.input_size or px.dtype != self.dtype:
+            raise ValueError(f"prepared must come from this layer's prepare (x of shape (T, N, I={self.input_size}) "
+                             f"and dtype {self.dtype}); got x of shape {shape_str(np.shape(px))}. Call prepare again.")
+        self.check_params()
+        drng = generator(rng) if rng is not None else self._rng
+        with FloatGuard() as guard:  # gates may underflow to 0 (exact enough); an overflow is checked below
+            output, h_n, cache = unroll(self, prepared, training, drng, record)
+        guard.check("the forward pass", (("output", output), *zip(("h_n", "c_n"), _parts(h_n))), _TOO_LARGE)
+        return output, h_n, cache
+
+    def check_params(self) -> None:
+        """Check :attr:`params` as every forward pass does: keys, ndarray, dtype, shape, finite values.
+
+        Raises
+        ------
+        TypeError
+            A parameter replaced by something that is not an ndarray, or of another dtype.
+        ValueError
+            A missing or unexpected key, a wrong shape, a NaN or Inf (the message names the key).
+        """
+        spec = self.__dict__.get("_param_spec")
+        if spec is None:
+            H, D = self.hidden_size, self.num_directions
+            widths = {self.suffix(k, d): (self.input_size if k == 0 else D * H)
+                      for k in range(self.num_layers) for d in range(D)}
+            states = (("h0", "c0") if self.is_lstm else ("h0",)) if self.learn_h0 else ()
+            spec = self._param_spec = param_shapes(self.num_gates, H, widths, bias=self.bias,
+                                                   recurrent=self.kind.recurrent, states=states,
+                                                   num_states=self.num_layers * D)
+        check_params(self.params, spec, self.dtype, type(self).__name__)
 
     def __call__(self, x, h0=None, *, lengths=None, reset=None):
         """``output, h_n = layer(x, h0)``: a forward pass without keeping a cache (see :meth:`forward`).
@@ -486,8 +470,18 @@ class RecurrentLayer(OfKind):
 
         Raises
         ------
+        TypeError
+            ``cache`` is not a :class:`LayerCache`; a gradient that is not a float array.
         ValueError
-            A gradient whose shape does not match the forward result.
+            ``cache`` made by another layer's forward; a gradient whose shape does not match the
+            forward result, or with NaN/Inf.
         """
-        with np.errstate(under="ignore"):
-            return backprop(self, cache, d_output, d_h_n)
+        if not isinstance(cache, LayerCache):
+            raise TypeError(f"cache must be the LayerCache that {type(self).__name__}.forward returned; got "
+                            f"{type(cache).__name__}.")
+        cache.check_owner(self)
+        with FloatGuard() as guard:
+            grads, dx, dh0 = backprop(self, cache, d_output, d_h_n)
+        guard.check("the backward pass", (*grads.items(), ("dx", dx), *zip(("dh0", "dc0"), _parts(dh0))),
+                    "The upstream gradients are too large; scale the loss down.")
+        return grads, dx, dh0

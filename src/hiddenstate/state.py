@@ -9,9 +9,11 @@ A *learned* initial state is a parameter of the layer (``learn_h0=True`` on the 
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from hiddenstate.validation import float_dtype, positive_int
+from hiddenstate.validation import float_dtype, generator, positive_int, real
 
 __all__ = ["init_hidden", "initial_state"]
 
@@ -94,17 +96,23 @@ def initial_state(
     Raises
     ------
     ValueError
-        Unknown ``kind``, non-positive sizes, negative ``std``, or ``"normal"`` without ``rng``.
+        Unknown ``kind``, non-positive sizes, a negative or non-finite ``std``, a non-finite
+        ``value``, or ``"normal"`` without ``rng``.
     TypeError
-        ``rng`` is not a ``numpy.random.Generator`` or a size is not an integer.
+        ``rng`` is not a ``numpy.random.Generator``, a size is not an integer, ``shape`` is not a
+        tuple, ``std`` or ``value`` is not a number.
     """
     dt = float_dtype("dtype", dtype)
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"shape must be a tuple of positive integers; got {type(shape).__name__} {shape!r}.")
     shape = tuple(positive_int(f"shape[{i}]", s) for i, s in enumerate(shape))
     if kind == "zeros":
         return np.zeros(shape, dtype=dt)
     if kind == "constant":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+            raise TypeError(f"value must be a number; got {type(value).__name__} {value!r}.")
         if not np.isfinite(value):
             raise ValueError(f"value must be finite; got {value}.")
         return np.full(shape, value, dtype=dt)
@@ -114,9 +122,7 @@ def initial_state(
                 "rng must be a numpy.random.Generator for kind='normal'; got None. "
                 "Pass rng=np.random.default_rng(seed)."
             )
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}.")
-        if not (np.isfinite(std) and std >= 0):
-            raise ValueError(f"std must be a finite non-negative number; got {std}.")
+        generator(rng, required=True)
+        std = real("std", std, low=0.0)
         return (std * rng.standard_normal(shape)).astype(dt, copy=False)
-    raise ValueError(f"kind must be one of {_KINDS}; got {kind!r}.")
+    raise ValueError(f"kind must be one of {_KINDS}; got {kind!r}.")  # any other value, of any type

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hiddenstate.functional import gru_blend, sigmoid
+from hiddenstate.functional import FloatGuard, gru_blend, sigmoid
 from hiddenstate.validation import float_array, shape_str
 
 __all__ = [
@@ -52,7 +52,8 @@ def hidden_state_update(z_t: np.ndarray, h_prev: np.ndarray, h_tilde: np.ndarray
     Raises
     ------
     TypeError
-        An input is not a floating-point array (int, bool, object).
+        An input is not a floating-point array (bool, complex, object, strings; integer arrays
+        are promoted to float64).
     ValueError
         Shapes differ, rank is not 1 or 2, a value is NaN or Inf, or a gate lies outside [0, 1].
 
@@ -79,43 +80,59 @@ def hidden_state_update(z_t: np.ndarray, h_prev: np.ndarray, h_tilde: np.ndarray
         raise ValueError(
             f"z_t must lie in [0, 1] (it is a sigmoid gate); got values in [{z.min()}, {z.max()}]."
         )
-    return gru_blend(z, h, n)
+    return _computed("hidden_state_update", lambda: gru_blend(z, h, n))
 
 
-def _batched(name: str, arr, feature_dim: int | None, feature_sym: str) -> np.ndarray:
+def _batched(name: str, arr, feature_dim: int | None, feature_sym: str, source: str = "") -> np.ndarray:
     a = float_array(name, arr)
+    where = f" ({feature_sym}={feature_dim} from {source})" if feature_dim is not None and source else ""
     if a.ndim not in (1, 2):
         raise ValueError(
-            f"{name} must have shape ({feature_sym},) or (N, {feature_sym}); got {shape_str(a.shape)}."
+            f"{name} must have shape ({feature_sym},) or (N, {feature_sym}); got {shape_str(a.shape)}. A single "
+            f"example is ({feature_sym},), a batch (N, {feature_sym}){where}."
         )
     if feature_dim is not None and a.shape[-1] != feature_dim:
+        legend = f"({feature_sym}={feature_dim},)" if a.ndim == 1 else f"(N={a.shape[0]}, {feature_sym}={feature_dim})"
         raise ValueError(
-            f"{name} must have last dimension {feature_sym}={feature_dim}; got {shape_str(a.shape)}."
+            f"{name} must have last dimension {feature_sym}={feature_dim}; got {shape_str(a.shape)}. Its shape must "
+            f"be {legend}{where}."
         )
     return a
 
 
-def _weights(name: str, w, rows: int | None, cols: int | None, legend: str) -> np.ndarray:
+def _computed(name: str, compute):
+    """``compute()`` with overflow noted, not raised: a saturated gate is exact, a result left NaN/Inf is an error."""
+    with FloatGuard() as guard:
+        out = compute()
+    guard.check(name, zip(("h_t", "c_t"), out if isinstance(out, tuple) else (out,)),
+                "The inputs or weights are too large for float64; scale them down.")
+    return out
+
+
+def _weights(name: str, w, rows: int | None, cols: int | None, legend: str, hint: str = "") -> np.ndarray:
     a = float_array(name, w)
     if a.ndim != 2 or (rows is not None and a.shape[0] != rows) or (cols is not None and a.shape[1] != cols):
-        raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}.")
+        raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}.{hint}")
     return a
 
 
-def _affine(x, h, W, U, b, wname: str, uname: str, bname: str):
+def _affine(x, h, W, U, b, wname: str, uname: str, bname: str, hname: str = "h_prev"):
     """Validate and return ``x W + h U + b`` for the row-vector form."""
     W = _weights(wname, W, None, None, "(D, H)")
     D, H = W.shape
-    U = _weights(uname, U, H, H, f"(H, H)=({H}, {H})")
+    src = f"{wname} {shape_str(W.shape)}"
+    U = _weights(uname, U, H, H, f"(H, H)=({H}, {H})", f" H={H} is the number of columns of {src}.")
     b = float_array(bname, b)
     if b.shape != (H,):
-        raise ValueError(f"{bname} must have shape (H,)=({H},); got {shape_str(b.shape)}.")
-    x = _batched("x_t", x, D, "D")
-    h = _batched("h_prev", h, H, "H")
+        raise ValueError(f"{bname} must have shape (H,)=({H},); got {shape_str(b.shape)}. H={H} is the number of "
+                         f"columns of {src}.")
+    x = _batched("x_t", x, D, "D", src)
+    h = _batched(hname, h, H, "H", src)
     if x.ndim != h.ndim or (x.ndim == 2 and x.shape[0] != h.shape[0]):
+        legend = f"(H={H},)" if x.ndim == 1 else f"(N={x.shape[0]}, H={H})"
         raise ValueError(
-            f"x_t and h_prev must both be single examples or both batches of the same N; "
-            f"got x_t {shape_str(x.shape)} and h_prev {shape_str(h.shape)}."
+            f"x_t and {hname} must both be single examples or both batches of the same N, so {hname} must have "
+            f"shape {legend}; got x_t {shape_str(x.shape)} and {hname} {shape_str(h.shape)}."
         )
     return x, h, x @ W + h @ U + b
 
@@ -147,8 +164,7 @@ def elman_step(x_t, h_prev, W_xh, W_hh, b) -> np.ndarray:
     [0.17, -0.45, 0.21]; those are rounded and the 4th decimal is off (tanh(0.17) = 0.168381...).
     This function returns the exact math.
     """
-    _, _, a = _affine(x_t, h_prev, W_xh, W_hh, b, "W_xh", "W_hh", "b")
-    return np.tanh(a)
+    return _computed("elman_step", lambda: np.tanh(_affine(x_t, h_prev, W_xh, W_hh, b, "W_xh", "W_hh", "b")[2]))
 
 
 def update_gate(x_t, h_prev, W_z, U_z, b_z) -> np.ndarray:
@@ -177,8 +193,7 @@ def update_gate(x_t, h_prev, W_z, U_z, b_z) -> np.ndarray:
     TypeError, ValueError
         Non-float arrays, NaN/Inf, or shapes that do not match the symbols above.
     """
-    _, _, a = _affine(x_t, h_prev, W_z, U_z, b_z, "W_z", "U_z", "b_z")
-    return sigmoid(a)
+    return _computed("update_gate", lambda: sigmoid(_affine(x_t, h_prev, W_z, U_z, b_z, "W_z", "U_z", "b_z")[2]))
 
 
 def reset_gate(x_t, h_prev, W_r, U_r, b_r) -> np.ndarray:
@@ -207,8 +222,7 @@ def reset_gate(x_t, h_prev, W_r, U_r, b_r) -> np.ndarray:
     TypeError, ValueError
         Non-float arrays, NaN/Inf, or shapes that do not match the symbols above.
     """
-    _, _, a = _affine(x_t, h_prev, W_r, U_r, b_r, "W_r", "U_r", "b_r")
-    return sigmoid(a)
+    return _computed("reset_gate", lambda: sigmoid(_affine(x_t, h_prev, W_r, U_r, b_r, "W_r", "U_r", "b_r")[2]))
 
 
 def candidate(x_t, h_prev, r_t, W_h, U_h, b_h) -> np.ndarray:
@@ -246,9 +260,10 @@ def candidate(x_t, h_prev, r_t, W_h, U_h, b_h) -> np.ndarray:
     h = float_array("h_prev", h_prev)
     r = float_array("r_t", r_t)
     if r.shape != h.shape:
-        raise ValueError(f"r_t must have the shape of h_prev {shape_str(h.shape)}; got {shape_str(r.shape)}.")
-    _, _, a = _affine(x_t, r * h, W_h, U_h, b_h, "W_h", "U_h", "b_h")
-    return np.tanh(a)
+        legend = "(H,)" if h.ndim == 1 else "(N, H)"
+        raise ValueError(f"r_t must have the shape of h_prev {shape_str(h.shape)}; got {shape_str(r.shape)}. The gate "
+                         f"is elementwise: {legend} like h_prev, never broadcast.")
+    return _computed("candidate", lambda: np.tanh(_affine(x_t, r * h, W_h, U_h, b_h, "W_h", "U_h", "b_h")[2]))
 
 
 _GRU_KEYS = ("W_z", "U_z", "b_z", "W_r", "U_r", "b_r", "W_h", "U_h", "b_h")
@@ -312,9 +327,14 @@ def lstm_step(x_t, h_prev, c_prev, params: Mapping[str, np.ndarray]) -> tuple[np
     c = float_array("c_prev", c_prev)
     h = float_array("h_prev", h_prev)
     if c.shape != h.shape:
-        raise ValueError(f"c_prev must have the shape of h_prev {shape_str(h.shape)}; got {shape_str(c.shape)}.")
-    pre = {g: _affine(x_t, h, p[f"W_{g}"], p[f"U_{g}"], p[f"b_{g}"], f"W_{g}", f"U_{g}", f"b_{g}")[2] for g in "ifgo"}
-    i, f, o = sigmoid(pre["i"]), sigmoid(pre["f"]), sigmoid(pre["o"])
-    g = np.tanh(pre["g"])
-    c_t = f * c + i * g
-    return o * np.tanh(c_t), c_t
+        legend = "(H,)" if h.ndim == 1 else "(N, H)"
+        raise ValueError(f"c_prev must have the shape of h_prev {shape_str(h.shape)}; got {shape_str(c.shape)}. The "
+                         f"state (h, c) is two arrays of one shape, {legend}.")
+
+    def step():
+        pre = {g: _affine(x_t, h, p[f"W_{g}"], p[f"U_{g}"], p[f"b_{g}"], f"W_{g}", f"U_{g}", f"b_{g}")[2] for g in "ifgo"}
+        i, f, o = sigmoid(pre["i"]), sigmoid(pre["f"]), sigmoid(pre["o"])
+        c_t = f * c + i * np.tanh(pre["g"])
+        return o * np.tanh(c_t), c_t
+
+    return _computed("lstm_step", step)

@@ -8,6 +8,8 @@ walking the same loops in reverse. Both trust their inputs: validation happened 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from hiddenstate.prepared import DirectionCache, LayerCache
@@ -61,12 +63,14 @@ def unroll(net, prepared, training, rng, record):
     finals = [None] * (L * D)
     directions, masks = [], []
     inp = x
+    hs = None
     for layer in range(L):
         outs = []
         for d in range(D):
             sfx = net.suffix(layer, d)
             xin = inp if d == 0 else reverse_time(inp, idx)
-            xw = (xin.reshape(T * N, xin.shape[2]) @ p["weight_ih" + sfx].T).reshape(T, N, net.num_gates * H)
+            w_ih = p["weight_ih" + sfx].copy()  # the run's own weights: later changes to params do not reach backward
+            xw = (xin.reshape(T * N, xin.shape[2]) @ w_ih.T).reshape(T, N, net.num_gates * H)
             if net.bias:
                 xw += p["bias_ih" + sfx]
             k = layer * D + d
@@ -75,13 +79,17 @@ def unroll(net, prepared, training, rng, record):
             if use_weight_drop:  # one DropConnect mask for the whole chunk (Merity et al. 2018)
                 w_mask = ((drng.random(w_hh.shape) >= net.weight_drop).astype(net.dtype)
                           / net.dtype.type(1.0 - net.weight_drop))  # (G*H, H)
-                w_hh = w_hh * w_mask
+                w_hh = w_hh * w_mask  # a new array
+            elif w_hh is not None:
+                w_hh = w_hh.copy()  # the kernel's cache keeps it for the backward
+            b_hh = p.get("bias_hh" + sfx)
+            b_hh = None if b_hh is None else b_hh.copy()
             r_d = rm if d == 0 else rmask_rev
-            hs, final, kc = fwd(xw, s0, w_hh, p.get("bias_hh" + sfx), keep, r_d, record=record, **opts)
+            hs, final, kc = fwd(xw, s0, w_hh, b_hh, keep, r_d, record=record, **opts)
             finals[k] = final
             out = hs if keep is None else np.where(keep, hs, 0.0)
             outs.append(out if d == 0 else reverse_time(out, idx))
-            directions.append(DirectionCache(x=xin, kernel=kc, weight_mask=w_mask, reset=r_d))
+            directions.append(DirectionCache(x=xin, kernel=kc, weight_mask=w_mask, reset=r_d, weight_ih=w_ih))
         out = outs[0] if D == 1 else np.concatenate(outs, axis=2)
         mask = None
         if use_dropout and layer < L - 1:
@@ -89,7 +97,7 @@ def unroll(net, prepared, training, rng, record):
             out = out * mask
         masks.append(mask)
         inp = out
-    output = inp
+    output = inp.copy() if (inp is hs and net.kind.shares_hs) else inp  # never hand out what the backward reads
     if net.is_lstm:
         h_n = np.stack([f[0] for f in finals])
         c_n = np.stack([f[1] for f in finals])
@@ -102,7 +110,8 @@ def unroll(net, prepared, training, rng, record):
             c_n = c_n[:, 0]
     elif net.batch_first:
         output = output.transpose(1, 0, 2)
-    cache = LayerCache(directions=directions, dropout_masks=masks, prepared=prepared, reverse=idx)
+    cache = LayerCache(directions=directions, dropout_masks=masks, prepared=prepared, reverse=idx,
+                       owner=weakref.ref(net), keys=tuple(net.params))
     return output, ((h_n, c_n) if net.is_lstm else h_n), cache
 
 
@@ -128,30 +137,38 @@ def backprop(net, cache, d_output, d_h_n):
     ------
     ValueError
         A gradient whose shape does not match the forward result.
+    TypeError
+        A gradient that is not a float array (integers are promoted).
     """
     prep = cache.prepared
     keep, idx, learned, unbatched = prep.keep, cache.reverse, prep.learned, prep.unbatched
     T, N = prep.x.shape[:2]
     H, D, L, G = net.hidden_size, net.num_directions, net.num_layers, net.num_gates
     LD = L * D
-    p = net.params
     bwd = net.kind.scan_backward
 
     def as_tm(name, a, shape_tm):
         if a is None:
             return None
         a = float_array(name, a, dtype=net.dtype)
+        if name == "d_output":  # the shape in the caller's layout, checked before any axis is moved
+            want, legend = (((T, D * H), "(T, D*H)") if unbatched else ((N, T, D * H), "(N, T, D*H)") if net.batch_first
+                            else ((T, N, D * H), "(T, N, D*H)"))
+        else:
+            want, legend = ((LD, H), "(L*D, H)") if unbatched else ((LD, N, H), "(L*D, N, H)")
+        if a.shape != want:
+            raise ValueError(f"{name} must have the shape of the forward result; got {shape_str(a.shape)}, expected "
+                             f"{shape_str(want)} = {legend}.")
         if unbatched:
             a = a[:, None] if name == "d_output" else a[:, None, :]
         elif net.batch_first and name == "d_output":
             a = a.transpose(1, 0, 2)
-        if a.shape != shape_tm:
-            raise ValueError(f"{name} must have the shape of the forward result; got {shape_str(a.shape)} "
-                             f"(time-major), expected {shape_str(shape_tm)}.")
         return a
 
     dout = as_tm("d_output", d_output, (T, N, D * H))
     if net.is_lstm:
+        if d_h_n is not None and not (isinstance(d_h_n, tuple) and len(d_h_n) == 2):
+            raise TypeError(f"d_h_n must be None or a pair (dh_n, dc_n) for an LSTM; got {type(d_h_n).__name__}.")
         dh_n, dc_n = (None, None) if d_h_n is None else d_h_n
         dh_n = as_tm("d_h_n", dh_n, (LD, N, H))
         dc_n = as_tm("d_c_n", dc_n, (LD, N, H))
@@ -191,7 +208,7 @@ def backprop(net, cache, d_output, d_h_n):
                 grads["bias_ih" + sfx] = dxw.sum(axis=1).sum(axis=0)
                 if net.kind.recurrent:
                     grads["bias_hh" + sfx] = db_hh
-            dxin = (dxw2 @ p["weight_ih" + sfx]).reshape(T, N, xin.shape[2])
+            dxin = (dxw2 @ dc.weight_ih).reshape(T, N, xin.shape[2])
             if d == 1:
                 dxin = reverse_time(dxin, idx)
             dinp = dxin if dinp is None else dinp + dxin
@@ -205,7 +222,7 @@ def backprop(net, cache, d_output, d_h_n):
         grads["h0"] = dstate_h.sum(axis=1) if learned[0] else np.zeros((LD, H), dtype=net.dtype)
         if net.is_lstm:
             grads["c0"] = dstate_c.sum(axis=1) if learned[1] else np.zeros((LD, H), dtype=net.dtype)
-    grads = {key: grads[key] for key in net.params}  # the parameters' order
+    grads = {key: grads[key] for key in cache.keys}  # the parameters' order
     if unbatched:
         dx = dx[:, 0]
         dstate_h = dstate_h[:, 0]

@@ -4,6 +4,14 @@ The public functions, layers, cells, training configuration and the CLI's argume
 these: a rule such as "a drop probability lies in [0, 1)" lives here and nowhere else. Each
 raises ``TypeError`` for a value of the wrong type and ``ValueError`` for a wrong value, with the
 message ``"<name> must <rule>; got <value>."`` (the CLI passes the flag as ``name``).
+
+One dtype rule for every array argument of the API (:func:`float_array`): floating arrays are
+used as they are (float32 stays float32, other floating types become float64, or the dtype the
+callee asks for); integer arrays, and nested lists of Python ints, are promoted to float64 as
+NumPy's ufuncs promote them; bool, complex, object, string and other arrays are refused with a
+``TypeError`` (a bool mask or a complex value passed as data is a mistake, not a number).
+Booleans are ``bool`` (or ``numpy.bool_``) only (:func:`boolean`): ``"False"``, ``0`` and ``None``
+are refused, never read as truthy or falsy.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "bool_mask",
     "boolean",
     "choice",
     "drop_probability",
@@ -21,6 +30,7 @@ __all__ = [
     "float_array",
     "float_dtype",
     "generator",
+    "index",
     "lengths",
     "nonnegative_int",
     "positive_int",
@@ -249,16 +259,17 @@ def float_dtype(name: str, dtype) -> np.dtype:
 
 
 def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndarray:
-    """Convert ``value`` to a floating array, rejecting bool/int/complex/object data and NaN/Inf.
+    """Convert ``value`` to a floating array by the package's one dtype rule (module docstring).
 
     Parameters
     ----------
     name : str
         Argument name used in messages.
     value : array_like
+        Floating or integer data (an ndarray, a NumPy scalar, nested lists of numbers).
     dtype : dtype, optional
         If given, the result is cast to it (float32 or float64). Otherwise float32 stays
-        float32 and every other floating type becomes float64.
+        float32 and every other floating type, and every integer type, becomes float64.
     finite : bool, default True
         Reject NaN and Inf.
 
@@ -270,35 +281,70 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
     Raises
     ------
     TypeError
-        bool, integer arrays (Python lists of ints are promoted), complex, object or strings.
+        bool, complex, object, string or other non-numeric data (integers are promoted, as
+        NumPy's ufuncs do), or ragged nested lists.
     ValueError
         NaN or Inf when ``finite``.
     """
     if isinstance(value, np.ndarray):
         arr = value
+    elif isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a floating-point array; got {type(value).__name__} {value[:40]!r}.")
     else:
         try:
             arr = np.asarray(value)
         except (ValueError, TypeError) as exc:
             raise TypeError(f"{name} must be a floating-point array; got {type(value).__name__} ({exc}).") from None
-    if arr.dtype == object or arr.dtype.kind not in "f":
-        kind = "bool" if arr.dtype.kind == "b" else str(arr.dtype)
-        if arr.dtype.kind in "iu" and not isinstance(value, np.ndarray):
-            # Python lists of ints are a common way to type small examples; accept them.
+    kind = arr.dtype.kind
+    if kind in "iu":  # integers: promoted to float64 (or the requested dtype), as NumPy's ufuncs do
+        arr = arr.astype(np.float64 if dtype is None else dtype)
+    elif kind != "f":
+        shown = "bool" if kind == "b" else str(arr.dtype)
+        raise TypeError(
+            f"{name} must be a floating-point array (float32 or float64; integers are promoted to float64); "
+            f"got dtype {shown}. Convert it with {name}.astype(np.float64) if the values are numbers."
+        )
+    source = arr
+    with np.errstate(over="ignore"):  # a value beyond the target's range becomes Inf: reported below
+        if dtype is not None:
+            arr = arr.astype(dtype, copy=False)
+        elif arr.dtype not in (np.float32, np.float64):
             arr = arr.astype(np.float64)
-        else:
-            raise TypeError(
-                f"{name} must be a floating-point array (float32 or float64); got dtype {kind}. "
-                f"Convert it with {name}.astype(np.float64)."
-            )
-    if dtype is not None:
-        arr = arr.astype(dtype, copy=False)
-    elif arr.dtype not in (np.float32, np.float64):
-        arr = arr.astype(np.float64)
     if finite and arr.size and not np.isfinite(arr).all():
+        if arr is not source and np.isfinite(source).all():
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            raise ValueError(f"{name} must fit in {arr.dtype}; got {bad} value(s) beyond its range "
+                             f"(|x| > {np.finfo(arr.dtype).max:.3g}). Scale the values down.")
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(f"{name} must be finite; got {bad} NaN or Inf value(s).")
     return arr
+
+
+def index(name: str, value, size: int, *, what: str = "entries") -> int:
+    """Return ``value`` as an index in ``0 .. size-1``; negative values count from the end, like Python's.
+
+    Parameters
+    ----------
+    name : str
+    value : int or numpy.integer
+        In ``[-size, size)``; bool and float are refused (``2.9`` is not an index).
+    size : int
+        Number of items indexed.
+    what : str, default "entries"
+        What is indexed, for the message (``"layers"``).
+
+    Returns
+    -------
+    int
+        In ``[0, size)``. TypeError for a non-integer; ValueError outside ``[-size, size)``
+        (an index never wraps around).
+    """
+    rule = f"an integer in [-{size}, {size}) ({size} {what}; negative counts from the end)"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be {rule}; got {type(value).__name__} {value!r}.")
+    if not -size <= value < size:
+        raise ValueError(f"{name} must be {rule}; got {value}.")
+    return int(value) % size
 
 
 def shape_str(shape) -> str:
@@ -404,7 +450,11 @@ def lengths(value, T: int, N: int, *, name: str = "lengths") -> np.ndarray:
     ValueError
         Wrong shape, or a value outside [0, T].
     """
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"{name} must be an integer array of shape (N={N},); got {type(value).__name__} that is not "
+                        f"an array.") from None
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer array of shape (N={N},); got dtype {arr.dtype}.")
     if arr.shape != (N,):
@@ -412,6 +462,35 @@ def lengths(value, T: int, N: int, *, name: str = "lengths") -> np.ndarray:
     if N and (arr.min() < 0 or arr.max() > T):
         raise ValueError(f"{name} must lie in [0, T={T}]; got values in [{arr.min()}, {arr.max()}].")
     return arr.astype(np.int64)
+
+
+def bool_mask(name: str, mask, shape: tuple) -> np.ndarray:
+    """``mask`` as a bool array of exactly ``shape``; masks of other dtypes are refused, not cast.
+
+    Parameters
+    ----------
+    name : str
+    mask : array_like of bool
+        True for the samples to use.
+    shape : tuple of int
+        The required shape.
+
+    Returns
+    -------
+    ndarray of bool
+        TypeError for another dtype (an int or float mask would be read as "nonzero"),
+        ValueError for another shape.
+    """
+    try:
+        m = np.asarray(mask)
+    except (ValueError, TypeError):  # ragged nested lists
+        m = np.asarray(None)
+    if m.dtype != bool:
+        raise TypeError(f"{name} must be a bool array of shape {shape_str(shape)}; got dtype {m.dtype}. Use "
+                        f"{name} != 0 or {name}.astype(bool) if that is what you mean.")
+    if m.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {shape_str(shape)}; got {shape_str(m.shape)}.")
+    return m
 
 
 def choice(name: str, value, options) -> str:

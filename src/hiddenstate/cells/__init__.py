@@ -1,4 +1,4 @@
-"""The cell kinds, one module each (Elman RNN, GRU, LSTM), and the registry that names them.
+"""The cell kinds, one module each (Elman RNN, GRU, LSTM, minGRU, minLSTM), and the registry that names them.
 
 Each module declares its :class:`~hiddenstate.cells.base.CellKind` once (gate blocks, scan
 kernels, recorded gates, step Jacobian, options, reachable box) and its one-step cell class;
@@ -7,14 +7,16 @@ layer's ``kind`` attribute. To add a kind, write a module like :mod:`~hiddenstat
 and add its ``KIND`` to :data:`KINDS`.
 """
 
-from hiddenstate.cells import gru, lstm, rnn
+from hiddenstate.cells import gru, lstm, mingru, minlstm, rnn
 from hiddenstate.cells.base import Cell, CellKind, Record, Step
 from hiddenstate.cells.gru import GRUCell
 from hiddenstate.cells.lstm import LSTMCell
+from hiddenstate.cells.mingru import MinGRUCell
+from hiddenstate.cells.minlstm import MinLSTMCell
 from hiddenstate.cells.rnn import RNNCell
 
 #: Every cell kind by name.
-KINDS: dict[str, CellKind] = {k.name: k for k in (rnn.KIND, gru.KIND, lstm.KIND)}
+KINDS: dict[str, CellKind] = {k.name: k for k in (rnn.KIND, gru.KIND, lstm.KIND, mingru.KIND, minlstm.KIND)}
 
 
 def kind_of(obj) -> CellKind:
@@ -23,8 +25,8 @@ def kind_of(obj) -> CellKind:
     Parameters
     ----------
     obj : hiddenstate layer or cell
-        An :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU`, :class:`~hiddenstate.LSTM`, a
-        cell, or anything else whose ``kind`` attribute is a registered :class:`CellKind`.
+        An :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU`, :class:`~hiddenstate.LSTM`,
+        :class:`~hiddenstate.MinGRU`, :class:`~hiddenstate.MinLSTM`, a cell, or anything else whose ``kind`` attribute is a registered :class:`CellKind`.
 
     Returns
     -------
@@ -37,8 +39,10 @@ def kind_of(obj) -> CellKind:
     """
     kind = getattr(obj, "kind", None)
     if not isinstance(kind, CellKind) or KINDS.get(kind.name) is not kind:
-        raise TypeError(f"layer must be a hiddenstate RNN, GRU or LSTM layer or cell; got {type(obj).__name__}.")
+        raise TypeError(f"layer must be a hiddenstate RNN, GRU or LSTM (or MinGRU, MinLSTM) layer or cell; "
+                        f"got {type(obj).__name__}.")
     return kind
 
 
-__all__ = ["KINDS", "Cell", "CellKind", "GRUCell", "LSTMCell", "RNNCell", "Record", "Step", "kind_of"]
+__all__ = ["KINDS", "Cell", "CellKind", "GRUCell", "LSTMCell", "MinGRUCell", "MinLSTMCell", "RNNCell", "Record", "Step",
+           "kind_of"]

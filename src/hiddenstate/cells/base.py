@@ -27,8 +27,10 @@ Kernel contract
     is padding and the state is carried unchanged. ``reset`` (T, N, 1) bool or None: where True
     the step starts from ``h0`` instead of the previous state (no gradient crosses that
     boundary). ``record``: also keep the pre-activations. Returns every step's state ``hs``
-    (T, N, H), the final state ``final`` (a copy of ``h0`` when T = 0; LSTM: a pair) and an
-    opaque ``cache`` for the backward kernel and ``recorded``.
+    (T, N, H) (the backward may read it: :attr:`CellKind.shares_hs`), the final state ``final``
+    (a copy of ``h0`` when T = 0; LSTM: a pair) and an opaque ``cache`` for the backward kernel
+    and ``recorded``. The engine passes the kernels private copies of the weights and states,
+    so a cache never sees later changes to the caller's arrays.
 ``scan_backward(cache, d_hs, d_final) -> (d_xw, d_w_hh, d_b_hh, d_h0)``
     ``d_hs`` (T, N, H): gradient of the loss with respect to ``hs`` (or None); ``d_final``
     with respect to the final state (or None; LSTM: a pair, either part None). ``d_xw``
@@ -41,12 +43,16 @@ layer and cell classes, and registering it in :data:`hiddenstate.cells.KINDS`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiddenstate.params import uniform_init
+from hiddenstate.functional import FloatGuard
+from hiddenstate.params import check_params, param_shapes, uniform_init
+from hiddenstate.prepared import CellCache, private
+from hiddenstate.resources import check_memory
 from hiddenstate.validation import (
     boolean,
     float_array,
@@ -147,6 +153,11 @@ class CellKind:
         The kind has recurrent weights ``weight_hh`` (G*H, H) and ``bias_hh`` (G*H,). False for
         the linear recurrences whose gates read the input only (minGRU, minLSTM): their
         kernels get ``w_hh = b_hh = None`` and return ``d_w_hh = d_b_hh = None``.
+    shares_hs : bool, default True
+        ``scan_backward`` reads the ``hs`` array ``scan_forward`` returned (the Elman kernel's
+        ``hs`` is its activations), so the engine copies ``hs`` before handing it out as a
+        layer's output; False for kernels whose backward reads buffers of their own only (GRU,
+        LSTM), which saves that copy.
     """
 
     name: str
@@ -163,6 +174,7 @@ class CellKind:
     jacobian: Callable
     bounds: Callable
     recurrent: bool = True
+    shares_hs: bool = True
 
     @property
     def num_gates(self) -> int:
@@ -207,21 +219,23 @@ class CellKind:
         -------
         Step
         """
+        jacobian = boolean("jacobian", jacobian)
         w_hh = weights.get("weight_hh")
         H = weights["weight_ih"].shape[0] // self.num_gates
-        xw = x @ weights["weight_ih"].T  # (N, G*H)
-        if weights.get("bias_ih") is not None:
-            xw = xw + weights["bias_ih"]
         s = np.ascontiguousarray(state)
         s0 = (s[:, :H], s[:, H:]) if self.has_cell else s
-        with np.errstate(under="ignore"):
+        with FloatGuard() as guard:
+            xw = x @ weights["weight_ih"].T  # (N, G*H)
+            if weights.get("bias_ih") is not None:
+                xw = xw + weights["bias_ih"]
             _, final, cache = self.scan_forward(xw[None], s0, w_hh, weights.get("bias_hh"), record=jacobian, **options)
             rec = self.recorded(cache)
             J = None
             if jacobian:
                 J = self.jacobian(Record(*(_first(v) for v in (rec.h, rec.h_prev, rec.gates, rec.preacts, rec.c,
                                                                    rec.c_prev, rec.s))), w_hh, **options)
-        new = np.concatenate(final, axis=1) if self.has_cell else final
+            new = np.concatenate(final, axis=1) if self.has_cell else final
+        guard.check("the step", (("state", new), ("jacobian", J)), "The state or the input is too large; scale it down.")
         return Step(state=new, record=rec, jacobian=J)
 
 
@@ -297,6 +311,8 @@ class Cell(OfKind):
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
         G, H, I = self.kind.num_gates, self.hidden_size, self.input_size
+        check_memory(f"{type(self).__name__}(input_size={I}, hidden_size={H})", float(G * H * (I + H + 2)) * self.dtype.itemsize,
+                     "Use smaller sizes.")
         rec = self.kind.recurrent
         self.params = {"weight_ih": uniform_init(rng, (G * H, I), H, self.dtype)}
         if rec:
@@ -318,7 +334,7 @@ class Cell(OfKind):
         def one(name, v):
             if v is None:
                 return np.zeros((1 if unbatched else batch, H), dtype=self.dtype)
-            a = state_array(name, v, n, H, self.dtype, legend=legend)
+            a = private(state_array(name, v, n, H, self.dtype, legend=legend), v)  # the cache's own copy
             return a[None] if unbatched else a
 
         if self.is_lstm:
@@ -342,32 +358,56 @@ class Cell(OfKind):
         -------
         h_new : ndarray of shape (N, H) or (H,)
             LSTM: a pair ``(h_new, c_new)``.
-        cache : object
-            Opaque; pass it to :meth:`backward`.
+        cache : CellCache
+            Pass it to :meth:`backward` (it holds private copies of ``x`` and the weights).
 
         Raises
         ------
         ValueError, TypeError
-            Shapes, dtypes or NaN/Inf in ``x`` or ``h``.
+            Shapes, dtypes or NaN/Inf in ``x`` or ``h``; parameters changed by hand into
+            something of the wrong type, dtype or shape, or with NaN/Inf (the message names the
+            key).
         """
+        given = x
         x = float_array("x", x, dtype=self.dtype)
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
             raise ValueError(
                 f"x must have shape (N, I={self.input_size}) or (I={self.input_size},); got {shape_str(x.shape)}."
             )
         unbatched = x.ndim == 1
-        x2 = x[None] if unbatched else x
+        x2 = private(x[None] if unbatched else x, given)  # the backward reads it: never the caller's array
         state0 = self._state(h, x2.shape[0], unbatched)
+        self.check_params()
         p = self.params
-        xw = x2 @ p["weight_ih"].T  # (N, G*H)
-        if self.bias:
-            xw += p["bias_ih"]
-        with np.errstate(under="ignore"):
-            _, final, kcache = self.kind.scan_forward(xw[None], state0, p.get("weight_hh"), p.get("bias_hh"),
-                                                      **self.options)
+        w_ih = p["weight_ih"].copy()  # the step's own weights: later changes to params do not reach backward
+        w_hh, b_hh = (None if p.get(k) is None else p[k].copy() for k in ("weight_hh", "bias_hh"))
+        with FloatGuard() as guard:
+            xw = x2 @ w_ih.T  # (N, G*H)
+            if self.bias:
+                xw += p["bias_ih"]
+            _, final, kcache = self.kind.scan_forward(xw[None], state0, w_hh, b_hh, **self.options)
+        guard.check("the step", zip(("h_new", "c_new"), final if self.is_lstm else (final,)),
+                    "The input, state or weights are too large for this dtype; scale them down.")
         if unbatched:
             final = tuple(s[0] for s in final) if self.is_lstm else final[0]
-        return final, (x2, kcache, unbatched)
+        return final, CellCache(x=x2, kernel=kcache, unbatched=unbatched, weight_ih=w_ih, owner=weakref.ref(self),
+                                keys=tuple(p))
+
+    def check_params(self) -> None:
+        """Check :attr:`params` as every forward step does: keys, ndarray, dtype, shape, finite values.
+
+        Raises
+        ------
+        TypeError
+            A parameter replaced by something that is not an ndarray, or of another dtype.
+        ValueError
+            A missing or unexpected key, a wrong shape, a NaN or Inf (the message names the key).
+        """
+        spec = self.__dict__.get("_param_spec")
+        if spec is None:
+            spec = self._param_spec = param_shapes(self.kind.num_gates, self.hidden_size, {"": self.input_size},
+                                                   bias=self.bias, recurrent=self.kind.recurrent)
+        check_params(self.params, spec, self.dtype, type(self).__name__)
 
     def __call__(self, x, h=None):
         """``h_new = cell(x, h)``: one step without keeping a cache (see :meth:`forward`).
@@ -396,11 +436,11 @@ class Cell(OfKind):
 
         Parameters
         ----------
-        cache : object
-            From :meth:`forward`.
-        d_out : ndarray of shape (N, H) or (H,)
-            Gradient of the loss with respect to the new state (LSTM: a pair ``(dh, dc)``,
-            either part None).
+        cache : CellCache
+            From this cell's :meth:`forward`.
+        d_out : ndarray of shape (N, H) or (H,), or None
+            Gradient of the loss with respect to the new state, exactly its shape (None: zeros;
+            LSTM: a tuple ``(dh, dc)``, either part None).
 
         Returns
         -------
@@ -408,22 +448,51 @@ class Cell(OfKind):
             Same keys and shapes as :attr:`params`.
         dx : ndarray shaped like ``x``
         dh : ndarray shaped like ``h`` (LSTM: a pair ``(dh, dc)``)
+
+        Raises
+        ------
+        TypeError
+            ``cache`` is not what this cell's :meth:`forward` returned; an LSTM ``d_out`` that is
+            not a pair; a gradient that is not a float array.
+        ValueError
+            A cache of another cell; a gradient of another shape than the new state (it is never
+            broadcast over the batch) or with NaN/Inf.
         """
-        x2, kcache, unbatched = cache
-        if unbatched:
-            d_out = tuple(None if d is None else np.asarray(d)[None] for d in d_out) if self.is_lstm else np.asarray(d_out)[None]
-        elif self.is_lstm and d_out is not None:
-            d_out = tuple(d_out)
-        with np.errstate(under="ignore"):
+        if not isinstance(cache, CellCache):
+            raise TypeError(f"cache must be the cache that {type(self).__name__}.forward returned; got "
+                            f"{type(cache).__name__}.")
+        cache.check_owner(self)
+        x2, kcache, unbatched = cache.x, cache.kernel, cache.unbatched
+        H = self.hidden_size
+        want, legend = ((H,), f"(H={H},)") if unbatched else ((x2.shape[0], H), f"(N={x2.shape[0]}, H={H})")
+
+        def grad(name, d):
+            if d is None:
+                return None
+            a = float_array(name, d, dtype=self.dtype)
+            if a.shape != want:
+                raise ValueError(f"{name} must have shape {legend}, the shape of the new state; got "
+                                 f"{shape_str(a.shape)}. A gradient is never broadcast over the batch.")
+            return a[None] if unbatched else a
+
+        if self.is_lstm:
+            if d_out is not None and not (isinstance(d_out, tuple) and len(d_out) == 2):
+                raise TypeError(f"d_out must be None or a pair (dh, dc) for an LSTM cell; got "
+                                f"{type(d_out).__name__}{'' if not hasattr(d_out, 'shape') else ' ' + shape_str(d_out.shape)}.")
+            d_out = None if d_out is None else (grad("d_out[0]", d_out[0]), grad("d_out[1]", d_out[1]))
+        else:
+            d_out = grad("d_out", d_out)
+        with FloatGuard() as guard:
             dxw, dw_hh, db_hh, dstate = self.kind.scan_backward(kcache, None, d_out)
-        dxw = dxw[0]  # (N, G*H)
-        p = self.params
-        grads = {"weight_ih": dxw.T @ x2, "weight_hh": dw_hh}
-        if self.bias:
-            grads["bias_ih"] = dxw.sum(axis=0)
-            grads["bias_hh"] = db_hh
-        grads = {k: grads[k] for k in p}  # a kind without recurrent weights has no weight_hh/bias_hh
-        dx = dxw @ p["weight_ih"]
+            dxw = dxw[0]  # (N, G*H)
+            grads = {"weight_ih": dxw.T @ x2, "weight_hh": dw_hh}
+            if self.bias:
+                grads["bias_ih"] = dxw.sum(axis=0)
+                grads["bias_hh"] = db_hh
+            grads = {k: grads[k] for k in cache.keys}  # a kind without recurrent weights has no weight_hh/bias_hh
+            dx = dxw @ cache.weight_ih
+        guard.check("the backward step", (*grads.items(), ("dx", dx), *zip(("dh", "dc"), dstate if self.is_lstm else (dstate,))),
+                    "The upstream gradient is too large; scale the loss down.")
         if unbatched:
             dx = dx[0]
             dstate = tuple(s[0] for s in dstate) if self.is_lstm else dstate[0]

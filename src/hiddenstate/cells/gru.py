@@ -306,7 +306,7 @@ def bounds(hidden_size: int, *, reset_after: bool = False) -> list:
 KIND = CellKind(name="gru", blocks=("r", "z", "n"), gates=("r", "z", "n"), preacts=("r", "z", "n"),
                 sigmoid_gates=("r", "z"), keep_gate="z", has_cell=False, options=("reset_after",),
                 scan_forward=scan_forward, scan_backward=scan_backward, recorded=recorded, jacobian=jacobian,
-                bounds=bounds)
+                bounds=bounds, shares_hs=False)  # the backward reads its own buffers, not hs
 
 
 class GRUCell(Cell):

@@ -22,7 +22,7 @@ from hiddenstate.cells.base import Cell, CellKind, Record
 __all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
 
 
-# sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 (functional.sigmoid). The kernel halves the rows of the
+# sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 (functional.sigmoid_tanh). The kernel halves the rows of the
 # sigmoid gates i, f, o once (exact in binary floating point), so a single tanh over all four gates
 # gives g and tanh(a / 2) for the others, which two in-place operations turn into the sigmoid.
 _HALF = (0.5, 0.5, 1.0, 0.5)  # gate order i, f, g, o
@@ -282,7 +282,8 @@ def bounds(hidden_size: int) -> list:
 #: The long short-term memory cell with a forget gate, declared once.
 KIND = CellKind(name="lstm", blocks=("i", "f", "g", "o"), gates=("i", "f", "g", "o"), preacts=("i", "f", "g", "o"),
                 sigmoid_gates=("i", "f", "o"), keep_gate="f", has_cell=True, options=(), scan_forward=scan_forward,
-                scan_backward=scan_backward, recorded=recorded, jacobian=jacobian, bounds=bounds)
+                scan_backward=scan_backward, recorded=recorded, jacobian=jacobian, bounds=bounds,
+                shares_hs=False)  # the backward reads its own buffers, not hs
 
 
 class LSTMCell(Cell):

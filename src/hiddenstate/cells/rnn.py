@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.cells.base import Cell, CellKind, Record
-from hiddenstate.functional import sigmoid
+from hiddenstate.functional import sigmoid_tanh
 
 __all__ = ["KIND", "NONLINEARITIES", "RNNCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
 
@@ -85,7 +85,7 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, non
         elif act == "relu":
             np.maximum(a, 0.0, out=a)
         else:
-            sigmoid(a, out=a)
+            sigmoid_tanh(a, out=a)  # the fast tanh form: absolute accuracy, as the gates
         if keep is not None:
             hs[t] = np.where(keep[t], a, h)
         h = hs[t]
@@ -272,7 +272,7 @@ class RNNCell(Cell):
     kind = KIND
 
     def __init__(self, input_size, hidden_size, *, nonlinearity="tanh", bias=True, dtype=np.float64, rng=None):
-        if nonlinearity not in NONLINEARITIES:
+        if not isinstance(nonlinearity, str) or nonlinearity not in NONLINEARITIES:  # an array has no truth value
             raise ValueError(f"nonlinearity must be one of {NONLINEARITIES}; got {nonlinearity!r}.")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias=bias, dtype=dtype, rng=rng)

@@ -16,7 +16,7 @@ import numpy as np
 
 from hiddenstate.cells import KINDS
 from hiddenstate.cells.rnn import NONLINEARITIES
-from hiddenstate.interop.kinds import gates_hint, kind_name, layer_kind
+from hiddenstate.interop.kinds import convertible_kind, gates_hint, kind_name
 from hiddenstate.interop.statedict import as_float_array, build_layer, load_strict, refuse_learned_state
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.validation import boolean, float_dtype, shape_str
@@ -195,7 +195,7 @@ def to_keras_weights(layer, *, strict=True):
     TypeError
         ``layer`` is not one of our sequence layers.
     """
-    kind = layer_kind(layer)
+    kind = convertible_kind(layer, "Keras weights")
     strict = boolean("strict", strict)
     refuse_learned_state(layer, strict, holder="Keras weights", call="to_keras_weights", use="the Keras initial_state")
     H = layer.hidden_size

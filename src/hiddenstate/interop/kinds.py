@@ -3,7 +3,10 @@
 A layer's kind is read from its ``kind`` attribute (:func:`hiddenstate.cells.kind_of`); the gate
 count G of each kind comes from :data:`hiddenstate.cells.KINDS`, so the kind of a recurrent
 weight (G*H, H) is its rows over its columns. The layer class of each kind is read off the
-classes' ``kind`` attributes (:data:`LAYERS`).
+classes' ``kind`` attributes (:data:`LAYERS`). torch, Keras and ONNX know only the kinds with
+recurrent weights (:data:`RECURRENT`); minGRU and minLSTM (``CellKind.recurrent`` False) are
+named by :func:`kind_name` only where a caller allows them (safetensors files) and refused with a
+message everywhere else (:func:`convertible_kind`).
 """
 
 from __future__ import annotations
@@ -11,20 +14,24 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.cells import KINDS, CellKind, kind_of
-from hiddenstate.layers import GRU, LSTM, RNN
+from hiddenstate.layers import GRU, LSTM, RNN, MinGRU, MinLSTM
 from hiddenstate.recurrent import RecurrentLayer
 
-__all__ = ["LAYERS", "gates_hint", "kind_from_weight_hh", "kind_name", "layer_kind", "with_article"]
+__all__ = ["LAYERS", "RECURRENT", "convertible_kind", "gates_hint", "kind_from_weight_hh", "kind_name", "layer_kind",
+           "with_article"]
 
 #: The sequence layer class of every cell kind, by kind name (read off each class's ``kind``).
-LAYERS: dict[str, type] = {cls.kind.name: cls for cls in (RNN, GRU, LSTM)}
+LAYERS: dict[str, type] = {cls.kind.name: cls for cls in (RNN, GRU, LSTM, MinGRU, MinLSTM)}
 
-_BY_GATES = {k.num_gates: name for name, k in KINDS.items()}
+#: The kinds with recurrent weights ``weight_hh`` (those torch, Keras and ONNX have), in registry order.
+RECURRENT = tuple(name for name, k in KINDS.items() if k.recurrent)
+
+_BY_GATES = {KINDS[name].num_gates: name for name in RECURRENT}
 _ALIASES = {"SimpleRNN": "rnn"}  # Keras's name of the Elman RNN
 _VOWEL_SOUND = "AEFHILMNORSX"  # initial letters whose spoken name starts with a vowel: "an RNN", "an LSTM"
 
 
-def kind_name(name: str, kind) -> str:
+def kind_name(name: str, kind, *, linear: bool = False) -> str:
     """Normalise a kind given as a string, a layer class or a :class:`~hiddenstate.cells.CellKind`.
 
     Parameters
@@ -35,6 +42,9 @@ def kind_name(name: str, kind) -> str:
         ``"rnn"`` (or Keras's ``"SimpleRNN"``), ``"gru"``, ``"lstm"`` in any case; one of the
         layer classes :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU`,
         :class:`~hiddenstate.LSTM`; or a registered cell kind (``hiddenstate.cells.KINDS["gru"]``).
+    linear : bool, default False
+        Also accept the kinds without recurrent weights (``"mingru"``, ``"minlstm"``, their
+        classes and cell kinds); otherwise they raise, naming the format's limit.
 
     Returns
     -------
@@ -44,18 +54,26 @@ def kind_name(name: str, kind) -> str:
     Raises
     ------
     ValueError
-        Anything else.
+        Anything else, and a kind without recurrent weights unless ``linear``.
     """
+    found = None
     if isinstance(kind, type) and issubclass(kind, RecurrentLayer) and kind.kind is not None:
-        return kind_of(kind).name
-    if isinstance(kind, CellKind) and KINDS.get(kind.name) is kind:
-        return kind.name
-    if isinstance(kind, str):
+        found = kind_of(kind).name
+    elif isinstance(kind, CellKind) and KINDS.get(kind.name) is kind:
+        found = kind.name
+    elif isinstance(kind, str):
         k = kind.lower().replace("_", "")
         k = {a.lower(): v for a, v in _ALIASES.items()}.get(k, k)
         if k in KINDS:
-            return k
-    names = ", ".join(repr(k) + "".join(f" (or {a!r})" for a, v in _ALIASES.items() if v == k) for k in KINDS)
+            found = k
+    if found is not None and (linear or found in RECURRENT):
+        return found
+    if found is not None:
+        raise ValueError(f"{name} must be a kind with recurrent weights ({', '.join(map(repr, RECURRENT))}); got "
+                         f"{kind!r}: {with_article(found)} has no weight_hh (its gates read the input only), so "
+                         f"torch, Keras and ONNX have no layer for it. Save it with save_safetensors.")
+    allowed = KINDS if linear else RECURRENT
+    names = ", ".join(repr(k) + "".join(f" (or {a!r})" for a, v in _ALIASES.items() if v == k) for k in allowed)
     raise ValueError(f"{name} must be one of {names}; got {kind!r}.")
 
 
@@ -85,6 +103,36 @@ def layer_kind(layer) -> str:
     return kind_of(layer).name
 
 
+def convertible_kind(layer, target: str) -> str:
+    """:func:`layer_kind`, for a conversion to a format that knows only the kinds with recurrent weights.
+
+    Parameters
+    ----------
+    layer : RNN, GRU or LSTM
+        The layer to convert.
+    target : str
+        What it would become, for the message (``"a torch module"``).
+
+    Returns
+    -------
+    str
+        A key of :data:`RECURRENT`.
+
+    Raises
+    ------
+    TypeError
+        As :func:`layer_kind`.
+    ValueError
+        A :class:`~hiddenstate.MinGRU` or :class:`~hiddenstate.MinLSTM` (no recurrent weights).
+    """
+    kind = layer_kind(layer)
+    if kind not in RECURRENT:
+        raise ValueError(f"layer must be an RNN, GRU or LSTM to become {target}; got {with_article(kind)}, which "
+                         f"has no weight_hh (its gates read the input only) and no counterpart there. Save it with "
+                         f"save_safetensors (torch's parameter names; load_safetensors rebuilds it).")
+    return kind
+
+
 def with_article(kind: str) -> str:
     """The layer class of ``kind`` with its article, for messages.
 
@@ -96,10 +144,11 @@ def with_article(kind: str) -> str:
     Returns
     -------
     str
-        ``"an RNN"``, ``"a GRU"``, ``"an LSTM"``.
+        ``"an RNN"``, ``"a GRU"``, ``"an LSTM"``, ``"a MinGRU"``.
     """
     title = LAYERS[kind].__name__
-    return ("an " if title[0] in _VOWEL_SOUND else "a ") + title
+    word = len(title) > 1 and title[1].islower()  # "MinGRU" is read as a word, "RNN" letter by letter
+    return ("an " if title[0] in ("AEIOU" if word else _VOWEL_SOUND) else "a ") + title
 
 def kind_from_weight_hh(w_hh: np.ndarray) -> str | None:
     """The kind a recurrent weight belongs to, from its rows: G = rows / H.

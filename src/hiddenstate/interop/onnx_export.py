@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from hiddenstate.files import write_atomically
-from hiddenstate.interop.kinds import layer_kind
+from hiddenstate.interop.kinds import convertible_kind
 from hiddenstate.validation import boolean
 
 __all__ = ["OPSET", "charrnn_to_onnx", "to_onnx"]
@@ -79,7 +79,7 @@ class _Graph:
 
 def _layers(g: _Graph, layer, x: str, h0: str | None, c0: str | None, lens: str | None):
     """Append the recurrent layers of ``layer`` reading ``x`` (T, N, I); returns (output, h_n, c_n) names."""
-    kind = layer_kind(layer)
+    kind = convertible_kind(layer, "an ONNX graph")
     H, L, D = layer.hidden_size, layer.num_layers, layer.num_directions
     lstm = kind == "lstm"
     p = {k: np.asarray(v) for k, v in layer.params.items()}
@@ -186,7 +186,7 @@ def to_onnx(layer, path, *, initial_state: bool = True, lengths: bool = False) -
     ImportError
         The ``onnx`` package is not installed.
     """
-    kind = layer_kind(layer)
+    kind = convertible_kind(layer, "an ONNX graph")
     initial_state, lengths = boolean("initial_state", initial_state), boolean("lengths", lengths)
     onnx = _onnx()
     g = _Graph(onnx, layer.dtype)
@@ -242,7 +242,7 @@ def charrnn_to_onnx(model, path, *, initial_state: bool = True) -> Path:
     layer = getattr(model, "rnn", None)
     if layer is None or not hasattr(model, "embed"):
         raise TypeError(f"model must be a hiddenstate CharRNN; got {type(model).__name__}.")
-    kind = layer_kind(layer)
+    kind = convertible_kind(layer, "an ONNX graph")
     initial_state = boolean("initial_state", initial_state)
     onnx = _onnx()
     g = _Graph(onnx, layer.dtype)

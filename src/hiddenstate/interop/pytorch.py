@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from hiddenstate.cells.rnn import NONLINEARITIES
-from hiddenstate.interop.kinds import kind_name, layer_kind
+from hiddenstate.interop.kinds import convertible_kind, kind_name
 from hiddenstate.interop.statedict import as_float_array, layer_from_state, refuse_learned_state
 from hiddenstate.interop.torch_modules import cho_gru_class, torch_char_model_class
 from hiddenstate.train.model import CharRNN
@@ -135,7 +135,7 @@ def to_torch(layer, *, strict=True):
     TypeError
         ``layer`` is not one of our sequence layers.
     """
-    kind = layer_kind(layer)
+    kind = convertible_kind(layer, "a torch module")
     strict = boolean("strict", strict)
     if kind == "rnn" and layer.nonlinearity not in _TORCH_NONLINEARITIES:
         raise ValueError(f"layer must have nonlinearity 'tanh' or 'relu' to become a torch.nn.RNN; got "

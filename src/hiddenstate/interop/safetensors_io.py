@@ -47,7 +47,7 @@ def save_safetensors(layer, path, *, metadata=None) -> Path:
 
     Parameters
     ----------
-    layer : RNN, GRU or LSTM
+    layer : RNN, GRU, LSTM, MinGRU or MinLSTM
         The layer to save (its parameters, a learned ``h0``/``c0`` included).
     path : str or os.PathLike
         The file to write; an existing file is replaced.
@@ -102,7 +102,7 @@ def _read(path: Path) -> tuple[dict, dict]:
     if _META_KEY in meta:
         try:
             cfg = json.loads(meta[_META_KEY])
-            cfg["kind"] = kind_name("metadata kind", cfg["kind"])
+            cfg["kind"] = kind_name("metadata kind", cfg["kind"], linear=True)
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"'{path}' must hold valid 'hiddenstate' metadata; got {meta[_META_KEY]!r} "
                              f"({error}).") from None
@@ -144,10 +144,12 @@ def load_safetensors(path, layer=None, *, dtype=np.float64):
     state, cfg = _read(path)
     source = f"'{path}'"
     if layer is None:
+        extra = {} if "kind" not in cfg else {o: cfg[o] for o in KINDS[cfg["kind"]].options
+                                               if o in cfg and o not in ("nonlinearity", "reset_after")}
         return layer_from_state(state, source, kind=cfg.get("kind"), nonlinearity=cfg.get("nonlinearity", "tanh"),
                                 batch_first=bool(cfg.get("batch_first", False)),
                                 reset_after=bool(cfg.get("reset_after", True)),
-                                dropout=float(cfg.get("dropout", 0.0)), dtype=dtype)
+                                dropout=float(cfg.get("dropout", 0.0)), dtype=dtype, options=extra)
     kind = layer_kind(layer)
     w = state.get("weight_hh_l0")
     found = None if w is None else kind_from_weight_hh(w)
@@ -159,7 +161,7 @@ def load_safetensors(path, layer=None, *, dtype=np.float64):
         raise ValueError(f"{source} holds {with_article(cfg['kind'])} (metadata); it cannot load into "
                          f"{with_article(kind)}.")
     for option, value in layer.options.items():
-        if option in cfg and cfg[option] != value:
+        if option in cfg and cfg[option] != value and option != "scan":  # scan: how, not what, is computed
             raise ValueError(f"{source} was saved with {option}={cfg[option]!r}; the layer has "
                              f"{option}={value!r}. The weights would compute another function; "
                              f"build the layer with {option}={cfg[option]!r} or use load_safetensors(path).")

@@ -15,8 +15,8 @@ import re
 import numpy as np
 
 from hiddenstate.cells import KINDS
-from hiddenstate.interop.kinds import LAYERS, gates_hint, kind_from_weight_hh
-from hiddenstate.validation import shape_str
+from hiddenstate.interop.kinds import LAYERS, RECURRENT, gates_hint, kind_from_weight_hh
+from hiddenstate.validation import float_array, shape_str
 
 __all__ = ["KEY", "as_float_array", "build_layer", "layer_from_state", "load_strict", "refuse_learned_state"]
 
@@ -25,24 +25,26 @@ KEY = re.compile(r"^(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)(_reverse)?$")
 
 
 def as_float_array(name: str, value) -> np.ndarray:
-    """A float ndarray from a NumPy array, a torch tensor or a Keras variable.
+    """A float ndarray from a NumPy array, a torch tensor or a Keras variable, by the package's dtype rule.
 
     Parameters
     ----------
     name : str
         What the value is, for the error message (``"state_dict['weight_ih_l0']"``).
     value : array_like, torch.Tensor or keras.Variable
-        The values; torch float16/bfloat16 tensors are upcast to float64 (exact; NumPy has no bfloat16).
+        The values. Float32/float64 are kept; torch float16/bfloat16 tensors are upcast to float64
+        (exact; NumPy has no bfloat16); integer tensors and arrays are promoted to float64
+        (:func:`hiddenstate.validation.float_array`).
 
     Returns
     -------
     ndarray
-        No copy for a NumPy array.
+        No copy for a float NumPy array.
 
     Raises
     ------
     TypeError
-        The values are not floating point.
+        bool, complex, object or string values (a bool or complex tensor is refused, not cast).
     """
     if not isinstance(value, np.ndarray):
         inner = getattr(value, "value", None)  # keras.Variable -> backend tensor
@@ -50,13 +52,15 @@ def as_float_array(name: str, value) -> np.ndarray:
             value = inner
         if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
             t = value.detach().cpu()
-            if str(t.dtype) not in ("torch.float32", "torch.float64"):
-                t = t.double()
+            kind = str(t.dtype)
+            if kind == "torch.bool" or "complex" in kind:
+                raise TypeError(f"{name} must be a floating-point tensor (integers are promoted to float64); got "
+                                f"dtype {kind}.")
+            if kind not in ("torch.float32", "torch.float64"):
+                t = t.double()  # float16, bfloat16 (exact) and integers (promoted)
             value = t.numpy()
-    arr = np.asarray(value)
-    if arr.dtype.kind != "f":
-        raise TypeError(f"{name} must be a floating-point array; got dtype {arr.dtype}.")
-    return arr
+    return float_array(name, value, finite=False)  # finiteness is checked where the values are loaded
+
 
 def build_layer(kind: str, input_size: int, hidden_size: int, num_layers: int, **options):
     """A fresh layer of ``kind`` (weights to be loaded); options the kind does not have are dropped.
@@ -87,7 +91,7 @@ def build_layer(kind: str, input_size: int, hidden_size: int, num_layers: int, *
 
 
 def layer_from_state(state: dict, source: str, *, kind=None, nonlinearity="tanh", batch_first=False,
-                     reset_after=True, dropout=0.0, dtype=np.float64):
+                     reset_after=True, dropout=0.0, dtype=np.float64, options=None):
     """Infer the layer a torch-named state dict describes, build it and load the dict strictly.
 
     Parameters
@@ -108,11 +112,15 @@ def layer_from_state(state: dict, source: str, *, kind=None, nonlinearity="tanh"
     dropout : float, default 0.0
         Between layers, in training only.
     dtype : {float64, float32}, default float64
+    options : mapping, optional
+        Further options of ``kind`` (a MinGRU's ``log_space`` and ``scan``).
 
     Returns
     -------
-    RNN, GRU or LSTM
+    RNN, GRU, LSTM, MinGRU or MinLSTM
         Sizes, ``num_layers``, ``bidirectional``, ``bias`` and ``learn_h0`` from the keys and shapes.
+        A kind without recurrent weights (``"mingru"``, ``"minlstm"``) must be given as ``kind``:
+        its hidden size is the rows of ``weight_ih_l0`` over G.
 
     Raises
     ------
@@ -128,13 +136,17 @@ def layer_from_state(state: dict, source: str, *, kind=None, nonlinearity="tanh"
                 "weight_hr") else ""
             raise ValueError(f"{source} has an unexpected key {key!r} of shape {shape_str(a.shape)}{hint}; keys must "
                              f"be weight_ih_l<k>, weight_hh_l<k>, bias_ih_l<k>, bias_hh_l<k> (+ '_reverse'), h0, c0.")
-    for key in ("weight_ih_l0", "weight_hh_l0"):
+    linear = kind is not None and not KINDS[kind].recurrent
+    for key in ("weight_ih_l0",) if linear else ("weight_ih_l0", "weight_hh_l0"):
         if key not in state:
             raise ValueError(f"{source} must contain {key!r}; got keys {sorted(state)}.")
+    if linear:
+        return _linear_from_state(state, source, kind, batch_first=batch_first, dropout=dropout, dtype=dtype,
+                                  options=options)
     w_hh = state["weight_hh_l0"]
     found = kind_from_weight_hh(w_hh)
     if found is None:
-        *first, last = [f"{k.num_gates} ({LAYERS[name].__name__})" for name, k in KINDS.items()]
+        *first, last = [f"{KINDS[name].num_gates} ({LAYERS[name].__name__})" for name in RECURRENT]
         raise ValueError(f"{source}['weight_hh_l0'] must have shape (G*H, H) with G = {', '.join(first)} or {last}; "
                          f"got {shape_str(w_hh.shape)}.")
     H = w_hh.shape[1]
@@ -152,6 +164,20 @@ def layer_from_state(state: dict, source: str, *, kind=None, nonlinearity="tanh"
                         bias="bias_ih_l0" in state or "bias_hh_l0" in state,
                         bidirectional=any(k.endswith("_reverse") for k in state), batch_first=batch_first,
                         dropout=dropout, learn_h0="h0" in state or "c0" in state, dtype=dtype)
+    load_strict(layer, state, source)
+    return layer
+
+
+def _linear_from_state(state, source, kind, *, batch_first, dropout, dtype, options):
+    """:func:`layer_from_state` for a kind without recurrent weights: H from ``weight_ih_l0`` (G*H, I)."""
+    w_ih, G = state["weight_ih_l0"], KINDS[kind].num_gates
+    if w_ih.ndim != 2 or w_ih.shape[0] == 0 or w_ih.shape[0] % G:
+        raise ValueError(f"{source}['weight_ih_l0'] must have shape (G*H, I) with G = {G} for kind={kind!r}; got "
+                         f"{shape_str(w_ih.shape)}.")
+    num_layers = max(int(m.group(2)) for m in map(KEY.match, state) if m) + 1
+    layer = build_layer(kind, w_ih.shape[1], w_ih.shape[0] // G, num_layers, bias="bias_ih_l0" in state,
+                        bidirectional=any(k.endswith("_reverse") for k in state), batch_first=batch_first,
+                        dropout=dropout, learn_h0="h0" in state, dtype=dtype, **dict(options or {}))
     load_strict(layer, state, source)
     return layer
 

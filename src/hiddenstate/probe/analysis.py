@@ -26,6 +26,7 @@ layer reads (one-hot or embedded characters, (T, N, I)), the token ids and the t
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +41,12 @@ from hiddenstate.probe.gradflow import (
     jacobian_flow,
     spectral_bounds,
 )
-from hiddenstate.probe.memory import memory_curve
+from hiddenstate.probe.memory import check_lags, memory_curve
 from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import text_features
-from hiddenstate.probe.trace import Trace, trace
+from hiddenstate.probe.trace import Trace, sequence_layer, trace
 from hiddenstate.probe.unitfeatures import best_units
+from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, shape_str
 
 __all__ = ["Analysis", "analyze_model", "memory_sweep"]
 
@@ -77,6 +79,9 @@ class Analysis:
     loss : dict or None
     timings : dict of str to float
         Seconds spent in each measurement.
+    skipped : dict of str to str
+        Measurements that were not made although asked for, and why (e.g. ``"memory"``: the
+        sequences are too short for a held-out split); their entries above stay None.
     """
 
     trace: Trace
@@ -95,6 +100,7 @@ class Analysis:
     meta: dict = field(default_factory=dict)
     loss: Any = None
     timings: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
 
     def report_kwargs(self) -> dict:
         """Keyword arguments for :func:`hiddenstate.report.build_report`.
@@ -190,15 +196,46 @@ def analyze_model(
     Returns
     -------
     Analysis
+        A measurement that could not be made (too short a sequence, no valid step) is None and
+        says why in :attr:`Analysis.skipped`.
+
+    Raises
+    ------
+    TypeError
+        ``layer`` is not a sequence layer; a count that is not an integer (``max_lag=2.9``);
+        ``tokens`` that are not integers; ``text`` that is not a str; ``rng`` that is not a
+        Generator; ``title_meta`` that is not a mapping.
+    ValueError
+        A negative count, ``tokens`` whose shape does not match the input, and every error of
+        :func:`~hiddenstate.probe.trace.trace` and of the measurements.
     """
-    rng = np.random.default_rng(0) if rng is None else rng
-    cell = kind_of(layer)
+    cell = kind_of(sequence_layer(layer))
     kind = cell.name
+    max_lag = nonnegative_int("max_lag", max_lag)
+    grad_steps = nonnegative_int("grad_steps", grad_steps)
+    grad_sequences = positive_int("grad_sequences", grad_sequences)
+    n_fixed_point_starts = nonnegative_int("n_fixed_point_starts", n_fixed_point_starts)
+    rng = np.random.default_rng(0) if rng is None else generator(rng)
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"text must be a str or None; got {type(text).__name__}.")
+    if title_meta is not None and not isinstance(title_meta, Mapping):
+        raise TypeError(f"title_meta must be a mapping or None; got {type(title_meta).__name__}.")
+    if fixed_point_input is not None:
+        fixed_point_input = float_array("fixed_point_input", fixed_point_input, dtype=np.float64)
     timings = {}
     t0 = time.perf_counter()
     tr = trace(layer, x, h0, lengths=lengths)
     timings["trace"] = time.perf_counter() - t0
     T, N = tr.mask.shape
+    tok = None
+    if tokens is not None:
+        tok = np.asarray(tokens)
+        if tok.dtype == bool or tok.dtype.kind not in "iu":
+            raise TypeError(f"tokens must be an integer array of shape (T={T}, N={N}); got dtype {tok.dtype}.")
+        tok = tok[:, None] if (tok.ndim == 1 and N == 1) else tok
+        if tok.shape != (T, N):
+            raise ValueError(f"tokens must have shape (T={T}, N={N}) (or (T,) for one sequence), one id per step of "
+                             f"x; got {shape_str(np.shape(tokens))}.")
     H, L, D = layer.hidden_size, layer.num_layers, layer.num_directions
     an = Analysis(trace=tr, loss=loss, text=text)
     an.meta = {"cell": kind.upper(), "hidden size": H, "layers": L, "directions": D,
@@ -218,6 +255,9 @@ def analyze_model(
     top = tr[L - 1, 0]
     an.jacobian = jacobian_flow(top, max_lag=min(max_lag * 2, T))
     an.gradient[f"‖dh_T/dh_T-k‖ (σ_max, layer {L - 1})"] = (an.jacobian.lags, an.jacobian.spectral)
+    if grad_steps and (D != 1 or lengths is not None):
+        an.skipped["gradient norms"] = ("BPTT gradient norms are measured along one direction of unpadded sequences; "
+                                        f"got {'a bidirectional layer' if D != 1 else 'lengths'}.")
     if grad_steps and D == 1 and lengths is None:
         ts, ns = min(grad_steps, T), min(grad_sequences, N)
         xt = tr[0].x[:ts, :ns]
@@ -242,20 +282,19 @@ def analyze_model(
     t0 = time.perf_counter()
     K = min(max_lag, max(T // 3, 0))
     try:
-        if tokens is not None:
-            tok = np.asarray(tokens)
-            tok = tok[:, None] if tok.ndim == 1 else tok
-            an.memory = memory_curve(states, tok, max_lag=K, mask=tr.mask)
-        else:
-            an.memory = memory_curve(states, tr[0].x, max_lag=K, mask=tr.mask)
-    except ValueError:  # sequence too short for a held-out split
-        an.memory = None
+        check_lags(tr.mask, K, 0.75)  # the one condition under which the curve is skipped, not failed
+    except ValueError as exc:
+        an.skipped["memory"] = f"the sequences are too short for a held-out split: {exc}"
+    else:  # any other error of the measurement surfaces
+        an.memory = memory_curve(states, tok if tok is not None else tr[0].x, max_lag=K, mask=tr.mask)
     timings["memory"] = time.perf_counter() - t0
 
     # PCA
     t0 = time.perf_counter()
-    if tr.mask.sum() >= 2:
+    if tr.mask[:, 0].sum() >= 2:
         an.pca = pca(states[:, :1] if N > 1 else states, mask=tr.mask[:, :1] if N > 1 else tr.mask)
+    else:
+        an.skipped["pca"] = f"sequence 0 has {int(tr.mask[:, 0].sum())} valid step(s); PCA needs at least 2."
     timings["pca"] = time.perf_counter() - t0
 
     # fixed points of the first layer, zero input
@@ -265,7 +304,9 @@ def analyze_model(
         visited = first.h[tr.mask]  # (M, H)
         if cell.has_cell:
             visited = np.concatenate([visited, first.c[tr.mask]], axis=1)  # state (h, c)
-        if visited.shape[0]:
+        if not visited.shape[0]:
+            an.skipped["fixed points"] = "no valid step to start the search from."
+        else:
             pick = rng.choice(visited.shape[0], size=min(n_fixed_point_starts, visited.shape[0]), replace=False)
             starts = visited[pick] + 0.5 * visited.std(axis=0) * rng.normal(size=(pick.size, visited.shape[1]))
             F, J = layer_map(layer, fixed_point_input, layer_index=0, direction=0)
@@ -336,20 +377,34 @@ def memory_sweep(cell: str, hidden_sizes, x, targets, *, max_lag: int = 20, rng:
     list of dict
         One row per hidden size: ``"H"``, ``"parameters"``, ``"µs per step"`` (per sequence),
         ``"capacity"``, ``"horizon (R² ≥ 0.5)"`` or ``"horizon (acc ≥ 0.5)"``.
+
+    Raises
+    ------
+    TypeError
+        A size, ``repeats`` or ``max_lag`` that is not an integer (``64.5`` is not truncated), ``x``
+        that is not real numbers, ``rng`` that is not a Generator.
+    ValueError
+        An unknown ``cell``, a size or ``repeats`` below 1, ``x`` not (T, N, I), and the errors of
+        :func:`~hiddenstate.probe.memory.memory_curve`.
     """
-    cls = layers.BY_KIND.get(cell)
+    cls = layers.BY_KIND.get(cell) if isinstance(cell, str) else None
     if cls is None:
         raise ValueError(f"cell must be one of {', '.join(repr(k) for k in layers.BY_KIND)}; got {cell!r}.")
-    rng = np.random.default_rng(0) if rng is None else rng
-    x = np.asarray(x, dtype=np.float64)
+    rng = np.random.default_rng(0) if rng is None else generator(rng)
+    x = float_array("x", x, dtype=np.float64)
     if x.ndim != 3:
         raise ValueError(f"x must have shape (T, N, I); got {x.shape}.")
+    if isinstance(hidden_sizes, (str, bytes)) or not hasattr(hidden_sizes, "__iter__"):
+        raise TypeError(f"hidden_sizes must be a sequence of positive integers; got {type(hidden_sizes).__name__}.")
+    sizes = [positive_int(f"hidden_sizes[{i}]", H) for i, H in enumerate(hidden_sizes)]
+    repeats = positive_int("repeats", repeats)
+    max_lag = nonnegative_int("max_lag", max_lag)
     T, N, I = x.shape
     rows = []
-    for H in hidden_sizes:
-        layer = cls(I, int(H), rng=rng)
+    for H in sizes:
+        layer = cls(I, H, rng=rng)
         best = np.inf
-        for _ in range(max(1, repeats)):
+        for _ in range(repeats):
             t0 = time.perf_counter()
             out, _ = layer(x)
             best = min(best, time.perf_counter() - t0)

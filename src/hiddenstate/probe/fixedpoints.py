@@ -24,6 +24,8 @@ characterizing fixed points in recurrent neural networks", JOSS 3(31):1003, 2018
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,10 +33,47 @@ import numpy as np
 from scipy import optimize
 
 from hiddenstate.cells import kind_of
+from hiddenstate.probe.trace import sequence_layer
+from hiddenstate.validation import choice, float_array, index, nonnegative_int, positive_int, real, shape_str
 
 __all__ = ["FixedPoint", "classify_point", "find_fixed_points", "layer_map", "reachable_box"]
 
 _KINDS = ("stable", "marginal", "saddle", "unstable")
+#: scipy.optimize.minimize methods that use the gradient (``jac=True``), and those of them that take bounds
+_METHODS = ("L-BFGS-B", "BFGS", "CG", "TNC", "SLSQP", "trust-constr")
+_BOUNDED = ("L-BFGS-B", "TNC", "SLSQP", "trust-constr")
+
+
+def _positive(name: str, value) -> float:
+    """A finite number > 0 (a tolerance), with the message this module has always given."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a positive number; got {type(value).__name__} {value!r}.")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive; got {value!r}.")
+    return float(value)
+
+
+def _pairs(bounds, H: int) -> tuple[np.ndarray, np.ndarray]:
+    """``bounds`` (one (low, high) pair or H of them, None = unbounded) as two float arrays (H,)."""
+    try:
+        b = None if isinstance(bounds, (str, bytes, dict)) else list(bounds)
+    except TypeError:
+        b = None
+    if b is None:
+        raise TypeError(f"bounds must be one (low, high) pair or H={H} pairs; got {type(bounds).__name__}.")
+    if len(b) == 2 and not isinstance(b[0], (tuple, list, np.ndarray)):
+        b = [tuple(b)] * H
+    if len(b) != H:
+        raise ValueError(f"bounds must be one (low, high) pair or H={H} pairs; got {len(b)} entries.")
+    lo, hi = np.empty(H), np.empty(H)
+    for i, p in enumerate(b):
+        if not isinstance(p, (tuple, list, np.ndarray)) or len(p) != 2:
+            raise TypeError(f"bounds[{i}] must be a pair (low, high); got {p!r}.")
+        lo[i] = -np.inf if p[0] is None else real(f"bounds[{i}][0]", p[0])
+        hi[i] = np.inf if p[1] is None else real(f"bounds[{i}][1]", p[1])
+        if lo[i] > hi[i]:
+            raise ValueError(f"bounds[{i}] must have low <= high; got {tuple(p)!r}.")
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -112,8 +151,19 @@ def classify_point(jacobian: np.ndarray, *, margin: float = 1e-8) -> tuple[np.nd
         Number of eigenvalues with modulus ``> 1 + margin``.
     kind : str
         One of ``"stable"``, ``"marginal"``, ``"saddle"``, ``"unstable"`` (see :class:`FixedPoint`).
+
+    Raises
+    ------
+    TypeError
+        A Jacobian that is not real numbers (bool, complex, strings ...), a ``margin`` that is not a
+        number.
+    ValueError
+        A Jacobian that is not square (H, H) with H >= 1 or has NaN/Inf, a negative ``margin``.
     """
-    jacobian = np.asarray(jacobian, dtype=np.float64)
+    jacobian = float_array("jacobian", jacobian, dtype=np.float64)
+    if jacobian.ndim != 2 or jacobian.shape[0] != jacobian.shape[1] or jacobian.shape[0] == 0:
+        raise ValueError(f"jacobian must have shape (H, H) with H >= 1; got {shape_str(jacobian.shape)}.")
+    margin = real("margin", margin, low=0.0)
     vals = np.linalg.eigvals(jacobian).astype(np.complex128)
     mods = np.abs(vals)
     order = np.argsort(-mods, kind="stable")
@@ -191,11 +241,18 @@ def find_fixed_points(
 
     Raises
     ------
+    TypeError
+        ``F`` or ``jac`` not callable, ``inits`` not real numbers, an option of the wrong type
+        (``max_iter=2.5``), a ``method`` that is not a string.
     ValueError
-        If ``inits`` is not finite with shape (K, H), if ``F`` or ``jac`` return the wrong shape,
-        or if a tolerance is not positive.
+        If ``inits`` is not finite with shape (K, H), if ``F`` or ``jac`` return the wrong shape
+        or NaN/Inf at the first start, if a tolerance is not positive, a count is negative, an
+        unknown ``method``, ``bounds`` with a method that ignores them or with low > high.
     """
-    X = np.asarray(inits, dtype=np.float64)
+    for name, fn in (("F", F), ("jac", jac)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be callable; got {type(fn).__name__}.")
+    X = float_array("inits", inits, dtype=np.float64, finite=False)
     if X.ndim == 1:
         X = X[None, :]
     if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
@@ -205,30 +262,29 @@ def find_fixed_points(
         )
     if not np.isfinite(X).all():
         raise ValueError("inits must be finite; got NaN or Inf. Drop or replace those rows.")
-    if not (tol > 0):
-        raise ValueError(f"tol must be positive; got {tol!r}.")
+    tol = _positive("tol", tol)
     K, H = X.shape
-    if dedup_tol is None:
-        dedup_tol = 1e-3 * np.sqrt(H)
-    if not (dedup_tol > 0):
-        raise ValueError(f"dedup_tol must be positive; got {dedup_tol!r}.")
+    dedup_tol = 1e-3 * np.sqrt(H) if dedup_tol is None else _positive("dedup_tol", dedup_tol)
+    max_iter = positive_int("max_iter", max_iter)
+    newton_steps = nonnegative_int("newton_steps", newton_steps)
+    margin = real("margin", margin, low=0.0)
+    method = choice("method", method, _METHODS)
+    if bounds is not None and method not in _BOUNDED:
+        raise ValueError(f"method must be one of {', '.join(_BOUNDED)} when bounds are given; got {method!r}, "
+                         f"which ignores bounds.")
 
-    F0 = np.asarray(F(X[0].copy()))
-    J0 = np.asarray(jac(X[0].copy()))
+    F0 = float_array("F(h)", F(X[0].copy()), dtype=np.float64, finite=False)
+    J0 = float_array("jac(h)", jac(X[0].copy()), dtype=np.float64, finite=False)
     if F0.shape != (H,):
         raise ValueError(f"F(h) must return shape (H,)=({H},); got {F0.shape}. F maps one state to the next.")
     if J0.shape != (H, H):
         raise ValueError(f"jac(h) must return shape (H, H)=({H}, {H}); got {J0.shape}.")
+    if not (np.isfinite(F0).all() and np.isfinite(J0).all()):
+        raise ValueError("F(h) and jac(h) must return finite values; got NaN or Inf at the first start.")
     eye = np.eye(H)
     lo = hi = None
     if bounds is not None:
-        b = list(bounds)
-        if len(b) == 2 and not isinstance(b[0], (tuple, list)):
-            b = [tuple(b)] * H
-        if len(b) != H:
-            raise ValueError(f"bounds must be one (low, high) pair or H={H} pairs; got {len(b)} entries.")
-        lo = np.array([-np.inf if p[0] is None else p[0] for p in b], dtype=np.float64)
-        hi = np.array([np.inf if p[1] is None else p[1] for p in b], dtype=np.float64)
+        lo, hi = _pairs(bounds, H)
         bounds = [(None if not np.isfinite(a) else float(a), None if not np.isfinite(c) else float(c))
                   for a, c in zip(lo, hi)]
         X = np.clip(X, lo, hi)
@@ -257,6 +313,8 @@ def find_fixed_points(
                     break
                 r = np.asarray(F(h), dtype=np.float64) - h
                 A = np.asarray(jac(h), dtype=np.float64) - eye
+                if not (np.isfinite(r).all() and np.isfinite(A).all()):
+                    break  # a map that is not finite here: keep the optimiser's point
                 step = np.linalg.lstsq(A, r, rcond=None)[0]
                 h_new = h - step
                 if not np.isfinite(h_new).all() or (lo is not None and (np.any(h_new < lo) or np.any(h_new > hi))):
@@ -265,7 +323,7 @@ def find_fixed_points(
                 if q_new >= q:
                     break
                 h, q = h_new, q_new
-            if q <= tol:
+            if q <= tol and np.isfinite(h).all():
                 candidates.append((q, h))
 
         candidates.sort(key=lambda c: c[0])
@@ -314,26 +372,34 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
 
     Raises
     ------
+    TypeError
+        ``layer`` is not a sequence layer; an index that is not an integer; ``x`` that is not
+        real numbers.
     ValueError
-        If the indices are out of range or ``x`` has the wrong size.
+        If the indices are out of range (``layer_index`` in ``[-L, L)``, negative counting from
+        the top; ``direction`` in ``[-D, D)``), ``x`` has the wrong shape or NaN/Inf, or a
+        parameter of the layer does not fit (:meth:`~hiddenstate.recurrent.RecurrentLayer.check_params`).
     """
-    kind = kind_of(layer)
+    kind = kind_of(sequence_layer(layer))
     L, D = layer.num_layers, layer.num_directions
-    li = layer_index % L if -L <= layer_index < L else None
-    if li is None or not 0 <= direction < D:
-        raise ValueError(f"layer_index must be in [-{L}, {L}) and direction in [0, {D}); got {layer_index}, {direction}.")
+    li = index("layer_index", layer_index, L, what="layers")
+    direction = index("direction", direction, D, what="directions")
+    layer.check_params()
     # float64 whatever the layer's dtype: q must reach ~1e-12 to call a point fixed
     w = {k: (None if v is None else np.asarray(v, dtype=np.float64)) for k, v in layer.weights(li, direction).items()}
     width = w["weight_ih"].shape[1]
-    xv = np.zeros(width) if x is None else np.asarray(x, dtype=np.float64).reshape(-1)
+    xv = np.zeros(width) if x is None else float_array("x", x, dtype=np.float64)
     if xv.shape != (width,):
-        raise ValueError(f"x must have shape ({width},) (the input width of layer {li}); got {np.shape(x)}.")
+        raise ValueError(f"x must have shape ({width},) (the input width of layer {li}); got {shape_str(xv.shape)}.")
     xv = xv[None, :]  # (1, I)
     opts = layer.options
     S = kind.state_size(layer.hidden_size)
 
     def step(s, jacobian):
-        return kind.step(w, xv, np.asarray(s, dtype=np.float64).reshape(1, S), jacobian=jacobian, **opts)
+        a = np.asarray(s, dtype=np.float64)
+        if a.shape != (S,):
+            raise ValueError(f"s must have shape (S={S},), one state of layer {li}; got {shape_str(a.shape)}.")
+        return kind.step(w, xv, a.reshape(1, S), jacobian=jacobian, **opts)
 
     def F(s):
         return step(s, False).state[0]
@@ -360,5 +426,10 @@ def reachable_box(layer) -> list:
     Returns
     -------
     list of (low, high) pairs, length S (H, or 2H for the LSTM)
+
+    Raises
+    ------
+    TypeError
+        ``layer`` is not a layer or cell of this package.
     """
     return kind_of(layer).bounds(layer.hidden_size, **layer.options)

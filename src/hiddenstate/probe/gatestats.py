@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hiddenstate.validation import bool_mask, float_array, real
+
 __all__ = ["GateStats", "gate_statistics", "time_constant"]
 
 
@@ -47,13 +49,17 @@ def time_constant(mean_keep) -> np.ndarray:
 
     Raises
     ------
+    TypeError
+        Values that are not real numbers.
     ValueError
-        If a value lies outside [0, 1].
+        If a value lies outside [0, 1] or is NaN.
     """
-    m = np.asarray(mean_keep, dtype=np.float64)
-    if m.size and (np.nanmin(m) < 0.0 or np.nanmax(m) > 1.0):
+    m = float_array("mean_keep", mean_keep, dtype=np.float64, finite=False)
+    if np.isnan(m).any():
+        raise ValueError(f"mean_keep must lie in [0, 1]; got {int(np.isnan(m).sum())} NaN value(s).")
+    if m.size and (m.min() < 0.0 or m.max() > 1.0):
         raise ValueError(
-            f"mean_keep must lie in [0, 1]; got values in [{np.nanmin(m):.4g}, {np.nanmax(m):.4g}]. "
+            f"mean_keep must lie in [0, 1]; got values in [{m.min():.4g}, {m.max():.4g}]. "
             "Pass gate activations (after the sigmoid), not pre-activations."
         )
     gap = 1.0 - m
@@ -109,6 +115,7 @@ class GateStats:
         -------
         ndarray of int, shape (k,)
         """
+        min_steps = real("min_steps", min_steps)
         tau = self.time_constant
         idx = np.flatnonzero(tau >= min_steps)
         return idx[np.argsort(-tau[idx], kind="stable")]
@@ -134,14 +141,20 @@ def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, hi
 
     Raises
     ------
+    TypeError
+        ``gate`` not real numbers, a mask that is not bool, thresholds that are not numbers, a
+        ``name`` that is not a str.
     ValueError
         If ``gate`` has fewer than 2 dimensions, values outside [0, 1], a mask of the wrong shape,
         no valid step, or ``not 0 <= low < high <= 1``.
     """
-    g = np.asarray(gate, dtype=np.float64)
-    if g.ndim < 2:
+    g = float_array("gate", gate, dtype=np.float64, finite=False)
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str; got {type(name).__name__}.")
+    low, high = real("low", low), real("high", high)
+    if g.ndim < 2 or g.shape[-1] == 0:
         raise ValueError(
-            f"gate must have shape (..., H) with at least one time axis; got shape {g.shape}. "
+            f"gate must have shape (..., H) with at least one time axis and H >= 1; got shape {g.shape}. "
             "For a single step use gate[None]."
         )
     if not (0.0 <= low < high <= 1.0):
@@ -149,10 +162,7 @@ def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, hi
     H = g.shape[-1]
     flat = g.reshape(-1, H)  # (M, H)
     if mask is not None:
-        m = np.asarray(mask, dtype=bool)
-        if m.shape != g.shape[:-1]:
-            raise ValueError(f"mask must have shape {g.shape[:-1]} (gate.shape[:-1]); got {m.shape}.")
-        flat = flat[m.reshape(-1)]
+        flat = flat[bool_mask("mask", mask, g.shape[:-1]).reshape(-1)]
     if flat.shape[0] == 0:
         raise ValueError("gate must have at least one valid step; got none (empty array or all-False mask).")
     if not np.isfinite(flat).all() or flat.min() < 0.0 or flat.max() > 1.0:

@@ -38,7 +38,8 @@ import numpy as np
 
 from hiddenstate.cells import kind_of
 from hiddenstate.cells.base import Record
-from hiddenstate.probe.trace import LayerTrace, trace
+from hiddenstate.probe.trace import LayerTrace, layer_trace, sequence_layer, trace
+from hiddenstate.validation import choice, float_array, index, nonnegative_int, shape_str
 
 __all__ = [
     "GradientNorms",
@@ -82,7 +83,16 @@ def jacobians_at(lt: LayerTrace, t_idx: np.ndarray) -> np.ndarray:
     ndarray of shape (K, N, S, S), float
         S = H, or 2H for the LSTM state (h, c); identity at padded steps, zero at steps that
         were reset and at ``t_idx < 0``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``lt`` not a LayerTrace; ``t_idx`` not integers of shape (K, N), or a step >= T.
     """
+    t_idx, T, N = np.asarray(t_idx), *layer_trace(lt).mask.shape
+    if t_idx.dtype.kind not in "iu" or t_idx.ndim != 2 or t_idx.shape[1] != N or (t_idx.size and t_idx.max() >= T):
+        kind = TypeError if t_idx.dtype.kind not in "iu" else ValueError
+        raise kind(f"t_idx must be integers < T={T} of shape (K, N={N}); got {shape_str(t_idx.shape)} {t_idx.dtype}.")
     g = lambda a: None if a is None else _gather(a, t_idx)
     rec = Record(h=g(lt.h), h_prev=g(lt.h_prev), gates={k: g(v) for k, v in lt.gates.items()},
                  preacts={k: g(v) for k, v in lt.preacts.items()}, c=g(lt.c), c_prev=g(lt.c_prev), s=g(lt.s))
@@ -113,7 +123,7 @@ def step_jacobians(lt: LayerTrace) -> np.ndarray:
         that were reset. For the backward direction, time runs in the order that direction read
         the sequence (see :meth:`~hiddenstate.probe.trace.LayerTrace.in_processing_order`).
     """
-    p = lt.in_processing_order()
+    p = layer_trace(lt).in_processing_order()
     T, N = p.mask.shape
     t_idx = np.repeat(np.arange(T)[:, None], N, axis=1)
     with np.errstate(under="ignore"):
@@ -192,11 +202,13 @@ def jacobian_flow(source, *, max_lag: int | None = None, block: str = "h") -> Ja
 
     Raises
     ------
-    ValueError
-        Bad array shape, negative ``max_lag`` or unknown ``block``.
+    TypeError, ValueError
+        ``max_lag`` not an integer in [0, T] (``2.9`` is not a lag), unknown ``block``, an array
+        that is not finite real numbers of a shape above.
     """
-    if block not in ("h", "state"):
-        raise ValueError(f"block must be 'h' or 'state'; got {block!r}.")
+    choice("block", block, ("h", "state"))
+    if max_lag is not None:
+        max_lag = nonnegative_int("max_lag", max_lag)
     with np.errstate(under="ignore"):
         if isinstance(source, LayerTrace):
             p = source.in_processing_order()
@@ -204,9 +216,9 @@ def jacobian_flow(source, *, max_lag: int | None = None, block: str = "h") -> Ja
             lens = p.mask.sum(axis=0)
             H = p.hidden_size
             S = p.cell.state_size(H)
-            K = T if max_lag is None else int(max_lag)
-            if K < 0:
-                raise ValueError(f"max_lag must be >= 0; got {max_lag}.")
+            K = T if max_lag is None else max_lag
+            if K > T:
+                raise ValueError(f"max_lag must be in [0, T={T}] (the trace's steps); got {max_lag}.")
             # J at lag k is the step at index lens - k (the k-th step back from the last valid one)
             t_idx = lens[None, :] - np.arange(1, K + 1)[:, None]  # (K, N)
             Js = jacobians_at(p, t_idx) if K else None
@@ -218,7 +230,7 @@ def jacobian_flow(source, *, max_lag: int | None = None, block: str = "h") -> Ja
             fro, spec = _flow(J_of_lag, lens, K, S, sub, H, N)
             blk = block if p.cell.has_cell else "h"
         else:
-            J = np.asarray(source, dtype=np.float64)
+            J = float_array("source", source, dtype=np.float64)
             if J.ndim == 3:
                 J = J[:, None]
             if J.ndim != 4 or J.shape[2] != J.shape[3]:
@@ -226,7 +238,7 @@ def jacobian_flow(source, *, max_lag: int | None = None, block: str = "h") -> Ja
                     f"source must be a LayerTrace or step Jacobians of shape (T, N, S, S) or (T, S, S); got shape {J.shape}."
                 )
             T, N, S, _ = J.shape
-            K = T if max_lag is None else int(max_lag)
+            K = T if max_lag is None else max_lag
             if not 0 <= K <= T:
                 raise ValueError(f"max_lag must be in [0, T={T}]; got {max_lag}.")
             lens = np.full(N, T)
@@ -252,12 +264,19 @@ def backprop_hidden(jacobians, dh_last) -> tuple[np.ndarray, np.ndarray]:
         ``grads[t] = dL/dh_t`` (row vector ``dh_last @ J[T-1] @ ... @ J[t+1]``).
     d_initial : ndarray of shape (N, S)
         ``dL/dh_{-1}``, the gradient on the initial state.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Arrays that are not finite real numbers of the shapes above.
     """
-    J = np.asarray(jacobians, dtype=np.float64)
+    J = float_array("jacobians", jacobians, dtype=np.float64)
     squeeze = J.ndim == 3
     if squeeze:
         J = J[:, None]
-    g = np.asarray(dh_last, dtype=np.float64)
+    if J.ndim != 4 or J.shape[2] != J.shape[3]:
+        raise ValueError(f"jacobians must have shape (T, N, S, S) or (T, S, S); got {shape_str(np.shape(jacobians))}.")
+    g = float_array("dh_last", dh_last, dtype=np.float64)
     if g.ndim == 1:
         g = np.broadcast_to(g, (J.shape[1], g.shape[0]))
     if J.ndim != 4 or g.shape != (J.shape[1], J.shape[2]):
@@ -297,10 +316,19 @@ def sensitivity(layer, x, h0=None, *, max_lag: int | None = None, layer_index: i
     Returns
     -------
     JacobianFlow
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``layer`` not a sequence layer; ``layer_index`` not an integer in ``[-L, L)`` or
+        ``direction`` in ``[-D, D)`` (negative counts from the end, never wraps); the errors of
+        :func:`trace` and :func:`jacobian_flow`.
     """
+    sequence_layer(layer)
+    li = index("layer_index", layer_index, layer.num_layers, what="layers")
+    d = index("direction", direction, layer.num_directions, what="directions")
     tr = trace(layer, x, h0, lengths=lengths)
-    li = layer_index % tr.num_layers
-    return jacobian_flow(tr[li, direction], max_lag=max_lag, block=block)
+    return jacobian_flow(tr[li, d], max_lag=max_lag, block=block)
 
 
 # --------------------------------------------------------------------------- BPTT through the layer
@@ -347,7 +375,8 @@ class GradientNorms:
         norms : ndarray of shape (T,)
             ``norm[layer]`` at those lags (a copy).
         """
-        return self.lags[::-1].copy(), self.norm[layer][::-1].copy()
+        li = index("layer", layer, self.norm.shape[0], what="layers")
+        return self.lags[::-1].copy(), self.norm[li][::-1].copy()
 
 
 def hidden_gradient_norms(layer, x, h0=None, *, dh_last=None) -> GradientNorms:
@@ -375,18 +404,18 @@ def hidden_gradient_norms(layer, x, h0=None, *, dh_last=None) -> GradientNorms:
 
     Raises
     ------
-    ValueError
-        For a bidirectional layer, or ``dh_last`` of the wrong shape.
+    TypeError, ValueError
+        ``layer`` not a sequence layer or bidirectional; ``dh_last`` not finite, or of the wrong shape.
     """
-    kind_of(layer)
+    sequence_layer(layer)
     if layer.num_directions != 1:
         raise ValueError("layer must be unidirectional for gradient flow over time; got bidirectional=True. "
                          "Measure each direction with sensitivity(..., direction=d) instead.")
     tr = trace(layer, x, h0)
     T, N = tr.mask.shape
     L, H = tr.num_layers, layer.hidden_size
-    v = np.full((N, H), 1.0 / np.sqrt(H)) if dh_last is None else np.asarray(dh_last, dtype=np.float64)
-    if v.ndim == 1:
+    v = np.full((N, H), 1.0 / np.sqrt(H)) if dh_last is None else float_array("dh_last", dh_last, dtype=np.float64)
+    if v.shape == (H,):
         v = np.broadcast_to(v, (N, H))
     if v.shape != (N, H):
         raise ValueError(f"dh_last must have shape (N, H)=({N}, {H}) or (H,); got {np.shape(dh_last)}.")
@@ -456,7 +485,13 @@ def spectral_bounds(layer) -> list[dict]:
         ``"sigma_max"``, ``"bound"`` (``1/gamma``, or None for gated cells) and
         ``"vanishing guaranteed"`` (True/False, or None when the bound does not apply). Empty
         for a kind without recurrent weights (minGRU, minLSTM).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``layer`` not a sequence layer, or parameters that do not fit (``check_params``).
     """
+    sequence_layer(layer).check_params()
     kind = kind_of(layer).name
     names = kind_of(layer).blocks
     H = layer.hidden_size

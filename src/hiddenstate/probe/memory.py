@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MemoryCurve", "memory_curve", "ridge_fit", "ridge_predict"]
+from hiddenstate.validation import bool_mask, float_array, nonnegative_int, real, shape_str
+
+__all__ = ["MemoryCurve", "check_lags", "memory_curve", "ridge_fit", "ridge_predict"]
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,13 @@ class MemoryCurve:
         -------
         int
             The horizon in steps; -1 when even lag 0 scores below ``threshold``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``threshold`` not a finite number.
         """
-        ok = self.score >= threshold
+        ok = self.score >= real("threshold", threshold)
         if not ok[0]:
             return -1
         bad = np.flatnonzero(~ok)
@@ -101,9 +108,20 @@ def ridge_fit(X, Y, alpha: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     W : ndarray of shape (H, P)
     b : ndarray of shape (P,)
         Prediction is ``X @ W + b``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Arrays that are not finite real numbers, shapes other than (M, H) and (M, P) with
+        M >= 1, a negative ``alpha``.
     """
-    X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(Y, dtype=np.float64)
+    X = float_array("X", X, dtype=np.float64)
+    Y = float_array("Y", Y, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise ValueError(f"X must have shape (M, H) with M >= 1; got {shape_str(X.shape)}.")
+    if Y.ndim != 2 or Y.shape[0] != X.shape[0]:
+        raise ValueError(f"Y must have shape (M={X.shape[0]}, P); got {shape_str(Y.shape)}.")
+    alpha = real("alpha", alpha, low=0.0)
     xm, ym = X.mean(axis=0), Y.mean(axis=0)
     Xc, Yc = X - xm, Y - ym
     A = Xc.T @ Xc + alpha * np.eye(X.shape[1])  # (H, H)
@@ -127,8 +145,19 @@ def ridge_predict(X, W, b) -> np.ndarray:
     -------
     ndarray of shape (M, P), float64
         The predictions.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Arrays that are not finite real numbers or whose shapes do not fit together.
     """
-    return np.asarray(X, dtype=np.float64) @ W + b
+    X = float_array("X", X, dtype=np.float64)
+    W = float_array("W", W, dtype=np.float64)
+    b = float_array("b", b, dtype=np.float64)
+    if W.ndim != 2 or X.ndim != 2 or X.shape[1] != W.shape[0] or b.shape != (W.shape[1],):
+        raise ValueError(f"X, W, b must have shapes (M, H), (H, P), (P,); got {shape_str(X.shape)}, "
+                         f"{shape_str(W.shape)}, {shape_str(b.shape)}.")
+    return X @ W + b
 
 
 def _r2(y, yhat) -> float:
@@ -137,6 +166,36 @@ def _r2(y, yhat) -> float:
     if sst <= 0:  # constant held-out target: R^2 undefined, report "no information"
         return 0.0
     return float(1.0 - sse / sst)
+
+
+def check_lags(valid, max_lag: int, train_fraction: float) -> None:
+    """Raise unless every lag ``0..max_lag`` leaves 2 training and 1 test pair (what :func:`memory_curve` needs).
+
+    Parameters
+    ----------
+    valid : ndarray of bool, shape (T, N)
+        Valid steps.
+    max_lag : int
+        Largest lag ``K``.
+    train_fraction : float
+        Steps ``t < round(train_fraction * T)`` train the readout.
+
+    Raises
+    ------
+    ValueError
+        The first lag that leaves too few pairs (a sequence too short for a held-out split).
+    """
+    T = valid.shape[0]
+    cut = round(train_fraction * T)
+    for k in range(max_lag + 1):
+        t_idx = np.arange(k, T)
+        ok = valid[k:] & valid[: T - k]  # (T-k, N)
+        n_train, n_test = int((ok & (t_idx < cut)[:, None]).sum()), int((ok & (t_idx >= cut)[:, None]).sum())
+        if n_train < 2 or n_test < 1:
+            raise ValueError(
+                f"max_lag must leave training and test pairs; lag {k} leaves {n_train} training and {n_test} test "
+                f"pairs with T={T}, train_fraction={train_fraction}. Use a longer sequence or a smaller max_lag."
+            )
 
 
 def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train_fraction: float = 0.75,
@@ -167,16 +226,18 @@ def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train
 
     Raises
     ------
+    TypeError
+        States or inputs that are not real numbers, a mask that is not bool, a ``max_lag`` that is
+        not an integer, an ``alpha`` or ``train_fraction`` that is not a number.
     ValueError
         On mismatched shapes, non-finite values, a lag so large that no training or test pair
-        remains, or ``train_fraction`` outside (0, 1).
+        remains (:func:`check_lags`), ``train_fraction`` outside (0, 1) or a negative ``alpha``.
     """
-    S = np.asarray(states)
-    if S.dtype.kind not in "fiu" or S.ndim not in (2, 3):
+    S = float_array("states", states, dtype=np.float64, finite=False)
+    if S.ndim not in (2, 3):
         raise ValueError(
             f"states must be a real array of shape (T, H) or (T, N, H); got shape {S.shape}, dtype {S.dtype}."
         )
-    S = S.astype(np.float64)
     if S.ndim == 2:
         S = S[:, None, :]  # (T, 1, H)
         single = True
@@ -184,6 +245,9 @@ def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train
         single = False
     T, N, H = S.shape
     U = np.asarray(inputs)
+    if U.dtype.kind not in "iubf":
+        raise TypeError(f"inputs must be real numbers (float: regressed) or token ids (int or bool: classified); got "
+                        f"dtype {U.dtype}.")
     classify = U.dtype.kind in "iub"
     if single:
         U = U[:, None] if U.ndim == 1 else (U[:, None, :] if U.ndim == 2 else U)
@@ -198,19 +262,15 @@ def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train
         )
     if not np.isfinite(S).all() or (not classify and not np.isfinite(U.astype(np.float64)).all()):
         raise ValueError("states and inputs must be finite; got NaN or Inf.")
-    if not (0.0 < train_fraction < 1.0):
-        raise ValueError(f"train_fraction must be in (0, 1); got {train_fraction}.")
-    if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)) or max_lag < 0:
-        raise ValueError(f"max_lag must be a non-negative integer; got {max_lag!r}.")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0; got {alpha}.")
+    train_fraction = real("train_fraction", train_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    max_lag = nonnegative_int("max_lag", max_lag)
+    alpha = real("alpha", alpha, low=0.0)
     valid = np.ones((T, N), dtype=bool)
     if mask is not None:
-        m = np.asarray(mask, dtype=bool)
+        m = np.asarray(mask)
         m = m[:, None] if (single and m.ndim == 1) else m
-        if m.shape != (T, N):
-            raise ValueError(f"mask must have shape {(T,) if single else (T, N)}; got {np.asarray(mask).shape}.")
-        valid = m
+        valid = bool_mask("mask", m, (T, N))
+    check_lags(valid, max_lag, train_fraction)
     cut = round(train_fraction * T)
 
     if classify:
@@ -224,12 +284,6 @@ def memory_curve(states, inputs, *, max_lag: int = 20, alpha: float = 1.0, train
             ok = valid[k:] & valid[: T - k]  # (T-k, N)
             train = ok & (t_idx < cut)[:, None]
             test = ok & (t_idx >= cut)[:, None]
-            if train.sum() < 2 or test.sum() < 1:
-                raise ValueError(
-                    f"max_lag must leave training and test pairs; lag {k} leaves {int(train.sum())} training and "
-                    f"{int(test.sum())} test pairs with T={T}, train_fraction={train_fraction}. Use a longer sequence "
-                    "or a smaller max_lag."
-                )
             Hk = S[k:]  # (T-k, N, H) states at t
             Xtr, Xte = Hk[train], Hk[test]
             mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)

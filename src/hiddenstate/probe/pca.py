@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hiddenstate.validation import bool_mask, float_array, positive_int, real, shape_str
+
 __all__ = ["PCAResult", "pca"]
 
 
@@ -56,8 +58,16 @@ class PCAResult:
         -------
         ndarray of shape (..., K), float64
             ``(states - mean) @ components.T``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            States that are not real numbers, have NaN/Inf, or a last axis other than H.
         """
-        s = np.asarray(states, dtype=np.float64)
+        s = float_array("states", states, dtype=np.float64)
+        H = self.mean.shape[0]
+        if s.ndim < 1 or s.shape[-1] != H:
+            raise ValueError(f"states must have shape (..., H={H}); got {shape_str(s.shape)}.")
         return (s - self.mean) @ self.components.T
 
     def n_components_for(self, fraction: float = 0.9) -> int:
@@ -72,7 +82,13 @@ class PCAResult:
         -------
         int
             Between 1 and K (K when even all kept components explain less).
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``fraction`` not a number in (0, 1].
         """
+        fraction = real("fraction", fraction, low=0.0, high=1.0, low_open=True)
         cum = np.cumsum(self.explained_variance_ratio)
         return int(min(np.searchsorted(cum, fraction - 1e-12) + 1, cum.size))
 
@@ -97,32 +113,34 @@ def pca(states, n_components: int | None = None, *, mask=None) -> PCAResult:
 
     Raises
     ------
+    TypeError
+        States that are not real numbers (bool, complex, strings), a mask that is not bool, an
+        ``n_components`` that is not an integer (``2.5`` is not a number of components).
     ValueError
-        If fewer than 2 samples are valid, the states are not finite, or ``n_components`` is out
-        of range.
+        If fewer than 2 samples are valid, H is 0, the states are not finite, or
+        ``n_components`` is out of range.
     """
-    X = np.asarray(states, dtype=np.float64)
-    if X.ndim < 2:
-        raise ValueError(f"states must have shape (..., H) with at least 2 samples; got shape {X.shape}.")
+    X = float_array("states", states, dtype=np.float64, finite=False)
+    if X.ndim < 2 or X.shape[-1] == 0:
+        raise ValueError(f"states must have shape (..., H) with H >= 1 and at least 2 samples; got shape {X.shape}.")
     if not np.isfinite(X).all():
         raise ValueError("states must be finite; got NaN or Inf.")
     H = X.shape[-1]
     flat = X.reshape(-1, H)  # (M, H)
     fit = flat
     if mask is not None:
-        m = np.asarray(mask, dtype=bool)
-        if m.shape != X.shape[:-1]:
-            raise ValueError(f"mask must have shape {X.shape[:-1]} (states.shape[:-1]); got {m.shape}.")
-        fit = flat[m.reshape(-1)]
+        fit = flat[bool_mask("mask", mask, X.shape[:-1]).reshape(-1)]
+    if n_components is not None:
+        n_components = positive_int("n_components", n_components)
     M = fit.shape[0]
     if M < 2:
         raise ValueError(f"states must contain at least 2 valid samples; got {M}.")
     kmax = min(M, H)
     if n_components is None:
         n_components = kmax
-    if not (1 <= int(n_components) <= kmax):
+    if not (1 <= n_components <= kmax):
         raise ValueError(f"n_components must be in [1, min(M, H)={kmax}]; got {n_components}.")
-    k = int(n_components)
+    k = n_components
     mean = fit.mean(axis=0)
     with np.errstate(under="ignore"):
         _, S, Vt = np.linalg.svd(fit - mean, full_matrices=False)

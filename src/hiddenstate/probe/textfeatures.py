@@ -31,9 +31,9 @@ __all__ = [
 ]
 
 
-def _check(text) -> str:
+def _check(text, name: str = "text") -> str:
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str; got {type(text).__name__}. Decode bytes first, e.g. data.decode('utf-8').")
+        raise TypeError(f"{name} must be a str; got {type(text).__name__}. Decode bytes first, e.g. data.decode('utf-8').")
     return text
 
 
@@ -51,8 +51,17 @@ def inside_quotes(text: str, quote: str = '"') -> np.ndarray:
     Returns
     -------
     ndarray of shape (T,), float64 in {0, 1}
+
+    Raises
+    ------
+    TypeError
+        ``text`` or ``quote`` is not a str.
+    ValueError
+        ``quote`` is empty.
     """
     text = _check(text)
+    if not _check(quote, "quote"):
+        raise ValueError("quote must name at least one quote character; got ''.")
     out = np.zeros(len(text))
     inside = False
     for t, ch in enumerate(text):
@@ -134,9 +143,10 @@ def bracket_depth(text: str, open_: str = "([{", close: str = ")]}") -> np.ndarr
     Raises
     ------
     TypeError
-        ``text`` is not a str (decode bytes first).
+        ``text``, ``open_`` or ``close`` is not a str (decode bytes first).
     """
     text = _check(text)
+    open_, close = _check(open_, "open_"), _check(close, "close")
     out = np.zeros(len(text))
     depth = 0
     for t, ch in enumerate(text):

@@ -25,8 +25,10 @@ import numpy as np
 
 from hiddenstate.cells import KINDS, kind_of
 from hiddenstate.ragged import reverse_index, reverse_time
+from hiddenstate.recurrent import RecurrentLayer
+from hiddenstate.validation import index
 
-__all__ = ["LayerTrace", "Trace", "cell_kind", "trace"]
+__all__ = ["LayerTrace", "Trace", "cell_kind", "layer_trace", "sequence_layer", "trace"]
 
 
 def cell_kind(layer) -> str:
@@ -46,6 +48,35 @@ def cell_kind(layer) -> str:
         If ``layer`` is not an RNN/GRU/LSTM layer or cell of :mod:`hiddenstate`.
     """
     return kind_of(layer).name
+
+
+def sequence_layer(layer, name: str = "layer"):
+    """Return ``layer`` if it is a sequence layer of this package (what the probes measure), else raise.
+
+    Parameters
+    ----------
+    layer : object
+        The argument to check.
+    name : str, default "layer"
+        Its name, for the message.
+
+    Returns
+    -------
+    RecurrentLayer
+        ``layer`` itself.
+
+    Raises
+    ------
+    TypeError
+        Anything else, e.g. a one-step cell (wrap its weights in a one-layer layer of its kind).
+    """
+    if not isinstance(layer, RecurrentLayer) or layer.kind is None:
+        hint = (" A one-step cell has no sequence to trace: build the layer of its kind with the same weights."
+                if hasattr(layer, "kind") else "")
+        raise TypeError(f"{name} must be a hiddenstate sequence layer (RNN, GRU, LSTM, ...); got "
+                        f"{type(layer).__name__}.{hint}")
+    kind_of(layer)
+    return layer
 
 
 @dataclass
@@ -144,6 +175,24 @@ def _map_arrays(lt: LayerTrace, f) -> LayerTrace:
     )
 
 
+def layer_trace(lt) -> LayerTrace:
+    """Return ``lt`` if it is a :class:`LayerTrace`, else raise TypeError (for the functions that read one).
+
+    Parameters
+    ----------
+    lt : object
+        The argument to check.
+
+    Returns
+    -------
+    LayerTrace
+        ``lt`` itself.
+    """
+    if not isinstance(lt, LayerTrace):
+        raise TypeError(f"lt must be a LayerTrace (one entry of hiddenstate.probe.trace(...)); got {type(lt).__name__}.")
+    return lt
+
+
 @dataclass
 class Trace:
     """A traced run of a layer: one :class:`LayerTrace` per layer and direction.
@@ -171,16 +220,25 @@ class Trace:
     num_directions: int
 
     def __getitem__(self, key) -> LayerTrace:
-        """``trace[layer]`` (forward direction) or ``trace[layer, direction]``."""
-        if isinstance(key, tuple):
+        """``trace[layer]`` (forward direction) or ``trace[layer, direction]``; negative indices count from the end.
+
+        Raises ``TypeError`` for an index that is not an integer (or a pair of them) and
+        ``IndexError`` for one out of range (never wrapped around).
+        """
+        if isinstance(key, tuple) and len(key) == 2:
             layer, direction = key
+        elif isinstance(key, tuple):
+            raise TypeError(f"trace index must be layer or (layer, direction); got a tuple of {len(key)}.")
         else:
             layer, direction = key, 0
-        if not (0 <= layer < self.num_layers and 0 <= direction < self.num_directions):
+        try:
+            li = index("trace index (layer)", layer, self.num_layers, what="layers")
+            d = index("trace index (direction)", direction, self.num_directions, what="directions")
+        except ValueError:
             raise IndexError(
                 f"trace index must be (layer < {self.num_layers}, direction < {self.num_directions}); got {key!r}."
-            )
-        return self.layers[layer * self.num_directions + direction]
+            ) from None
+        return self.layers[li * self.num_directions + d]
 
     def __iter__(self):
         """The layer traces in ``h_n`` order."""
@@ -213,9 +271,10 @@ def trace(layer, x, h0=None, *, lengths=None, reset=None) -> Trace:
     Raises
     ------
     TypeError, ValueError
-        As ``layer.forward`` for invalid inputs (the same validation is used).
+        As ``layer.forward`` for invalid inputs (the same validation is used); ``layer`` that is
+        not a sequence layer (:func:`sequence_layer`).
     """
-    kind = kind_of(layer)
+    kind = kind_of(sequence_layer(layer))
     prepared = layer.prepare(x, h0, lengths=lengths, reset=reset)
     _, h_n, cache = layer.run(prepared, record=True)
     T, N = prepared.x.shape[:2]

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hiddenstate.validation import bool_mask, float_array, positive_int
+
 __all__ = ["UnitCorrelation", "best_units", "unit_feature_correlation"]
 
 
@@ -86,11 +88,21 @@ def unit_feature_correlation(activations, feature, *, top: int = 5, mask=None,
 
     Raises
     ------
+    TypeError
+        Activations that are not real numbers, a feature that is not real or bool, a mask that is
+        not bool, a ``top`` that is not an integer, a ``name`` that is not a str.
     ValueError
-        If the shapes do not match, fewer than 2 steps are valid or values are not finite.
+        If the shapes do not match, fewer than 2 steps are valid, values are not finite or
+        ``top < 1``.
     """
-    A = np.asarray(activations, dtype=np.float64)
-    f = np.asarray(feature, dtype=np.float64)
+    A = float_array("activations", activations, dtype=np.float64, finite=False)
+    f = np.asarray(feature)
+    f = f.astype(np.float64) if f.dtype == bool else float_array("feature", f, dtype=np.float64, finite=False)
+    top = positive_int("top", top)
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str; got {type(name).__name__}.")
+    if A.ndim in (2, 3) and A.shape[-1] == 0:
+        raise ValueError(f"activations must have at least one unit (shape (T, H) or (T, N, H), H >= 1); got {A.shape}.")
     if A.ndim not in (2, 3) or f.shape != A.shape[:-1]:
         raise ValueError(
             f"feature must have shape activations.shape[:-1]={A.shape[:-1]} (one value per step); got "
@@ -99,16 +111,14 @@ def unit_feature_correlation(activations, feature, *, top: int = 5, mask=None,
     H = A.shape[-1]
     A2, f2 = A.reshape(-1, H), f.reshape(-1)
     if mask is not None:
-        m = np.asarray(mask, dtype=bool)
-        if m.shape != f.shape:
-            raise ValueError(f"mask must have shape {f.shape}; got {m.shape}.")
+        m = bool_mask("mask", mask, f.shape)
         A2, f2 = A2[m.reshape(-1)], f2[m.reshape(-1)]
     if A2.shape[0] < 2:
         raise ValueError(f"activations must have at least 2 valid steps; got {A2.shape[0]}.")
     if not (np.isfinite(A2).all() and np.isfinite(f2).all()):
         raise ValueError("activations and feature must be finite; got NaN or Inf.")
     r = _pearson(A2, f2)
-    k = max(1, min(int(top), H))
+    k = min(top, H)
     order = np.lexsort((np.arange(H), -np.abs(r)))[:k]  # ties: lower unit index first
     return UnitCorrelation(feature=name, r=r, top_units=order, top_r=r[order])
 
@@ -128,7 +138,16 @@ def best_units(activations, features: Mapping[str, np.ndarray], *, top: int = 3,
     -------
     dict of str to UnitCorrelation
         In the order of ``features``.
+
+    Raises
+    ------
+    TypeError
+        ``features`` is not a mapping of names to arrays; and as :func:`unit_feature_correlation`.
+    ValueError
+        As :func:`unit_feature_correlation`.
     """
+    if not isinstance(features, Mapping):
+        raise TypeError(f"features must be a mapping of names to per-step arrays; got {type(features).__name__}.")
     return {
         name: unit_feature_correlation(activations, f, top=top, mask=mask, name=name)
         for name, f in features.items()

@@ -46,13 +46,13 @@ def _plain_log_ticks(axis) -> None:
 
 
 def is_keep_gate(name: str) -> bool:
-    """Whether a gate's label names a keep gate (GRU update ``z``, LSTM forget ``f``).
+    """Whether a gate's label names a keep gate (GRU update ``z``, LSTM forget ``f``, minGRU/minLSTM ``keep``).
 
     Parameters
     ----------
     name : str
         A :class:`~hiddenstate.probe.gatestats.GateStats` name such as ``"layer 0 z"``; its last
-        word decides (``z``, ``f``, ``update`` or ``forget``, any case).
+        word decides (``z``, ``f``, ``update``, ``forget`` or ``keep``, any case).
 
     Returns
     -------
@@ -60,7 +60,7 @@ def is_keep_gate(name: str) -> bool:
         True for a keep gate, whose time constant ``1 / (1 - mean)`` is worth plotting.
     """
     words = name.strip().split()
-    return bool(words) and words[-1].lower() in ("z", "f", "update", "forget")
+    return bool(words) and words[-1].lower() in ("z", "f", "update", "forget", "keep")
 
 
 def loss_figure(loss: Mapping[str, object]):

@@ -6,12 +6,17 @@
 * :mod:`~hiddenstate.train.model` -- :class:`CharRNN`, one-hot/embedding -> recurrent layers -> ``W_hy``;
 * :mod:`~hiddenstate.train.corpus` -- vocabulary, the embedded text, the truncated-BPTT batcher;
 * :mod:`~hiddenstate.train.optim` -- Adam, SGD, the moving average of the weights, gradient clipping;
-* :mod:`~hiddenstate.train.checkpoint` -- safetensors + JSON directories, saved atomically;
+* :mod:`~hiddenstate.train.checkpoint` -- safetensors + JSON directories, saved atomically, loaded
+  after size and digest checks (:mod:`~hiddenstate.train.checkpoint_record`: the strict JSON record);
 * :mod:`~hiddenstate.train.config` -- :class:`TrainConfig`, its rules, :data:`PRESETS`, :func:`lr_at`;
-* :mod:`~hiddenstate.train.snapshot` -- what a run's checkpoint holds (:class:`Snapshot`);
+* :mod:`~hiddenstate.train.snapshot` -- what a run's checkpoint holds (:class:`Snapshot`), checked by
+  :mod:`~hiddenstate.train.snapshot_schema`;
 * :mod:`~hiddenstate.train.rundir` -- a run directory: :func:`resolve_checkpoint`, :func:`load`,
   :class:`Trained`, :func:`sample`;
 * :mod:`~hiddenstate.train.history` -- ``log.jsonl`` and :func:`plot_history`;
+* :mod:`~hiddenstate.train.ownership` -- who may write a run directory (refusals, ``--overwrite``, the lock);
+* :mod:`~hiddenstate.train.guards` -- signals saved at the end of a step, divergence, disk errors;
+* :mod:`~hiddenstate.train.steps` -- one training step, validation, the carried state;
 * :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`.
 
 Imports flow down that list's dependencies only (loop -> rundir -> snapshot -> checkpoint, ...);
@@ -34,7 +39,8 @@ _EXPORTS = {
     "evaluate": "hiddenstate.train.loop",
     "train": "hiddenstate.train.loop",
 }
-_SUBMODULES = ("checkpoint", "config", "corpus", "history", "loop", "model", "optim", "rundir", "snapshot")
+_SUBMODULES = ("checkpoint", "checkpoint_record", "config", "corpus", "guards", "history", "loop", "model", "optim",
+               "ownership", "rundir", "snapshot", "snapshot_schema", "steps")
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = attach(__name__, _EXPORTS | {name: f"hiddenstate.train.{name}" for name in _SUBMODULES},
                               globals())

@@ -8,11 +8,20 @@ A checkpoint directory holds exactly three files:
 ``optimizer.safetensors``
     Any other arrays (optimizer moments, a carried hidden state ...); may hold none.
 ``meta.json``
-    ``{"format", "format_version", "files", "meta"}``: ``meta`` is the caller's JSON document
-    (configuration, vocabulary, step, ``rng.bit_generator.state``); ``files`` records the size and
-    SHA-256 of both safetensors files, so a truncated, edited or mismatched file is detected.
+    ``{"format", "format_version", "files", "meta", "sha256"}``: ``meta`` is the caller's JSON
+    document (configuration, vocabulary, step, ``rng.bit_generator.state``); ``files`` records the
+    size and SHA-256 of both safetensors files, so a truncated, edited or mismatched file is
+    detected; ``sha256`` is the SHA-256 of the record's own canonical JSON without that entry
+    (:func:`record_digest`), so an edited or corrupted ``meta.json`` (a vocabulary with one
+    character replaced, a changed step) is detected too. The digest guards against accidents and
+    hand edits, not against forgery: anyone can recompute it. Records written before it existed
+    (0.1) have no ``sha256`` and are still read; saving them again adds it.
 
-Nothing is ever unpickled: loading parses only safetensors and JSON.
+Nothing is ever unpickled: loading parses only safetensors and strict JSON (no ``NaN`` or
+``Infinity``, no number that overflows, no duplicate key; at most :data:`MAX_META_BYTES`).
+Loading checks every file's size with ``os.stat`` before reading it, so a truncated or extended
+file is refused at once; it then streams each tensor file through SHA-256 in chunks and only then
+reads the tensors with safetensors' ``safe_open``: a bad file is never read into memory whole.
 
 Saving never modifies the previous checkpoint in place. The three files are written and fsynced
 into a fresh staging directory next to the target, and the target is then switched with
@@ -45,25 +54,40 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
-import json
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
+import safetensors
 import safetensors.numpy
 
 from hiddenstate.files import fsync_dir, write_new
+from hiddenstate.train.checkpoint_record import (
+    MAX_META_BYTES,
+    check_record,
+    encode_record,
+    parse_json,
+    record_digest,
+)
 
-__all__ = ["META_FILE", "MODEL_FILE", "OPTIMIZER_FILE", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "MAX_META_BYTES",
+    "META_FILE",
+    "MODEL_FILE",
+    "OPTIMIZER_FILE",
+    "load_checkpoint",
+    "record_digest",
+    "save_checkpoint",
+]
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 META_FILE = "meta.json"
 _FILES = (MODEL_FILE, OPTIMIZER_FILE, META_FILE)
-_FORMAT = "hiddenstate-checkpoint"
-_FORMAT_VERSION = 1
+_CHUNK = 1 << 20  # bytes hashed at a time: a tensor file is never held in memory for its digest
 
 
 def _checkpoint_path(directory) -> Path:
@@ -106,31 +130,6 @@ def _serialize(name: str, tensors) -> bytes:
             f"{name} must hold arrays that safetensors can store (bool, int, uint, float16/32/64); "
             f"got: {error}."
         ) from None
-
-
-def _encode_record(meta, files: dict) -> bytes:
-    if not isinstance(meta, dict):
-        raise TypeError(f"meta must be a dict; got {type(meta).__name__}.")
-    record = {
-        "format": _FORMAT,
-        "format_version": _FORMAT_VERSION,
-        "files": files,
-        "meta": meta,
-    }
-    try:
-        text = json.dumps(record, indent=2, allow_nan=False)
-    except TypeError as error:
-        raise TypeError(
-            f"meta must be JSON-serializable (dict, list, str, int, float, bool, None); got: "
-            f"{error}. Convert numpy scalars with .item() and arrays with .tolist(), or pass "
-            "arrays through `arrays`."
-        ) from None
-    except ValueError as error:
-        raise ValueError(
-            f"meta must be strict JSON (no nan/inf, no cycles); got: {error}. "
-            "Store non-finite numbers as strings or None."
-        ) from None
-    return (text + "\n").encode("utf-8")
 
 
 def _digest(data: bytes) -> dict:
@@ -189,8 +188,10 @@ def save_checkpoint(
         If ``params``/``arrays`` are not dicts of ndarrays of a storable dtype, or ``meta`` is
         not a JSON-serializable dict.
     ValueError
-        If a key is empty or ``'__metadata__'``, ``meta`` holds nan/inf, or ``directory``
-        exists and holds anything besides a checkpoint.
+        If a key is empty or ``'__metadata__'``, ``meta`` holds nan/inf, nests too deeply, has two
+        keys that become the same JSON string, or encodes to more than :data:`MAX_META_BYTES`
+        (nothing is saved that :func:`load_checkpoint` would refuse), or ``directory`` exists and
+        holds anything besides a checkpoint.
     OSError
         If writing fails; the previous checkpoint is then left as it was.
 
@@ -205,7 +206,7 @@ def save_checkpoint(
     model_bytes = _serialize("params", params)
     optimizer_bytes = _serialize("arrays", {} if arrays is None else arrays)
     files = {MODEL_FILE: _digest(model_bytes), OPTIMIZER_FILE: _digest(optimizer_bytes)}
-    meta_bytes = _encode_record(meta, files)
+    meta_bytes = encode_record(meta, files)
     if directory.exists() or directory.is_symlink():
         _check_replaceable(directory)
     parent = directory.parent
@@ -238,61 +239,104 @@ def save_checkpoint(
     return directory
 
 
-def _read_record(path: Path) -> dict:
-    if not path.is_file():
-        raise ValueError(f"'{path}' is missing: the checkpoint is incomplete. Save it again.")
+def _stat_file(path: Path) -> os.stat_result:
+    """``os.stat`` of a file of the checkpoint; a missing or non-regular one is a ValueError."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"'{path}' is missing: the checkpoint is incomplete. Save it again.") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"'{path}' must be a regular file; got a directory or special file. Save the "
+                         "checkpoint again.")
+    return st
+
+
+def _too_large(path: Path, size: int) -> None:
+    if size > MAX_META_BYTES:
+        raise ValueError(
+            f"'{path}' must hold at most {MAX_META_BYTES} bytes ({MAX_META_BYTES >> 20} MiB) of JSON; "
+            f"got {size}. It is not a meta.json that save_checkpoint wrote (it was extended or "
+            "replaced); restore it or save the checkpoint again."
+        )
+
+
+def _read_record(path: Path) -> dict:
+    size = _stat_file(path).st_size
+    _too_large(path, size)  # before reading a byte of it
+    with open(path, "rb") as f:
+        data = f.read(size + 1)  # bounded (read(n) allocates n bytes up front), should it have grown
+        if len(data) > size:  # it did: read on, at most up to the limit
+            data += f.read(MAX_META_BYTES + 1 - len(data))
+    _too_large(path, len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise ValueError(
             f"'{path}' must be valid UTF-8 JSON; got: {error}. The file is truncated or was "
             "edited; restore it or save the checkpoint again."
         ) from None
-    ok = (
-        isinstance(record, dict)
-        and record.get("format") == _FORMAT
-        and isinstance(record.get("files"), dict)
-        and "meta" in record
-        and all(
-            isinstance(record["files"].get(name), dict)
-            and isinstance(record["files"][name].get("bytes"), int)
-            and isinstance(record["files"][name].get("sha256"), str)
-            for name in (MODEL_FILE, OPTIMIZER_FILE)
-        )
-    )
-    if not ok:
+    return check_record(parse_json(text, f"'{path}'"), f"'{path}'", (MODEL_FILE, OPTIMIZER_FILE))
+
+
+def _hash_stream(f, size: int) -> tuple[str, int]:
+    """SHA-256 and length of what ``f`` holds, read ``_CHUNK`` bytes at a time (at most size + 1)."""
+    digest = hashlib.sha256()
+    buffer = memoryview(bytearray(max(1, min(_CHUNK, size + 1))))
+    total = 0
+    while total <= size:
+        n = f.readinto(buffer)
+        if not n:
+            break
+        digest.update(buffer[:n])
+        total += n
+    return digest.hexdigest(), total
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_size(path: Path, st: os.stat_result, expected: dict) -> None:
+    if st.st_size != expected["bytes"]:
         raise ValueError(
-            f"'{path}' must be a {_FORMAT} record with 'format', 'files' (size and sha256 of "
-            f"{MODEL_FILE} and {OPTIMIZER_FILE}) and 'meta'; got keys "
-            f"{sorted(record) if isinstance(record, dict) else type(record).__name__}. "
-            "It was not written by save_checkpoint, or was edited."
+            f"'{path}' must have the {expected['bytes']} bytes recorded in {META_FILE}; got "
+            f"{st.st_size}. The file is truncated or comes from another save."
         )
-    if record.get("format_version") != _FORMAT_VERSION:
-        raise ValueError(
-            f"'{path}' must have format_version {_FORMAT_VERSION}; got "
-            f"{record.get('format_version')!r}. It was written by another hiddenstate version."
-        )
-    return record
 
 
 def _read_tensors(path: Path, expected: dict) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise ValueError(f"'{path}' is missing: the checkpoint is incomplete. Save it again.")
-    data = path.read_bytes()
-    if len(data) != expected["bytes"]:
-        raise ValueError(
-            f"'{path}' must have the {expected['bytes']} bytes recorded in {META_FILE}; got "
-            f"{len(data)}. The file is truncated or comes from another save."
-        )
-    if hashlib.sha256(data).hexdigest() != expected["sha256"]:
+    """Verify a tensor file against its recorded size and digest, then read its tensors.
+
+    The size is checked before a byte is read, the digest is streamed in chunks from one open
+    file, and the tensors are read (``safe_open``) only after both match, from the same file:
+    its identity (device, inode, size, mtime) must not change meanwhile.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+    except FileNotFoundError:
+        raise ValueError(f"'{path}' is missing: the checkpoint is incomplete. Save it again.") from None
+    with f:
+        st = os.fstat(f.fileno())
+        _check_size(path, st, expected)
+        sha256, read = _hash_stream(f, expected["bytes"])
+    if read != expected["bytes"] or sha256 != expected["sha256"]:
         raise ValueError(
             f"'{path}' must match the sha256 recorded in {META_FILE}; it does not. The file was "
             "modified or comes from another save."
         )
     try:
-        return safetensors.numpy.load(data)
+        with safetensors.safe_open(os.fspath(path), framework="np") as f:
+            tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (not a dict)
     except Exception as error:  # only reachable if the recorded digest was forged as well
         raise ValueError(f"'{path}' must be a valid safetensors file; got: {error}.") from None
+    try:
+        unchanged = _identity(os.stat(path)) == _identity(st)
+    except OSError:
+        unchanged = False
+    if not unchanged:
+        raise ValueError(f"'{path}' changed while it was being loaded (is another process saving this "
+                         "checkpoint?). Load it again.")
+    return tensors
 
 
 def load_checkpoint(
@@ -322,8 +366,16 @@ def load_checkpoint(
     FileNotFoundError
         If there is no checkpoint at ``directory``.
     ValueError
-        If ``directory`` is not a directory, or a file is missing, truncated, modified, from
-        another save or not of the expected format; the message names the file.
+        If ``directory`` is not a directory, or a file is missing, truncated, extended, modified,
+        from another save or not of the expected format (``meta.json``: not strict JSON, too
+        large or too deeply nested, an entry of the wrong type, a digest that does not match); the
+        message names the file (and the entry).
+
+    Notes
+    -----
+    Sizes are compared (``os.stat``) before any file is read, so a checkpoint file that grew to
+    gigabytes is refused in milliseconds; a tensor file is read twice (streamed through SHA-256,
+    then by ``safe_open``) but never held whole in memory besides the arrays returned.
     """
     directory = _checkpoint_path(directory)
     if not directory.exists():
@@ -336,7 +388,10 @@ def load_checkpoint(
         directory = previous
     if not directory.is_dir():
         raise ValueError(f"directory must be a checkpoint directory; got '{directory}', a file.")
+    names = (MODEL_FILE, OPTIMIZER_FILE)
+    stats = {name: _stat_file(directory / name) for name in names}  # every file present first
     record = _read_record(directory / META_FILE)
-    params = _read_tensors(directory / MODEL_FILE, record["files"][MODEL_FILE])
-    arrays = _read_tensors(directory / OPTIMIZER_FILE, record["files"][OPTIMIZER_FILE])
+    for name in names:  # sizes, from stat, before any tensor file is read
+        _check_size(directory / name, stats[name], record["files"][name])
+    params, arrays = (_read_tensors(directory / name, record["files"][name]) for name in names)
     return params, record["meta"], arrays

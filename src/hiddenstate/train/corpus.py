@@ -231,7 +231,7 @@ class Vocabulary:
         return vocab
 
 
-def load_text(path: str | os.PathLike | None = None) -> str:
+def load_text(path: str | os.PathLike | None = None, *, name: str = "path") -> str:
     """Read a UTF-8 text file, or the embedded Shakespeare corpus when ``path`` is None.
 
     The embedded corpus is eight plays (987,291 ASCII characters, 63 distinct); see
@@ -242,6 +242,8 @@ def load_text(path: str | os.PathLike | None = None) -> str:
     ----------
     path : str or os.PathLike, optional
         A text file. Default: the embedded corpus.
+    name : str, default "path"
+        What the messages call ``path`` (e.g. ``"--data"``).
 
     Returns
     -------
@@ -263,26 +265,24 @@ def load_text(path: str | os.PathLike | None = None) -> str:
         embedded = resources.files("hiddenstate") / "data" / _EMBEDDED_TEXT
         return embedded.read_text(encoding="utf-8")
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str, an os.PathLike or None; got {type(path).__name__}.")
+        raise TypeError(f"{name} must be a str, an os.PathLike or None; got {type(path).__name__}.")
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"path must name an existing text file; got '{path}', which does not exist. "
-            "Check the path, or leave it out (data=None, no --data) for the embedded Shakespeare corpus."
+            f"{name} must name an existing text file; got '{path}', which does not exist. "
+            "Check the path, or give none for the embedded Shakespeare corpus."
         )
     if path.is_dir():
-        raise IsADirectoryError(
-            f"path must name a text file; got '{path}', which is a directory. "
-            "Name a file inside it."
-        )
+        raise IsADirectoryError(f"{name} must name a text file; got '{path}', which is a directory. "
+                                "Name a file inside it.")
     data = path.read_bytes()
     if not data:
-        raise ValueError(f"path must name a non-empty text file; got '{path}', which is empty.")
+        raise ValueError(f"{name} must name a non-empty text file; got '{path}', which is empty.")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(
-            f"path must name a UTF-8 text file; got '{path}', with byte {data[error.start]:#04x} "
+            f"{name} must name a UTF-8 text file; got '{path}', with byte {data[error.start]:#04x} "
             f"at offset {error.start} that is not valid UTF-8. Convert it, e.g. "
             f"`iconv -f latin1 -t utf-8`."
         ) from None

@@ -67,11 +67,27 @@ def kept_log_lines(path, upto: int) -> list[str]:
     -------
     list of str
         The lines, without their newline, in file order (unreadable lines are dropped).
+
+    Raises
+    ------
+    ValueError
+        A step appears twice (or goes back): two processes wrote to the log, or it was edited, and
+        the history it would continue is not one run's.
     """
     path = Path(path)
     if not path.is_file():
         return []
-    return [line for line, record in _records(path) if int(record["step"]) <= upto]
+    kept, last = [], 0
+    for line, record in _records(path):
+        step = int(record["step"])
+        if step <= last:
+            raise ValueError(f"'{path}' must list each step once, in order; got step {step} after step {last}. "
+                             "Two processes wrote to this run (or the log was edited), so it is not one run's "
+                             "history. Move the log away to resume without it (the checkpoint is unaffected).")
+        last = step
+        if step <= upto:
+            kept.append(line)
+    return kept
 
 
 def read_history(path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:

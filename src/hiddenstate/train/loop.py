@@ -28,71 +28,45 @@ Examples
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
+import dataclasses
 import math
-import sys
+import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.functional import log_softmax
-from hiddenstate.train.config import TrainConfig, lr_at, make_config
-from hiddenstate.train.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
-from hiddenstate.train.history import LN2, kept_log_lines, loss_metrics, plot_history
+from hiddenstate.files import write_atomically
+from hiddenstate.resources import check_memory
+from hiddenstate.train.config import TrainConfig, make_config
+from hiddenstate.train.corpus import Vocabulary
+from hiddenstate.train.guards import (
+    DeferredSignals,
+    TrainingInterrupted,
+    training_memory,
+)
+from hiddenstate.train.history import kept_log_lines, loss_metrics, plot_history
 from hiddenstate.train.model import CharRNN
-from hiddenstate.train.optim import Adam, ExponentialMovingAverage, clip_grad_norm
-from hiddenstate.train.rundir import CHECKPOINT_DIR, LOG_FILE, PLOT_FILE, Trained, load, sample
-from hiddenstate.train.snapshot import HISTORY, Snapshot
+from hiddenstate.train.ownership import check_not_in_use, checkpoint_step, claim, describe
+from hiddenstate.train.rundir import (
+    CHECKPOINT_DIR,
+    LOG_FILE,
+    PLOT_FILE,
+    Trained,
+    load,
+    resolve_checkpoint,
+    run_dir_of,
+    sample,
+    training_text_path,
+)
+from hiddenstate.train.steps import Corpus, Progress, StepLoop, Trainer, evaluate
+from hiddenstate.validation import boolean
 
 __all__ = ["TrainResult", "evaluate", "train"]
-
-
-def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -> float:
-    """Mean cross-entropy in nats per character of a token stream, reading it with carried state.
-
-    The stream is cut into ``batch_size`` contiguous rows (its last ``M mod batch_size`` tokens
-    are left out); each row starts from a zero state and is read in chunks of ``seq_len`` with
-    the state carried across chunks, so every prediction except a row's first has the whole row
-    before it as context.
-
-    Parameters
-    ----------
-    model : CharRNN
-    ids : ndarray of shape (M,), integer, M >= 2
-    batch_size : int, default 32
-        Rows read in parallel (fewer if the stream is short).
-    seq_len : int, default 256
-
-    Returns
-    -------
-    float
-        Nats per character (divide by ln 2 for bits per character; ``exp`` is the perplexity).
-
-    Raises
-    ------
-    ValueError
-        ``ids`` not 1-D or shorter than 2 tokens.
-    """
-    ids = np.asarray(ids, dtype=np.int64)
-    if ids.ndim != 1 or ids.size < 2:
-        raise ValueError(f"ids must be a 1-D stream of at least 2 tokens; got shape {ids.shape}.")
-    N = max(1, min(batch_size, ids.size // 2))
-    R = ids.size // N
-    rows = np.ascontiguousarray(ids[: N * R].reshape(N, R).T)  # (R, N)
-    total, count, state = 0.0, 0, None
-    for start in range(0, R - 1, seq_len):
-        stop = min(start + seq_len, R - 1)
-        x, y = rows[start:stop], rows[start + 1: stop + 1]  # (T, N) each
-        logits, state, _ = model.forward(x, state)  # (T, N, V)
-        with np.errstate(under="ignore"):
-            logp = log_softmax(logits.reshape(-1, model.vocab_size).astype(np.float64))  # (T*N, V)
-        total -= float(logp[np.arange(logp.shape[0]), y.reshape(-1)].sum())
-        count += y.size
-    return total / count
 
 
 @dataclass
@@ -172,200 +146,20 @@ class TrainResult:
                 f"{self.val_loss:.4f} nats/char ({self.val_bpc:.4f} bits/char, perplexity {self.val_ppl:.2f})")
 
 
-@dataclass
-class _Corpus:
-    """The run's text as ids: the vocabulary, the two splits, and what the checkpoint records of it."""
-
-    vocab: Vocabulary
-    train_ids: np.ndarray  # (M_train,) int64
-    val_ids: np.ndarray  # (M_val,) int64
-    info: dict
-
-    @classmethod
-    def read(cls, cfg: TrainConfig, loaded: Trained | None) -> _Corpus:
-        text = load_text(cfg.data)
-        sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        if loaded is not None and sha256 != loaded.snapshot.text["sha256"]:
-            raise ValueError(f"data must be the text the checkpoint was trained on; got "
-                             f"{cfg.data or 'the embedded corpus'!r}, whose contents differ. Resume with the same file.")
-        vocab = Vocabulary(text) if loaded is None else loaded.vocab
-        train_ids, val_ids = train_val_split(vocab.encode(text), cfg.val_fraction)
-        if val_ids.size < 2:
-            raise ValueError(f"data must leave at least 2 validation characters; got {val_ids.size} from "
-                             f"{len(text)} characters. Use a longer text.")
-        info = {"chars": len(text), "sha256": sha256, "source": cfg.data or "embedded shakespeare.txt",
-                "train_chars": int(train_ids.size), "val_chars": int(val_ids.size)}
-        return cls(vocab, train_ids, val_ids, info)
+def _given_value(config, name: str):
+    """The value of field ``name`` a caller gave (None: not given; a TrainConfig's default is not given)."""
+    if isinstance(config, dict):
+        return config.get(name)
+    if isinstance(config, TrainConfig) and getattr(config, name) != getattr(TrainConfig(), name):
+        return getattr(config, name)
+    return None
 
 
-class _Trainer:
-    """The state of a run between steps: model, optimizer, moving average, batcher, RNG, carry, history."""
-
-    def __init__(self, cfg: TrainConfig, corpus: _Corpus):
-        self.cfg, self.corpus = cfg, corpus
-        self.batcher = StreamBatcher(corpus.train_ids, cfg.batch_size, cfg.seq_len)
-        self.rng = np.random.default_rng(cfg.seed)  # the initial weights, then the dropout masks
-        self.model = CharRNN(corpus.vocab.size, cfg.hidden_size, cfg.num_layers, cell=cfg.cell,
-                             embedding_dim=cfg.embedding_dim, dropout=cfg.dropout, weight_drop=cfg.weight_drop,
-                             dtype=np.dtype(cfg.dtype), rng=self.rng)
-        self.opt = Adam(self.model.params, lr=cfg.lr)
-        self.ema = None if cfg.ema is None else ExponentialMovingAverage(self.model.params, decay=cfg.ema)
-        self.history: dict[str, list] = {key: [] for key in HISTORY}
-        self.step = 0
-        self.carry = None  # (L, N, H), a pair for the LSTM, or None at the start of a pass
-
-    def restore(self, snap: Snapshot) -> None:
-        """Continue from a checkpoint: the state that the run had after step ``snap.step``."""
-        if self.ema is None:
-            self.model.load_state_dict(snap.weights)
-        else:  # model.safetensors holds the averages; training resumes from the raw weights
-            self.model.load_state_dict(snap.raw_weights)
-            self.ema.load_state_dict({"step": np.array(snap.ema_steps, dtype=np.int64),
-                                      **{"average." + k: v for k, v in snap.weights.items()}})
-        self.opt.load_state_dict(snap.adam)
-        self.batcher.load_state_dict(snap.batcher)
-        self.rng.bit_generator.state = snap.rng
-        self.step, self.carry = int(snap.step), snap.carry
-        self.history = {key: list(snap.history[key]) for key in HISTORY}
-        if self.step > self.cfg.steps:
-            raise ValueError(f"steps must be at least the checkpoint's step {self.step} to resume; "
-                             f"got {self.cfg.steps}.")
-
-    def snapshot(self, val_loss: float | None, elapsed_s: float) -> Snapshot:
-        """Everything the checkpoint of this moment holds."""
-        weights, raw = self.model.state_dict(), None
-        if self.ema is not None:
-            raw, weights = weights, {k: v.copy() for k, v in self.ema.average.items()}
-        return Snapshot(model=self.model.config(), train=self.cfg.to_dict(), vocab=self.corpus.vocab.to_json(),
-                        step=self.step, val_loss=val_loss, batcher=self.batcher.state_dict(),
-                        rng=self.rng.bit_generator.state, elapsed_s=elapsed_s, text=self.corpus.info,
-                        weights=weights, adam=self.opt.state_dict(), history=self.history, carry=self.carry,
-                        raw_weights=raw, ema_steps=None if self.ema is None else self.ema.n_averaged)
-
-    def train_step(self) -> dict:
-        """One optimizer step on the next (T, N) chunk; returns the step's log record."""
-        cfg = self.cfg
-        self.opt.lr = lr_at(cfg, self.step / cfg.steps)  # by step only, so a run is repeatable on any machine
-        if self.batcher.at_epoch_start:
-            self.carry = None  # a new pass over the text: the carried state no longer follows on
-        inputs, targets = self.batcher.next_batch()  # (T, N) each
-        loss, grads, self.carry = self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.rng)
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"training loss became {loss} at step {self.step + 1}. Lower --lr or --clip.")
-        norm = clip_grad_norm(grads, cfg.clip)
-        self.opt.step(grads)
-        if self.ema is not None:
-            self.ema.update()
-        self.step += 1
-        self.history["train_loss"].append(float(loss))
-        self.history["grad_norm"].append(float(norm))
-        return {"step": self.step, "train_loss": float(loss), "grad_norm": float(norm), "lr": self.opt.lr,
-                "epoch": self.batcher.epoch}
-
-    def evaluate(self) -> float:
-        """:func:`evaluate` on the validation text, with the averaged weights when there are any."""
-        if self.ema is None or self.ema.n_averaged == 0:
-            return evaluate(self.model, self.corpus.val_ids)
-        raw = self.model.state_dict()
-        self.model.load_state_dict(self.ema.average)
-        try:
-            return evaluate(self.model, self.corpus.val_ids)
-        finally:
-            self.model.load_state_dict(raw)
-
-    def validate(self) -> float:
-        """:meth:`evaluate`, recorded in the history at the current step."""
-        nats = self.evaluate()
-        self.history["val_step"].append(self.step)
-        self.history["val_loss"].append(nats)
-        return nats
-
-    def final_model(self) -> CharRNN:
-        """The model as saved: the averaged weights when there are any."""
-        if self.ema is not None and self.ema.n_averaged:
-            self.model.load_state_dict(self.ema.average)
-        return self.model
-
-
-def _format_time(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 60}:{seconds % 60:02d}"
-
-
-class _Progress:
-    """The tqdm bar on stderr (step, loss, validation loss, chars/s, budget left), or printed lines."""
-
-    def __init__(self, cfg: TrainConfig, step: int, *, bar: bool, verbose: bool, budget_s: float | None):
-        self.cfg, self.verbose, self.budget_s = cfg, verbose, budget_s
-        self.bar = None
-        if bar:
-            from tqdm.auto import tqdm
-
-            interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-            self.bar = tqdm(total=cfg.steps, initial=step, unit="step", dynamic_ncols=True, smoothing=0.1,
-                            mininterval=0.1 if interactive else 5.0, desc=f"{cfg.cell} H={cfg.hidden_size}x{cfg.num_layers}")
-        self.window_t, self.window_chars, self.chars_per_s = time.perf_counter(), 0, 0.0
-
-    def evaluated(self, step: int, history: dict, val: float, elapsed_s: float) -> None:
-        """Without a bar, print the evaluation on one line."""
-        if self.bar is None and self.verbose:
-            train = np.mean(history["train_loss"][-self.cfg.eval_every:])
-            print(f"step {step}/{self.cfg.steps}  train {train:.4f}  val {val:.4f} nats/char "
-                  f"({val / LN2:.3f} bits/char)  elapsed {_format_time(elapsed_s)}", flush=True)
-
-    def stepped(self, history: dict, val: float | None, elapsed_s: float) -> None:
-        """Count one step's characters and move the bar."""
-        self.window_chars += self.cfg.batch_size * self.cfg.seq_len
-        now = time.perf_counter()
-        if now - self.window_t >= 2.0:
-            self.chars_per_s = self.window_chars / (now - self.window_t)
-            self.window_t, self.window_chars = now, 0
-        if self.bar is None:
-            return
-        postfix = {"loss": f"{np.mean(history['train_loss'][-50:]):.3f}",
-                   "val": "-" if val is None else f"{val:.3f}",
-                   "chars/s": f"{self.chars_per_s:,.0f}" if self.chars_per_s else "-"}
-        if self.budget_s is not None:
-            postfix["budget left"] = _format_time(self.budget_s - elapsed_s)
-        self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _run_steps(trainer: _Trainer, log_file, ckpt_dir: Path, clock: Callable[[], float], budget_s: float | None,
-               progress: _Progress, callback) -> tuple[str, float | None]:
-    """Step until ``steps``, the time budget (s) or the callback; log, evaluate and save on schedule."""
-    cfg, history = trainer.cfg, trainer.history
-    last_val = history["val_loss"][-1] if history["val_loss"] else None
-    while trainer.step < cfg.steps:
-        record = trainer.train_step()
-        record["elapsed_s"] = round(clock(), 3)
-        out_of_time = budget_s is not None and clock() >= budget_s
-        stop = bool(callback(dict(record))) if callback is not None else False
-        final = trainer.step == cfg.steps or out_of_time or stop
-        if trainer.step % cfg.eval_every == 0 or final:
-            last_val = trainer.validate()
-            record.update(loss_metrics(last_val))
-            progress.evaluated(trainer.step, history, last_val, clock())
-        log_file.write(json.dumps(record) + "\n")
-        if trainer.step % cfg.save_every == 0 or final:
-            log_file.flush()
-            trainer.snapshot(last_val, clock()).save(ckpt_dir)
-        progress.stepped(history, last_val, clock())
-        if final and trainer.step < cfg.steps:
-            return ("time" if out_of_time else "callback"), last_val
-    return "steps", last_val
-
-
-def _out_dir(cfg: TrainConfig) -> Path:
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out must be a directory; got '{out}', which is a file. Choose another path.")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+def _with_absolute_data(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``data`` as an absolute path, so the run finds its text from any folder."""
+    if cfg.data is None:
+        return cfg
+    return dataclasses.replace(cfg, data=os.path.abspath(cfg.data))
 
 
 def _plot_title(cfg: TrainConfig, val_loss: float) -> str:
@@ -375,79 +169,172 @@ def _plot_title(cfg: TrainConfig, val_loss: float) -> str:
             + f" {cfg.dtype}; final val {val_loss:.3f} nats/char")
 
 
-def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bool = True,
+def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: bool = False, progress: bool = True,
           callback: Callable[[dict], bool | None] | None = None, verbose: bool = True) -> TrainResult:
     """Train a :class:`~hiddenstate.train.model.CharRNN` on a text with truncated BPTT.
+
+    The run directory (``out``) is claimed first (:func:`~hiddenstate.train.ownership.claim`): it
+    must be new or empty (or hold the leftovers of a run killed before its first checkpoint), or,
+    with ``overwrite``, a previous run; other files are never written over. A lock on it keeps a
+    second process out while this one trains. SIGINT (Ctrl-C) and SIGTERM are held until the end
+    of the current step, which is then saved: :class:`~hiddenstate.train.guards.TrainingInterrupted`
+    is raised (a second signal stops at once; the last checkpoint stays whole). A run that ends
+    before saving anything leaves the directory as it found it.
 
     Parameters
     ----------
     config : TrainConfig or dict, optional
         The run. A dict gives only the fields to set (the rest take TrainConfig's defaults, or,
-        with ``resume``, the checkpoint's values).
+        with ``resume``, the checkpoint's values). ``data`` is recorded as an absolute path.
     resume : path, optional
         A run or checkpoint directory to continue. The model, data and optimization settings come
         from the checkpoint; only ``data`` (a moved file; its contents must be the same),
         ``steps``, ``eval_every``, ``save_every``, ``max_minutes`` and ``out`` may be changed
         (other differing fields raise ValueError). Continuing a run stopped
         at step k gives the same losses, bit for bit, as the run that never stopped.
+        ``max_minutes`` limits each call: a resumed part has a new time budget.
+    overwrite : bool, default False
+        Replace a previous run in ``out`` (its checkpoint, log and plot; nothing else there).
     progress : bool, default True
         Show a tqdm progress bar on stderr (step, train loss, validation loss, chars/s, time left).
     callback : callable, optional
         Called after every step with that step's log record (a dict); returning True stops the
         run there (with a last evaluation and checkpoint).
     verbose : bool, default True
-        Print a line at each evaluation when there is no progress bar.
+        Print a line when resuming, and one at each evaluation when there is no progress bar.
 
     Returns
     -------
     TrainResult
         Its ``model`` holds the weights that were saved: the moving average when ``ema`` is set.
+        ``plot`` is None (with a warning) when the loss plot could not be written.
 
     Raises
     ------
     FileNotFoundError, IsADirectoryError
         A missing data file or checkpoint, or a directory given as the data file.
     ValueError, TypeError
-        An invalid setting, an empty or non-UTF-8 data file, a text too short for one batch, or a
-        resume whose data or settings do not match its checkpoint.
-    FloatingPointError
-        The training loss became infinite or NaN.
+        An invalid setting, an empty or non-UTF-8 data file, a text with fewer than 2 distinct
+        characters or too short for one batch, a model that cannot fit in memory, an ``out`` that
+        must not be written into (or in use by another process), a resume whose data or settings
+        do not match its checkpoint, or whose log lists a step twice.
+    TrainingDiverged
+        A ``FloatingPointError``: the loss became non-finite or exploded (the message names
+        ``--lr`` and ``--clip``); the last checkpoint saved before it is kept.
+    TrainingInterrupted
+        A ``KeyboardInterrupt``: SIGINT or SIGTERM; what was saved is in its attributes.
+    OSError
+        Writing failed (e.g. a full disk): the message names the file and the checkpoint on disk.
     """
     t_start = time.perf_counter()
-    loaded = None if resume is None else load(resume)
-    if loaded is None:
-        cfg = make_config(config)
-    else:
-        cfg = make_config(config, saved=loaded.config, out=loaded.run_dir)
-    corpus = _Corpus.read(cfg, loaded)
-    trainer = _Trainer(cfg, corpus)
-    elapsed_before = 0.0
-    if loaded is not None:
-        trainer.restore(loaded.snapshot)
-        elapsed_before = float(loaded.snapshot.elapsed_s)
+    overwrite = boolean("overwrite", overwrite)
+    with DeferredSignals() as signals:
+        lock, wrote_log = None, False
+        try:
+            lock, state, loaded, cfg, same = _claim(config, resume, overwrite)
+            out = lock.path
+            corpus = Corpus.read(cfg, loaded)
+            estimate = training_memory(cfg, corpus.vocab.size)
+            check_memory(f"training a {cfg.cell.upper()} of --hidden-size {cfg.hidden_size} x --num-layers "
+                         f"{cfg.num_layers} ({estimate['parameters']:,} parameters)", estimate["bytes"],
+                         "Lower --hidden-size or --num-layers (or --batch-size and --seq-len).")
+            trainer = Trainer(cfg, corpus)
+            if loaded is not None:
+                trainer.restore(loaded.snapshot)
+            kept = [] if loaded is None else kept_log_lines(loaded.run_dir / LOG_FILE, trainer.step)
+            if state.kind in ("run", "unfinished") and not same:
+                lock.clear()  # a previous run (overwrite) or a killed one's leftovers: never other files
+            wrote_log = True
+            # atomically: a kill while the log is cut back to the checkpoint must not lose its first part
+            write_atomically(out / LOG_FILE, "".join(line + "\n" for line in kept).encode("utf-8"))
+            if loaded is not None and verbose:
+                budget = (f"; --max-minutes {cfg.max_minutes:g}: a new time budget for this part"
+                          if cfg.max_minutes is not None else "")
+                into = "" if same else f" into '{out}'"
+                print(f"resuming '{loaded.run_dir}' at step {trainer.step} of {cfg.steps}{into}{budget}", flush=True)
+            return _finish(trainer, out, loaded, signals, t_start, progress=progress, callback=callback,
+                           verbose=verbose)
+        except KeyboardInterrupt as error:
+            if isinstance(error, TrainingInterrupted) or signals.forced is None or lock is None:
+                raise
+            raise TrainingInterrupted(signals.forced, step=checkpoint_step(lock.path),
+                                      checkpoint=lock.path / CHECKPOINT_DIR, saved=False) from None
+        finally:
+            if lock is not None:
+                if wrote_log and checkpoint_step(lock.path) is None:  # nothing saved: leave nothing
+                    for name in (LOG_FILE, PLOT_FILE):
+                        with contextlib.suppress(OSError):
+                            (lock.path / name).unlink()
+                lock.release()
 
-    def clock() -> float:
+
+def _claim(config, resume, overwrite: bool):
+    """Claim the run directory; load the checkpoint to resume. Returns (lock, state, loaded, cfg, same)."""
+    if resume is None:
+        cfg = _with_absolute_data(make_config(config))
+        lock, state = claim(cfg.out, overwrite=overwrite)
+        return lock, state, None, cfg, False
+    if isinstance(resume, (str, os.PathLike)) and os.path.isdir(resume):
+        check_not_in_use(resume, "--resume")  # another process trains there (maybe before its first save)
+    if isinstance(resume, (str, os.PathLike)) and os.path.isdir(resume) and describe(resume).kind == "unfinished":
+        raise ValueError(f"--resume '{resume}' holds no checkpoint: the run there was stopped before its first save. "
+                         f"Start it again with `hiddenstate train --out {resume}` and its flags.")
+    ckpt = resolve_checkpoint(resume, name="--resume")
+    run_dir = run_dir_of(ckpt)
+    target = Path(_given_value(config, "out") or run_dir)
+    same = os.path.abspath(target) == os.path.abspath(run_dir)
+    if same and overwrite:
+        raise ValueError("--overwrite cannot be combined with --resume of the same directory: a resumed run continues "
+                         "its checkpoint. Drop --overwrite (or resume into another --out).")
+    if not same:
+        check_not_in_use(run_dir, "--resume")  # another process may be training in the run being resumed
+    lock, state = claim(target, overwrite=overwrite, resuming=same)
+    try:
+        loaded = load(ckpt)
+        cfg = make_config(config, saved=loaded.config, out=target)
+        if _given_value(config, "data") is None:  # an older run recorded a relative path
+            cfg = dataclasses.replace(cfg, data=training_text_path(loaded.config, run_dir))
+        return lock, state, loaded, _with_absolute_data(cfg), same
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: DeferredSignals, t_start: float, *,
+            progress: bool, callback, verbose: bool) -> TrainResult:
+    """Run the steps of a claimed run directory, then plot and return the result."""
+    cfg, corpus = trainer.cfg, trainer.corpus
+    elapsed_before = 0.0 if loaded is None else float(loaded.snapshot.elapsed_s)
+
+    def clock() -> float:  # the run's time, over all its parts (logged and saved)
         return elapsed_before + (time.perf_counter() - t_start)
 
-    out = _out_dir(cfg)
-    log_path = out / LOG_FILE
-    kept = [] if loaded is None else kept_log_lines(loaded.run_dir / LOG_FILE, trainer.step)  # the log up to the checkpoint
-    log_path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    def part_clock() -> float:  # this call's time (what --max-minutes limits)
+        return time.perf_counter() - t_start
+
     first_step = trainer.step
     budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
-    with open(log_path, "a", encoding="utf-8") as log_file:
-        meter = _Progress(cfg, first_step, bar=progress, verbose=verbose, budget_s=budget_s)
+    with open(out / LOG_FILE, "a", encoding="utf-8") as log_file:
+        meter = Progress(cfg, first_step, bar=progress, verbose=verbose, budget_s=budget_s)
+        run = StepLoop(trainer, out, log_file, clock=clock, part_clock=part_clock, budget_s=budget_s, progress=meter,
+                   callback=callback, signals=signals, saved_step=None if loaded is None else trainer.step)
         t_loop = time.perf_counter()
         try:
-            stopped, last_val = _run_steps(trainer, log_file, out / CHECKPOINT_DIR, clock, budget_s, meter, callback)
+            stopped, last_val = run.run()
         finally:
             meter.close()
     loop_s = time.perf_counter() - t_loop
     if last_val is None:  # nothing to do (already at cfg.steps) and never evaluated
-        last_val = trainer.evaluate()
+        last_val = run.guarded(trainer.evaluate, "the validation pass", trainer.step)
     model = trainer.final_model()
     chars_per_s = (trainer.step - first_step) * cfg.batch_size * cfg.seq_len / loop_s if trainer.step > first_step else 0.0
-    plot = plot_history(trainer.history, out / PLOT_FILE, vocab_size=corpus.vocab.size, title=_plot_title(cfg, last_val))
+    try:
+        plot = plot_history(trainer.history, out / PLOT_FILE, vocab_size=corpus.vocab.size,
+                            title=_plot_title(cfg, last_val))
+    except (OSError, ValueError, RuntimeError, MemoryError) as error:  # the run itself is complete and saved
+        warnings.warn(f"could not write the loss plot '{out / PLOT_FILE}' ({' '.join(str(error).split())}); the run "
+                      f"is complete and its checkpoint of step {trainer.step} is saved.", UserWarning, stacklevel=3)
+        plot = None
     m = loss_metrics(last_val)
     history = trainer.history
     return TrainResult(model=model, vocab=corpus.vocab, config=cfg, step=trainer.step, val_loss=m["val_loss"],
@@ -455,4 +342,4 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, progress: bo
                        train_loss=float(np.mean(history["train_loss"][-100:])) if history["train_loss"] else math.nan,
                        history={k: np.asarray(v) for k, v in history.items()}, seconds=clock(),
                        chars_per_s=chars_per_s, stopped=stopped, out=out, checkpoint=out / CHECKPOINT_DIR,
-                       log=log_path, plot=plot)
+                       log=out / LOG_FILE, plot=plot)

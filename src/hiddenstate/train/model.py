@@ -15,7 +15,10 @@ Parameters live in one dict keyed like a torch ``state_dict``: ``rnn.weight_ih_l
 (strip ``"rnn."`` and ``torch.nn.GRU`` / ``LSTM`` / ``RNN`` accept them with ``load_state_dict``),
 ``decoder.weight`` (V, H), ``decoder.bias`` (V,), and ``encoder.weight`` (V, E) when an
 embedding is used. The GRU is built with ``reset_after=True`` so it computes exactly what
-``torch.nn.GRU`` computes.
+``torch.nn.GRU`` computes. ``cell="mingru"`` / ``"minlstm"`` puts the linear recurrences of
+Feng et al. (2024) in residual blocks with RMS normalisation and an MLP
+(:class:`hiddenstate.train.blocks.MinStack`, which explains why a plain stack does not train as
+well); its parameters are ``rnn.weight_ih_l{k}``, ``rnn.ff_*``, ``rnn.norm_*``.
 
 Examples
 --------
@@ -36,12 +39,13 @@ import numpy as np
 from hiddenstate.functional import cross_entropy, softmax
 from hiddenstate.layers import BY_KIND
 from hiddenstate.params import uniform_init
+from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
 from hiddenstate.validation import choice, drop_probability, float_dtype, generator, nonnegative_int, positive_int, real
 
 __all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
-#: The recurrent layers a CharRNN can use (``cell=``).
-CELLS = tuple(sorted(BY_KIND))
+#: The recurrent layers a CharRNN can use (``cell=``): the gated RNNs, then the linear recurrences.
+CELLS = tuple(sorted(k for k in BY_KIND if BY_KIND[k].kind.recurrent)) + LINEAR_CELLS
 
 #: The rules of :meth:`CharRNN.sample`'s options (``SAMPLE_RULES[name](name, value)``, see
 #: :mod:`hiddenstate.validation`), shared with the flags of ``hiddenstate sample``.
@@ -74,9 +78,11 @@ class CharRNN:
         H, units per recurrent layer.
     num_layers : int, default 1
         L, stacked recurrent layers.
-    cell : {"gru", "lstm", "rnn"}, default "gru"
-        The recurrent layer: ``GRU(reset_after=True)`` (= ``torch.nn.GRU``), ``LSTM`` or a tanh
-        ``RNN``.
+    cell : {"gru", "lstm", "mingru", "minlstm", "rnn"}, default "gru"
+        The recurrent layer: ``GRU(reset_after=True)`` (= ``torch.nn.GRU``), ``LSTM``, a tanh
+        ``RNN``, or minGRU / minLSTM layers (plain form, per-step loop: the faster mode on a CPU
+        at these sizes) in residual blocks (:class:`~hiddenstate.train.blocks.MinStack`;
+        ``hidden_size`` is then also the width of the residual stream).
     embedding_dim : int, optional
         E. None (default): one-hot inputs, so ``rnn.weight_ih_l0`` (G*H, V) is the input map.
         Otherwise a learned table ``encoder.weight`` (V, E) (``torch.nn.Embedding``) feeds the
@@ -84,7 +90,8 @@ class CharRNN:
     dropout : float in [0, 1), default 0
         Dropout on the non-recurrent connections (Zaremba, Sutskever & Vinyals 2014): on every
         layer's output, i.e. between stacked layers and before the decoder, in
-        ``forward(training=True)`` only. The recurrent state itself is never dropped.
+        ``forward(training=True)`` only. The recurrent state itself is never dropped. For
+        ``"mingru"``/``"minlstm"``: on every branch of the residual blocks and before the decoder.
     weight_drop : float in [0, 1), default 0
         DropConnect on the recurrent weights ``rnn.weight_hh_l*`` in ``forward(training=True)``
         (Merity, Keskar & Socher 2018; see :class:`hiddenstate.GRU`): one mask per chunk.
@@ -100,8 +107,9 @@ class CharRNN:
         Every trainable array, keyed like a torch ``state_dict``. The ``rnn.*`` entries are the
         very arrays of :attr:`rnn` ``.params``, so updating them in place (as the optimizers do)
         updates the layer.
-    rnn : hiddenstate.GRU, LSTM or RNN
-        The recurrent layers.
+    rnn : hiddenstate.GRU, LSTM, RNN or hiddenstate.train.blocks.MinStack
+        The recurrent layers (a sequence layer: ``hiddenstate.trace(model.rnn, model.embed(ids))``
+        sees every layer).
     vocab_size, hidden_size, num_layers, cell, embedding_dim, dropout, weight_drop, dtype
         The constructor arguments (see :meth:`config`).
 
@@ -126,9 +134,16 @@ class CharRNN:
         self._rng = rng  # default source of dropout masks
         V, H = self.vocab_size, self.hidden_size
         input_size = V if self.embedding_dim is None else self.embedding_dim
-        options = {"reset_after": True} if cell == "gru" else {}
-        self.rnn = BY_KIND[cell](input_size, H, self.num_layers, dropout=self.dropout, weight_drop=weight_drop,
-                                 dtype=self.dtype, rng=rng, **options)
+        if self.cell in LINEAR_CELLS:
+            if drop_probability("weight_drop", weight_drop):
+                raise ValueError(f"weight_drop must be 0 for cell={self.cell!r}, which has no recurrent weights to "
+                                 f"drop; got {weight_drop}. Use dropout instead.")
+            self.rnn = MinStack(input_size, H, self.num_layers, cell=self.cell, dropout=self.dropout,
+                                dtype=self.dtype, rng=rng)
+        else:
+            options = {"reset_after": True} if cell == "gru" else {}
+            self.rnn = BY_KIND[cell](input_size, H, self.num_layers, dropout=self.dropout, weight_drop=weight_drop,
+                                     dtype=self.dtype, rng=rng, **options)
         self.weight_drop = self.rnn.weight_drop
         self.params: dict[str, np.ndarray] = {}
         if self.embedding_dim is not None:

@@ -24,14 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
+from hiddenstate.resources import check_memory
 from hiddenstate.train.checkpoint import META_FILE
 from hiddenstate.train.config import TrainConfig
 from hiddenstate.train.corpus import Vocabulary
+from hiddenstate.train.guards import sampling_memory
 from hiddenstate.train.model import CharRNN
 from hiddenstate.train.snapshot import Snapshot
 from hiddenstate.validation import nonnegative_int
 
-__all__ = ["CHECKPOINT_DIR", "LOG_FILE", "PLOT_FILE", "Trained", "load", "resolve_checkpoint", "run_dir_of", "sample"]
+__all__ = ["CHECKPOINT_DIR", "LOG_FILE", "PLOT_FILE", "Trained", "load", "resolve_checkpoint", "run_dir_of", "sample",
+           "training_text_path"]
 
 #: The names inside a run directory.
 CHECKPOINT_DIR = "checkpoint"
@@ -39,13 +42,15 @@ LOG_FILE = "log.jsonl"
 PLOT_FILE = "loss.png"
 
 
-def resolve_checkpoint(path) -> Path:
+def resolve_checkpoint(path, *, name: str = "checkpoint") -> Path:
     """Return the checkpoint directory for ``path``: a checkpoint itself, or a run directory.
 
     Parameters
     ----------
     path : str or os.PathLike
         A run directory (``--out`` of ``hiddenstate train``) or its ``checkpoint/`` subdirectory.
+    name : str, default "checkpoint"
+        What the messages call ``path`` (``"--resume"`` for the run being resumed).
 
     Returns
     -------
@@ -62,20 +67,21 @@ def resolve_checkpoint(path) -> Path:
         If ``path`` is a file, or a directory with no checkpoint in it.
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint must be a path; got {type(path).__name__}.")
+        raise TypeError(f"{name} must be a path; got {type(path).__name__}.")
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"checkpoint '{p}' does not exist. Give a run directory written by "
+        raise FileNotFoundError(f"{name} '{p}' does not exist. Give a run directory written by "
                                 "`hiddenstate train` (or its checkpoint/ subdirectory).")
     if not p.is_dir():
-        raise ValueError(f"checkpoint must be a directory; got '{p}', which is a file. Give the run "
+        raise ValueError(f"{name} must be a directory; got '{p}', which is a file. Give the run "
                          "directory (or its checkpoint/ subdirectory), not a file inside it.")
     if (p / META_FILE).is_file():
         return p
     sub = p / CHECKPOINT_DIR
     if (sub / META_FILE).is_file() or (p / f".{CHECKPOINT_DIR}.previous" / META_FILE).is_file():
         return sub
-    raise ValueError(f"checkpoint directory '{p}' holds no checkpoint ({META_FILE} is missing, here and in "
+    what = "checkpoint directory" if name == "checkpoint" else name
+    raise ValueError(f"{what} '{p}' holds no checkpoint ({META_FILE} is missing, here and in "
                      f"{CHECKPOINT_DIR}/). Give a run directory written by `hiddenstate train`.")
 
 
@@ -92,6 +98,39 @@ def run_dir_of(checkpoint: Path) -> Path:
     pathlib.Path
     """
     return checkpoint.parent if checkpoint.name == CHECKPOINT_DIR else checkpoint
+
+
+def training_text_path(config: TrainConfig, run_dir) -> str | None:
+    """Where a run's training text (``--data``) is, seen from the current folder.
+
+    Runs record the absolute path. A relative one (recorded by earlier versions) is
+    read from the folder the run was trained from when that can be told: a relative ``--out``
+    names the run directory from there (``runs/gru`` in ``/home/me/runs/gru``: ``/home/me``).
+
+    Parameters
+    ----------
+    config : TrainConfig
+        The run's configuration.
+    run_dir : str or os.PathLike or None
+        Where the run directory is now.
+
+    Returns
+    -------
+    str or None
+        The path to read (None: the embedded corpus); the recorded one when nothing better is found.
+    """
+    data = config.data
+    if data is None or run_dir is None or os.path.isabs(data) or os.path.exists(data):
+        return data
+    out = Path(os.path.normpath(str(config.out)))
+    here = Path(os.path.abspath(run_dir))
+    if out.is_absolute() or ".." in out.parts:
+        return data
+    parts = () if str(out) == "." else out.parts
+    if parts and here.parts[-len(parts):] != parts:
+        return data
+    candidate = Path(*here.parts[: len(here.parts) - len(parts)]) / data
+    return str(candidate) if candidate.exists() else data
 
 
 @dataclass
@@ -236,7 +275,8 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
         ``prime`` not a str, ``length`` or ``seed`` not an int.
     ValueError
         If ``prime`` is empty or uses characters outside the model's vocabulary, or ``length``,
-        ``temperature`` or ``seed`` is out of range.
+        ``temperature`` or ``seed`` is out of range, or ``length`` characters cannot fit in this
+        machine's memory.
     """
     if isinstance(source, (str, os.PathLike)):
         source = load(source)
@@ -252,6 +292,9 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
         shown = ", ".join(repr(c) for c in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
         raise ValueError(f"prime must only use characters the model was trained on; got {len(unknown)} unknown "
                          f"character(s): {shown}. Remove them or train on a text that has them.")
+    if isinstance(length, (int, np.integer)) and not isinstance(length, bool) and length > 0:
+        check_memory(f"length {int(length)}", sampling_memory(model, int(length), len(prime)),
+                     "Generate fewer characters at a time.")
     rng = np.random.default_rng(None if seed is None else nonnegative_int("seed", seed))
     ids = model.sample(vocab.encode(prime), length, temperature=temperature, rng=rng)
     return prime + vocab.decode(ids)

@@ -13,15 +13,22 @@ once, in a table, with its meaning.
     The document :data:`META` describes (configuration, vocabulary, step, RNG state ...).
 ``optimizer.safetensors``
     The arrays :data:`ARRAYS` describes (optimizer moments, raw weights, carried state, history).
+
+Reading checks all of it first (:mod:`hiddenstate.train.snapshot_schema`): every entry of
+``meta.json`` against its rule, and the weights, raw weights and carried state for finiteness in
+the model's dtype, so a bad checkpoint is one ``ValueError`` naming the file and the entry.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.train.checkpoint import load_checkpoint, save_checkpoint
+from hiddenstate.layers import BY_KIND
+from hiddenstate.train.checkpoint import META_FILE, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
+from hiddenstate.train.snapshot_schema import check_meta, check_weights
 
 __all__ = ["ARRAYS", "HISTORY", "KIND", "META", "Snapshot"]
 
@@ -72,6 +79,40 @@ def _unprefixed(prefix: str, arrays: dict) -> dict:
     return {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
 
 
+def _check_arrays(params: dict, meta: dict, arrays: dict, where_model: str, where_arrays: str) -> None:
+    """The arrays of :data:`ARRAYS` and the weights, against ``meta`` (already checked)."""
+    model, dtype = meta["model"], meta["model"]["dtype"]
+    check_weights(where_model, params, dtype)
+    raw = _unprefixed(_RAW, arrays)
+    check_weights(where_arrays, _prefixed(_RAW, raw), dtype)
+    ema = arrays.get(_EMA_STEP)
+    if ema is not None and not (ema.shape == () and ema.dtype.kind in "iu" and int(ema) >= 0):
+        raise ValueError(f"{where_arrays}: array '{_EMA_STEP}' must be a non-negative integer scalar; got dtype "
+                         f"{ema.dtype}, shape {ema.shape}.")
+    if (ema is not None) != bool(raw) or (raw and raw.keys() != params.keys()):
+        raise ValueError(f"{where_arrays} must hold '{_EMA_STEP}' and one '{_RAW}<name>' per weight together (a run "
+                         f"with ema) or neither; got '{_EMA_STEP}' {'present' if ema is not None else 'absent'} "
+                         f"and {len(raw)} of {len(params)} raw weights.")
+    carry = {key: arrays[key] for key in (_CARRY_H, _CARRY_C) if key in arrays}
+    if carry:
+        cell = model.get("cell", "gru")
+        paired = BY_KIND[cell].kind.has_cell  # the state is (h, c)
+        want = (model.get("num_layers", 1), meta["batcher"]["batch_size"], model["hidden_size"])
+        if _CARRY_H not in carry or (_CARRY_C in carry) != paired:
+            raise ValueError(f"{where_arrays} must hold {'both' if paired else 'only'} '{_CARRY_H}'"
+                             f"{' and' if paired else ', not'} '{_CARRY_C}' for cell {cell!r}; got {sorted(carry)}.")
+        for key, value in carry.items():
+            if value.shape != want:
+                raise ValueError(f"{where_arrays}: array '{key}' must have shape (L={want[0]}, N={want[1]}, "
+                                 f"H={want[2]}); got {value.shape}.")
+        check_weights(where_arrays, carry, dtype, what="array")
+    for key, kind in HISTORY.items():
+        value = arrays[_HISTORY + key]
+        if value.ndim != 1 or value.dtype != np.dtype(kind):
+            raise ValueError(f"{where_arrays}: array '{_HISTORY}{key}' must be a 1-D {np.dtype(kind)} array; got "
+                             f"dtype {value.dtype}, shape {value.shape}.")
+
+
 @dataclass
 class Snapshot:
     """Everything a training run saves to resume exactly: the contents of its checkpoint.
@@ -120,6 +161,9 @@ class Snapshot:
         """
         m = self.model
         input_size = m["embedding_dim"] if m.get("embedding_dim") else m["vocab_size"]
+        if not BY_KIND[m["cell"]].kind.recurrent:  # minGRU/minLSTM blocks: torch.nn has no such module
+            return (f"no torch.nn module loads the 'rnn.' weights of a {m['cell']} model (residual blocks of "
+                    f"linear recurrences, hiddenstate.train.blocks.MinStack); the names follow torch's conventions")
         return (f"torch.nn.{m['cell'].upper()}({input_size}, {m['hidden_size']}, "
                 f"num_layers={m['num_layers']}) loads the 'rnn.' weights (prefix stripped)")
 
@@ -151,8 +195,9 @@ class Snapshot:
         return self.weights, meta, arrays
 
     @classmethod
-    def from_files(cls, params: dict, meta: dict, arrays: dict, *, name: str = "checkpoint") -> Snapshot:
-        """The inverse of :meth:`to_files`.
+    def from_files(cls, params: dict, meta: dict, arrays: dict, *, name: str = "checkpoint",
+                   path=None) -> Snapshot:
+        """The inverse of :meth:`to_files`, after checking every entry (see the module docstring).
 
         Parameters
         ----------
@@ -160,6 +205,9 @@ class Snapshot:
             As :func:`~hiddenstate.train.checkpoint.load_checkpoint` returns them.
         name : str, default "checkpoint"
             What the messages call the checkpoint (e.g. ``"checkpoint 'runs/gru/checkpoint'"``).
+        path : str or os.PathLike, optional
+            The checkpoint directory, so that messages name the file
+            (``"'runs/gru/checkpoint/meta.json': field 'step' must ..."``).
 
         Returns
         -------
@@ -168,7 +216,10 @@ class Snapshot:
         Raises
         ------
         ValueError
-            ``meta`` is not a run's document (another ``kind``), or an entry is missing.
+            ``meta`` is not a run's document (another ``kind``), an entry is missing, of the wrong
+            type or range, or inconsistent with another; the weights (or the raw weights, the
+            carried state) are not finite in the model's dtype; an array of :data:`ARRAYS` has
+            the wrong dtype or shape. The message names the file and the entry.
         """
         if not isinstance(meta, dict) or meta.get("kind") != KIND:
             kind = meta.get("kind") if isinstance(meta, dict) else None
@@ -179,6 +230,13 @@ class Snapshot:
         if missing:
             raise ValueError(f"{name} must hold every entry of a run checkpoint; missing {missing}. "
                              "It was written by another version or edited.")
+        where = (lambda file: f"'{Path(path) / file}'") if path is not None else (lambda file: f"{name} {file}")
+        unknown = sorted(set(meta) - set(META))
+        if unknown:
+            raise ValueError(f"{where(META_FILE)} has unknown entries {unknown}; a run checkpoint holds "
+                             f"{sorted(META)}. It was written by another version or edited.")
+        check_meta(meta, where(META_FILE))
+        _check_arrays(params, meta, arrays, where(MODEL_FILE), where(OPTIMIZER_FILE))
         carry = arrays.get(_CARRY_H)
         if carry is not None:
             carry = (carry.copy(), arrays[_CARRY_C].copy()) if _CARRY_C in arrays else carry.copy()
@@ -216,8 +274,8 @@ class Snapshot:
         ------
         FileNotFoundError, ValueError
             From :func:`~hiddenstate.train.checkpoint.load_checkpoint` (missing, truncated or
-            modified files) and :meth:`from_files` (not a run checkpoint); the messages name
-            ``directory``.
+            modified files) and :meth:`from_files` (not a run checkpoint, or an entry that breaks
+            its rule); the messages name the file.
         """
         params, meta, arrays = load_checkpoint(directory)
-        return cls.from_files(params, meta, arrays, name=f"checkpoint '{directory}'")
+        return cls.from_files(params, meta, arrays, name=f"checkpoint '{directory}'", path=directory)

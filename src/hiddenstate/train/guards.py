@@ -1,0 +1,241 @@
+"""What ends a training run early without losing it or hiding it: signals, divergence, memory.
+
+* :class:`DeferredSignals` holds SIGINT (Ctrl-C) and SIGTERM until the end of the current step:
+  :func:`~hiddenstate.train.train` then saves a checkpoint and raises :class:`TrainingInterrupted`
+  (a ``KeyboardInterrupt``). A second signal stops at once; the last checkpoint is still whole,
+  since a save replaces it atomically.
+* :func:`divergence` is the rule that stops a run whose loss is no longer a number or has
+  exploded (:class:`TrainingDiverged`, a ``FloatingPointError``, names ``--lr`` and ``--clip``).
+* :class:`RunWriteError` is a failed write (a full disk) that names the file and says whether the
+  previous checkpoint survived.
+* :func:`training_memory` and :func:`sampling_memory` estimate the memory of a run and of a sample
+  up front, so a size that cannot fit is refused in one line (:mod:`hiddenstate.resources`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+
+from hiddenstate.layers import BY_KIND
+
+__all__ = ["EXPLODED_NATS", "DeferredSignals", "RunWriteError", "TrainingDiverged", "TrainingInterrupted",
+           "divergence", "sampling_memory", "training_memory"]
+
+#: A loss this many nats/char above ln V (a uniform guess) is an exploded run: the model gives the
+#: right character e^-20 (2e-9) times the probability a uniform guess gives it. Healthy runs, even at
+#: learning rates too high to learn well, stay within a few nats of ln V (measured: lr 0.2, max 7.4).
+EXPLODED_NATS = 20.0
+
+_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s is not None)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # pragma: no cover
+        return f"signal {signum}"
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped :func:`~hiddenstate.train.train`; what was saved is in the attributes.
+
+    Parameters
+    ----------
+    signum : int
+        The signal (``signal.SIGINT``, ``signal.SIGTERM``).
+    step : int or None
+        The step of the checkpoint on disk (None: no checkpoint).
+    checkpoint : pathlib.Path
+        The checkpoint directory.
+    saved : bool
+        True: the checkpoint was saved at the end of the step the signal arrived in. False: a
+        second signal stopped the run at once (or the signal came before the first step), and
+        ``step`` is the checkpoint that was already there.
+
+    Attributes
+    ----------
+    signum, step, checkpoint, saved
+        As given.
+    exit_status : int
+        ``128 + signum``, the shell's status for a process ended by that signal (130, 143).
+    """
+
+    def __init__(self, signum: int, *, step, checkpoint, saved: bool):
+        self.signum, self.step, self.checkpoint, self.saved = signum, step, checkpoint, saved
+        self.exit_status = 128 + int(signum)
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """One line: the signal and what the checkpoint on disk holds.
+
+        Returns
+        -------
+        str
+        """
+        name = _signal_name(self.signum)
+        if self.saved:
+            return f"interrupted by {name}: saved the checkpoint of step {self.step} in '{self.checkpoint}'"
+        if self.step is None:
+            return f"interrupted by {name}: stopped at once; no checkpoint was saved"
+        return (f"interrupted by {name}: stopped at once; the checkpoint of step {self.step} in "
+                f"'{self.checkpoint}' is intact")
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss of :func:`~hiddenstate.train.train` became non-finite or exploded.
+
+    Parameters
+    ----------
+    message : str
+        The whole one-line message (what happened, the flags to change, what is on disk).
+    step : int
+        The step that diverged.
+    checkpoint_step : int or None
+        The step of the checkpoint on disk, which was saved before the divergence (None: none).
+
+    Attributes
+    ----------
+    step, checkpoint_step
+        As given.
+    """
+
+    def __init__(self, message: str, *, step: int, checkpoint_step):
+        self.step, self.checkpoint_step = step, checkpoint_step
+        super().__init__(message)
+
+
+class RunWriteError(OSError):
+    """Writing a run's file failed (e.g. a full disk): the message names the file and the checkpoint on disk.
+
+    Built as ``RunWriteError(errno, message)``; ``str()`` is the message alone (no ``[Errno 28]``).
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def divergence(loss: float, vocab_size: int) -> str | None:
+    """Why a loss means the run diverged, or None when it is a loss a run can recover from.
+
+    Parameters
+    ----------
+    loss : float
+        Nats per character.
+    vocab_size : int
+        V; a uniform guess scores ln V.
+
+    Returns
+    -------
+    str or None
+        ``"became nan"`` (or inf), ``"reached 90756 nats/char (a uniform guess scores 4.14)"``,
+        or None.
+    """
+    if not math.isfinite(loss):
+        return f"became {loss}"
+    uniform = math.log(max(vocab_size, 2))
+    if loss > uniform + EXPLODED_NATS:
+        return f"reached {loss:.6g} nats/char (a uniform guess scores {uniform:.2f})"
+    return None
+
+
+class DeferredSignals:
+    """A context in which SIGINT and SIGTERM only set :attr:`received`; a second one interrupts at once.
+
+    Installed only in the main thread (elsewhere, or where a signal is ignored, nothing changes);
+    the previous handlers come back on exit.
+
+    Attributes
+    ----------
+    received : int or None
+        The first signal that arrived.
+    forced : int or None
+        A second signal, which raised ``KeyboardInterrupt`` where the program was.
+    """
+
+    def __init__(self):
+        self.received = None
+        self.forced = None
+        self._previous = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+            return
+        self.forced = signum
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> DeferredSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in _SIGNALS:
+                if signal.getsignal(signum) is signal.SIG_IGN:
+                    continue  # ignored by whoever started us (nohup, a background job): keep it so
+                with contextlib.suppress(OSError, ValueError):
+                    self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+
+def _recurrent_params(cell: str, input_size: int, hidden_size: int, num_layers: int) -> int:
+    kind = BY_KIND[cell].kind
+    G, H = len(kind.blocks), hidden_size
+    total = 0
+    for layer in range(num_layers):
+        I = input_size if layer == 0 else H
+        total += G * H * I + G * H + (G * H * H + G * H if kind.recurrent else 0)
+    return total
+
+
+def training_memory(cfg, vocab_size: int) -> dict:
+    """Estimated memory of a training run of ``cfg`` on a text of ``vocab_size`` characters.
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+    vocab_size : int
+        V.
+
+    Returns
+    -------
+    dict
+        ``parameters`` (the count), ``bytes`` (the estimate: weights, gradients, Adam's two
+        moments, the moving average, the copies a checkpoint makes, plus the activations of one
+        step or one validation chunk, whichever is larger).
+    """
+    V, H, L = vocab_size, cfg.hidden_size, cfg.num_layers
+    I = V if cfg.embedding_dim is None else cfg.embedding_dim
+    G = len(BY_KIND[cfg.cell].kind.blocks)
+    n_params = _recurrent_params(cfg.cell, I, H, L) + V * H + V + (0 if cfg.embedding_dim is None else V * I)
+    size = 4 if cfg.dtype == "float32" else 8
+    copies = 7 + (2 if cfg.ema is not None else 0)  # params, grads, 2 moments, state_dict, bytes, Adam's copy
+    per_token = (3 * G + 6) * H * L * size + I * size + V * (size + 24)  # caches, one-hot, logits in float64
+    activations = max(cfg.seq_len * cfg.batch_size, 256 * 32) * per_token  # a step, or an evaluation chunk
+    return {"parameters": n_params, "bytes": float(n_params) * size * copies + float(activations)}
+
+
+def sampling_memory(model, length: int, prime_length: int) -> float:
+    """Estimated bytes of ``sample`` generating ``length`` characters after a prime.
+
+    Parameters
+    ----------
+    model : CharRNN
+    length : int
+        Characters to generate.
+    prime_length : int
+        Characters of the prime (read in one pass).
+
+    Returns
+    -------
+    float
+        The ids (int64), their code points and the decoded text (up to 4 bytes a character, then
+        a copy), and the forward pass over the prime.
+    """
+    per_char = 8 + 4 + 4 + 4 + 4
+    prime = prime_length * (4 * model.hidden_size * model.num_layers * 8 + model.vocab_size * 8)
+    return float(length) * per_char + float(prime)
