@@ -79,8 +79,10 @@ __all__ = [
     "MODEL_FILE",
     "OPTIMIZER_FILE",
     "load_checkpoint",
+    "previous_name",
     "record_digest",
     "save_checkpoint",
+    "staging_prefix",
 ]
 
 MODEL_FILE = "model.safetensors"
@@ -102,8 +104,38 @@ def _checkpoint_path(directory) -> Path:
     return path
 
 
+def previous_name(name: str) -> str:
+    """The name of the previous checkpoint kept during a save: ``.<name>.previous``.
+
+    Parameters
+    ----------
+    name : str
+        The checkpoint directory's name.
+
+    Returns
+    -------
+    str
+    """
+    return f".{name}.previous"
+
+
+def staging_prefix(name: str) -> str:
+    """The prefix of the staging directories of a save: ``.<name>.saving-`` (then a random suffix).
+
+    Parameters
+    ----------
+    name : str
+        The checkpoint directory's name.
+
+    Returns
+    -------
+    str
+    """
+    return f".{name}.saving-"
+
+
 def _previous_path(directory: Path) -> Path:
-    return directory.parent / f".{directory.name}.previous"
+    return directory.parent / previous_name(directory.name)
 
 
 def _serialize(name: str, tensors) -> bytes:
@@ -212,7 +244,7 @@ def save_checkpoint(
     parent = directory.parent
     parent.mkdir(parents=True, exist_ok=True)
     previous = _previous_path(directory)
-    staging = parent / f".{directory.name}.saving-{secrets.token_hex(6)}"
+    staging = parent / f"{staging_prefix(directory.name)}{secrets.token_hex(6)}"
     staging.mkdir()
     try:
         for name, data in ((MODEL_FILE, model_bytes), (OPTIMIZER_FILE, optimizer_bytes),
@@ -234,7 +266,7 @@ def save_checkpoint(
         raise
     shutil.rmtree(previous, ignore_errors=True)
     for stale in glob.glob(os.path.join(glob.escape(str(parent)),
-                                        glob.escape(f".{directory.name}.saving-") + "*")):
+                                        glob.escape(staging_prefix(directory.name)) + "*")):
         shutil.rmtree(stale, ignore_errors=True)  # staging left by an interrupted save
     return directory
 

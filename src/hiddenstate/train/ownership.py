@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hiddenstate.train.checkpoint import META_FILE
+from hiddenstate.train.checkpoint import META_FILE, previous_name, staging_prefix
 from hiddenstate.train.rundir import CHECKPOINT_DIR, LOG_FILE, PLOT_FILE
 from hiddenstate.train.snapshot import KIND
 
@@ -43,8 +43,8 @@ __all__ = ["LOCK_FILE", "RUN_NAMES", "RunDir", "RunLock", "check_not_in_use", "c
 
 #: The lock file of a run directory (present while a process trains there, or left by a killed one).
 LOCK_FILE = ".hiddenstate.lock"
-_PREVIOUS = f".{CHECKPOINT_DIR}.previous"
-_STAGING = f".{CHECKPOINT_DIR}.saving-"
+_PREVIOUS = previous_name(CHECKPOINT_DIR)
+_STAGING = staging_prefix(CHECKPOINT_DIR)
 #: What a training run writes into its directory (plus staging directories ``.checkpoint.saving-*``).
 RUN_NAMES = (CHECKPOINT_DIR, _PREVIOUS, LOG_FILE, PLOT_FILE, LOCK_FILE)
 _MAX_META_BYTES = 64 << 20
