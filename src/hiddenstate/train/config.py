@@ -140,7 +140,8 @@ class TrainConfig:
 #: * ``mingru`` -- two minGRU blocks of 128 (:class:`~hiddenstate.train.blocks.MinStack`), lr 4e-3, the
 #:   demo's 1500 steps and 3-minute limit: validation 1.735 nats/char in the CPU time of the GRU demo.
 #: * ``mingru-long`` -- three minGRU blocks of 256, dropout 0.25, T=100, lr 3e-3, 4000 steps (the long
-#:   preset's budget; README, "A character model of linear recurrences").
+#:   preset's budget): validation 1.700 nats/char in 29 minutes (README, "A character model of linear
+#:   recurrences").
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {"max_minutes": 3.0},
     "long": {
