@@ -250,6 +250,8 @@ def _cmd_demo(args) -> int:
 def _cmd_reproduce(args) -> int:
     from hiddenstate.experiments import reproduce
 
+    if args.name not in reproduce.EXPERIMENTS:  # the argument as the user typed it, before any work
+        raise _UsageError(f"NAME must be one of {', '.join(reproduce.EXPERIMENTS)}; got {args.name!r}.")
     result = reproduce.run(args.name, quick=args.quick, out_dir=args.out, seed=args.seed)
     print(reproduce.format_result(result))
     return 0

@@ -151,7 +151,7 @@ class RNN(RecurrentLayer):
 
     def __init__(self, input_size, hidden_size, num_layers=1, *, nonlinearity="tanh", bias=True, batch_first=False,
                  bidirectional=False, dropout=0.0, weight_drop=0.0, learn_h0=False, dtype=np.float64, rng=None):
-        if nonlinearity not in rnn.NONLINEARITIES:
+        if not isinstance(nonlinearity, str) or nonlinearity not in rnn.NONLINEARITIES:  # an array has no truth value
             raise ValueError(f"nonlinearity must be one of {rnn.NONLINEARITIES}; got {nonlinearity!r}.")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias=bias, batch_first=batch_first,

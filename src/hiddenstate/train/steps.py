@@ -117,6 +117,9 @@ class Corpus:
         if vocab.size < 2:
             raise ValueError(f"data must hold at least 2 distinct characters; got {vocab.size} ({vocab.chars!r}) in "
                              f"{source}: there is nothing to predict (every loss would be 0). Use a real text.")
+        if round(len(text) * cfg.val_fraction) < 2:  # before the split, whose message names val_fraction
+            raise ValueError(f"data must leave at least 2 validation characters; got "
+                             f"{round(len(text) * cfg.val_fraction)} from {len(text)} characters. Use a longer text.")
         train_ids, val_ids = train_val_split(vocab.encode(text), cfg.val_fraction)
         if val_ids.size < 2:
             raise ValueError(f"data must leave at least 2 validation characters; got {val_ids.size} from "
