@@ -245,8 +245,6 @@ def test_flags_are_bool_only(case):
         BOOL_CASES[case]()
 
 
-@pytest.mark.xfail(strict=True, reason="RNN.__init__ (layers.py, another helper's file) tests `nonlinearity not in "
-                                       "NONLINEARITIES`, which an array cannot answer; RNNCell's check is fixed")
 def test_rnn_layer_nonlinearity_array_is_a_clear_error():
     with pytest.raises(ValueError, match=r"^nonlinearity must be one of"):
         hs.RNN(3, 4, nonlinearity=np.array([]))
@@ -313,6 +311,21 @@ def test_replaced_params_dict_and_cell_params_are_checked():
         layer_map(layer)
     with pytest.raises(ValueError, match=r"^params\['weight_hh_l0'\] must be finite"):
         spectral_bounds(layer)
+
+
+def test_an_infinite_cell_weight_is_named_when_it_reaches_a_result():
+    """A cell checks its result (one array, not four): NaN is named at forward; an Inf that only saturates a gate
+    gives the exact limit, and its NaN gradient is named at backward."""
+    cell = make_cell("gru", 3, 4)
+    cell.params["weight_ih"][0, 0] = np.inf  # saturates r for unit 0 when x[0] > 0
+    new, cache = cell.forward(np.array([1.0, 0.5, -0.5]))
+    assert np.isfinite(new).all()
+    with pytest.raises(ValueError, match=r"^params\['weight_ih'\] must be finite; got 1 NaN or Inf"):
+        cell.backward(cache, np.ones(4))
+    cell.params["weight_ih"][0, 0] = 0.0
+    cell.params["bias_hh"][5] = np.nan
+    with pytest.raises(ValueError, match=r"^params\['bias_hh'\] must be finite"):
+        cell.forward(np.ones(3))
 
 
 # ---------------------------------------------------------------------------- 6. gradcheck

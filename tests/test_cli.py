@@ -97,7 +97,7 @@ def test_resume_continues_the_run(run_dir, tmp_path, capsys):
     (lambda d, t, r: ["sample", str(r), "--prime", "€x"], ["prime must only use characters", "'€'"]),
     (lambda d, t, r: ["sample", str(r), "--prime", ""], ["prime must hold at least one character"]),
     (lambda d, t, r: ["inspect", str(t / "missing")], ["does not exist"]),
-    (lambda d, t, r: ["reproduce", "no-such-paper"], ["name must be one of"]),
+    (lambda d, t, r: ["reproduce", "no-such-paper"], ["NAME must be one of"]),
 ])
 def test_user_errors_are_one_line_and_exit_2(make_argv, needles, text_file, run_dir, tmp_path, capsys):
     (tmp_path / "empty.txt").write_bytes(b"")

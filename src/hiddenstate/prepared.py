@@ -190,6 +190,51 @@ class CellCache(NamedTuple):
         """
         _check_owner(self.owner, cell, "cell")
 
+    def upstream(self, d_out, hidden: int, dtype, pair: bool):
+        """The cell backward's ``d_out`` validated against the step's new state, with the batch axis.
+
+        Parameters
+        ----------
+        d_out : array_like, a tuple ``(dh, dc)`` (``pair``), or None
+            Exactly the shape of the new state: (N, H), or (H,) for an unbatched step.
+        hidden : int
+            H.
+        dtype : numpy.dtype
+            The cell's dtype.
+        pair : bool
+            The state is ``(h, c)``: ``d_out`` must be a tuple (a stacked (2, H) array is refused).
+
+        Returns
+        -------
+        ndarray of shape (N, H), a pair of them or None
+            With parts None where given None.
+
+        Raises
+        ------
+        TypeError
+            Not a float array, or not a tuple for a pair.
+        ValueError
+            Another shape (never broadcast over the batch) or NaN/Inf.
+        """
+        N = self.x.shape[0]
+        want, legend = ((hidden,), f"(H={hidden},)") if self.unbatched else ((N, hidden), f"(N={N}, H={hidden})")
+
+        def one(name, d):
+            if d is None:
+                return None
+            a = float_array(name, d, dtype=dtype)
+            if a.shape != want:
+                raise ValueError(f"{name} must have shape {legend}, the shape of the new state; got "
+                                 f"{shape_str(a.shape)}. A gradient is never broadcast over the batch.")
+            return a[None] if self.unbatched else a
+
+        if not pair:
+            return one("d_out", d_out)
+        if d_out is not None and not (isinstance(d_out, tuple) and len(d_out) == 2):
+            shown = "" if not hasattr(d_out, "shape") else " " + shape_str(np.shape(d_out))
+            raise TypeError(f"d_out must be None or a pair (dh, dc) for an LSTM cell; got {type(d_out).__name__}{shown}.")
+        return None if d_out is None else (one("d_out[0]", d_out[0]), one("d_out[1]", d_out[1]))
+
 
 def _check_owner(owner, obj, what: str) -> None:
     made_by = None if owner is None else owner()

@@ -392,7 +392,8 @@ class RecurrentLayer(OfKind):
         drng = generator(rng) if rng is not None else self._rng
         with FloatGuard() as guard:  # gates may underflow to 0 (exact enough); an overflow is checked below
             output, h_n, cache = unroll(self, prepared, training, drng, record)
-        guard.check("the forward pass", (("output", output), *zip(("h_n", "c_n"), _parts(h_n))), _TOO_LARGE)
+        if guard.tripped:  # only then are the results read again
+            guard.check("the forward pass", (("output", output), *zip(("h_n", "c_n"), _parts(h_n))), _TOO_LARGE)
         return output, h_n, cache
 
     def check_params(self) -> None:
@@ -482,6 +483,7 @@ class RecurrentLayer(OfKind):
         cache.check_owner(self)
         with FloatGuard() as guard:
             grads, dx, dh0 = backprop(self, cache, d_output, d_h_n)
-        guard.check("the backward pass", (*grads.items(), ("dx", dx), *zip(("dh0", "dc0"), _parts(dh0))),
-                    "The upstream gradients are too large; scale the loss down.")
+        if guard.tripped:  # only then are the results read again
+            guard.check("the backward pass", (*grads.items(), ("dx", dx), *zip(("dh0", "dc0"), _parts(dh0))),
+                        "The upstream gradients are too large; scale the loss down.")
         return grads, dx, dh0

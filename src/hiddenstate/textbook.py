@@ -104,8 +104,9 @@ def _computed(name: str, compute):
     """``compute()`` with overflow noted, not raised: a saturated gate is exact, a result left NaN/Inf is an error."""
     with FloatGuard() as guard:
         out = compute()
-    guard.check(name, zip(("h_t", "c_t"), out if isinstance(out, tuple) else (out,)),
-                "The inputs or weights are too large for float64; scale them down.")
+    if guard.tripped:  # only then are the results read again
+        guard.check(name, zip(("h_t", "c_t"), out if isinstance(out, tuple) else (out,)),
+                    "The inputs or weights are too large for float64; scale them down.")
     return out
 
 

@@ -235,7 +235,8 @@ class CellKind:
                 J = self.jacobian(Record(*(_first(v) for v in (rec.h, rec.h_prev, rec.gates, rec.preacts, rec.c,
                                                                    rec.c_prev, rec.s))), w_hh, **options)
             new = np.concatenate(final, axis=1) if self.has_cell else final
-        guard.check("the step", (("state", new), ("jacobian", J)), "The state or the input is too large; scale it down.")
+        if guard.tripped:  # only then are the results read again
+            guard.check("the step", (("state", new), ("jacobian", J)), "The state or the input is too large; scale it down.")
         return Step(state=new, record=rec, jacobian=J)
 
 
@@ -371,13 +372,11 @@ class Cell(OfKind):
         given = x
         x = float_array("x", x, dtype=self.dtype)
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
-            raise ValueError(
-                f"x must have shape (N, I={self.input_size}) or (I={self.input_size},); got {shape_str(x.shape)}."
-            )
+            raise ValueError(f"x must have shape (N, I={self.input_size}) or (I={self.input_size},); got {shape_str(x.shape)}.")
         unbatched = x.ndim == 1
         x2 = private(x[None] if unbatched else x, given)  # the backward reads it: never the caller's array
         state0 = self._state(h, x2.shape[0], unbatched)
-        self.check_params()
+        self.check_params(finite=False)  # values: through the result below
         p = self.params
         w_ih = p["weight_ih"].copy()  # the step's own weights: later changes to params do not reach backward
         w_hh, b_hh = (None if p.get(k) is None else p[k].copy() for k in ("weight_hh", "bias_hh"))
@@ -386,15 +385,27 @@ class Cell(OfKind):
             if self.bias:
                 xw += p["bias_ih"]
             _, final, kcache = self.kind.scan_forward(xw[None], state0, w_hh, b_hh, **self.options)
-        guard.check("the step", zip(("h_new", "c_new"), final if self.is_lstm else (final,)),
-                    "The input, state or weights are too large for this dtype; scale them down.")
+        parts = final if self.is_lstm else (final,)
+        if not all(np.isfinite(s).all() for s in parts):  # a NaN/Inf parameter, or an overflow
+            self.check_params()  # names the parameter, if it is one
+            guard.tripped = True
+            guard.check("the step", zip(("h_new", "c_new"), parts),
+                        "The input, state or weights are too large for this dtype; scale them down.")
         if unbatched:
             final = tuple(s[0] for s in final) if self.is_lstm else final[0]
         return final, CellCache(x=x2, kernel=kcache, unbatched=unbatched, weight_ih=w_ih, owner=weakref.ref(self),
                                 keys=tuple(p))
 
-    def check_params(self) -> None:
-        """Check :attr:`params` as every forward step does: keys, ndarray, dtype, shape, finite values.
+    def check_params(self, finite: bool = True) -> None:
+        """Check :attr:`params`: keys, ndarray, dtype, shape and (``finite``) NaN/Inf.
+
+        Every step checks keys, types, dtypes and shapes, and the finiteness of its result (one
+        array instead of four): a NaN or Inf result runs the full check, which names the key.
+
+        Parameters
+        ----------
+        finite : bool, default True
+            Also check the values for NaN/Inf.
 
         Raises
         ------
@@ -407,7 +418,7 @@ class Cell(OfKind):
         if spec is None:
             spec = self._param_spec = param_shapes(self.kind.num_gates, self.hidden_size, {"": self.input_size},
                                                    bias=self.bias, recurrent=self.kind.recurrent)
-        check_params(self.params, spec, self.dtype, type(self).__name__)
+        check_params(self.params, spec, self.dtype, type(self).__name__, finite=finite)
 
     def __call__(self, x, h=None):
         """``h_new = cell(x, h)``: one step without keeping a cache (see :meth:`forward`).
@@ -463,25 +474,7 @@ class Cell(OfKind):
                             f"{type(cache).__name__}.")
         cache.check_owner(self)
         x2, kcache, unbatched = cache.x, cache.kernel, cache.unbatched
-        H = self.hidden_size
-        want, legend = ((H,), f"(H={H},)") if unbatched else ((x2.shape[0], H), f"(N={x2.shape[0]}, H={H})")
-
-        def grad(name, d):
-            if d is None:
-                return None
-            a = float_array(name, d, dtype=self.dtype)
-            if a.shape != want:
-                raise ValueError(f"{name} must have shape {legend}, the shape of the new state; got "
-                                 f"{shape_str(a.shape)}. A gradient is never broadcast over the batch.")
-            return a[None] if unbatched else a
-
-        if self.is_lstm:
-            if d_out is not None and not (isinstance(d_out, tuple) and len(d_out) == 2):
-                raise TypeError(f"d_out must be None or a pair (dh, dc) for an LSTM cell; got "
-                                f"{type(d_out).__name__}{'' if not hasattr(d_out, 'shape') else ' ' + shape_str(d_out.shape)}.")
-            d_out = None if d_out is None else (grad("d_out[0]", d_out[0]), grad("d_out[1]", d_out[1]))
-        else:
-            d_out = grad("d_out", d_out)
+        d_out = cache.upstream(d_out, self.hidden_size, self.dtype, self.is_lstm)
         with FloatGuard() as guard:
             dxw, dw_hh, db_hh, dstate = self.kind.scan_backward(kcache, None, d_out)
             dxw = dxw[0]  # (N, G*H)
@@ -491,8 +484,10 @@ class Cell(OfKind):
                 grads["bias_hh"] = db_hh
             grads = {k: grads[k] for k in cache.keys}  # a kind without recurrent weights has no weight_hh/bias_hh
             dx = dxw @ cache.weight_ih
-        guard.check("the backward step", (*grads.items(), ("dx", dx), *zip(("dh", "dc"), dstate if self.is_lstm else (dstate,))),
-                    "The upstream gradient is too large; scale the loss down.")
+        if guard.tripped:  # only then are the results read again
+            self.check_params()  # an infinite weight gives a finite (saturated) step but NaN gradients: name it
+            guard.check("the backward step", (*grads.items(), ("dx", dx), *zip(("dh", "dc"), dstate if self.is_lstm else (dstate,))),
+                        "The upstream gradient is too large; scale the loss down.")
         if unbatched:
             dx = dx[0]
             dstate = tuple(s[0] for s in dstate) if self.is_lstm else dstate[0]

@@ -419,8 +419,8 @@ def hidden_gradient_norms(layer, x, h0=None, *, dh_last=None) -> GradientNorms:
         v = np.broadcast_to(v, (N, H))
     if v.shape != (N, H):
         raise ValueError(f"dh_last must have shape (N, H)=({N}, {H}) or (H,); got {np.shape(dh_last)}.")
-    if T == 0:
-        raise ValueError("x must have at least one time step; got T=0.")
+    if T == 0 or N == 0:
+        raise ValueError(f"x must have at least one time step and one sequence; got T={T}, N={N}.")
     lstm = tr.layers[0].cell.has_cell  # the state is (h, c)
     xt = tr.layers[0].x  # (T, N, I) time-major input of layer 0
     per = np.zeros((L, T, N))
