@@ -4,7 +4,8 @@
 #
 # A stamp file in .venv records what was installed; it is older than pyproject.toml after the
 # dependencies change, and the next run reinstalls. `demo` installs the runtime only (no torch);
-# `test` adds the [test] extra (pytest, hypothesis, torch, keras), which also satisfies `demo`.
+# `test` adds the [test] extra (pytest, hypothesis, torch, keras, onnx, onnxruntime, ruff, numpydoc),
+# which also satisfies `demo`.
 # Extra pytest options: make test PYTEST_ARGS="-k corpus -x". Extra pip options: PIP_FLAGS=...
 
 PYTHON ?= python3
