@@ -23,8 +23,11 @@ demo: $(RUNTIME_STAMP)
 test: $(TEST_STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
+# `bench`: the layers against torch.nn (with our GEMM floor), then the main job's training step and
+# validation pass against its torch equivalent; process CPU time (the machine may be shared), ~5 min.
 bench: $(TEST_STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/bench_layers.py
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/bench_layers.py --clock cpu --budget 6 --rounds 7
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/bench_train.py --clock cpu
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

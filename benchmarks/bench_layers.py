@@ -40,7 +40,7 @@ import sys
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _PINNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
-SIZES = [(100, 32, 64, 128), (100, 32, 256, 256), (200, 64, 512, 512), (1000, 1, 64, 128)]
+SIZES = [(100, 32, 64, 128), (1000, 1, 64, 128), (100, 32, 256, 256), (50, 256, 128, 256), (200, 64, 512, 512)]
 QUICK_SIZES = [(20, 8, 16, 32), (100, 1, 16, 32)]
 KINDS = ("RNN", "GRU", "GRU-cho", "LSTM")
 # table rows: (label, our layer, torch reference); the torch reference "LSTM-noDNN" is float32 only
@@ -91,6 +91,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 
 import hiddenstate  # noqa: E402
+from gemm_floor import floor_jobs  # noqa: E402  (benchmarks/gemm_floor.py, next to this script)
 
 
 # -- environment report --------------------------------------------------------------------------
@@ -235,6 +236,7 @@ def bench_cell(size, dtype, args, torch):
                 notes.append(f"WARNING: {kind} {size} {np.dtype(dtype).name}: max |ours - torch| = {err:.2e} > {tol:g}")
         of, tf, ofb, tfb = make_jobs(ours, theirs, x, g, torch)
         jobs[("ours", kind, "fwd")], jobs[("ours", kind, "fwd+bwd")] = of, ofb
+        jobs[("floor", kind, "fwd")], jobs[("floor", kind, "fwd+bwd")] = floor_jobs(kind, size, dtype, args.seed)
         if kind != "GRU-cho":  # GRU-cho is compared with the same torch GRU timings
             jobs[("torch", kind, "fwd")], jobs[("torch", kind, "fwd+bwd")] = tf, tfb
         warm += make_jobs(ours, theirs, x[:T_short], g[:T_short], torch)
@@ -267,21 +269,24 @@ def bench_cell(size, dtype, args, torch):
     for label, mine, ref in ROWS:
         if ("torch", ref, "fwd") in med:
             result[label] = {mode: (med[("ours", mine, mode)], med[("torch", ref, mode)]) for mode in ("fwd", "fwd+bwd")}
+            result[label]["floor"] = (med[("floor", mine, "fwd")], med[("floor", mine, "fwd+bwd")])
     return result, rounds, notes
 
 
 # -- output ---------------------------------------------------------------------------------------
 HEADER = ("T", "N", "I", "H", "dtype", "layer", "rounds", "fwd ours ms", "fwd torch ms", "fwd ratio",
-          "f+b ours ms", "f+b torch ms", "f+b ratio")
+          "f+b ours ms", "f+b torch ms", "f+b ratio", "fwd floor ms", "fwd ours/floor", "f+b floor ms",
+          "f+b ours/floor")
 
 
 def table_rows(results):
     rows = []
     for (size, dtype), res, rounds in results:
         for label, per_mode in res.items():
-            (fo, ft), (bo, bt) = per_mode["fwd"], per_mode["fwd+bwd"]
+            (fo, ft), (bo, bt), (ff, bf) = per_mode["fwd"], per_mode["fwd+bwd"], per_mode["floor"]
             rows.append((*map(str, size), np.dtype(dtype).name, label, str(rounds), f"{fo:.2f}", f"{ft:.2f}",
-                         f"{fo / ft:.2f}", f"{bo:.2f}", f"{bt:.2f}", f"{bo / bt:.2f}"))
+                         f"{fo / ft:.2f}", f"{bo:.2f}", f"{bt:.2f}", f"{bo / bt:.2f}", f"{ff:.2f}", f"{fo / ff:.2f}",
+                         f"{bf:.2f}", f"{bo / bf:.2f}"))
     return rows
 
 
@@ -314,16 +319,22 @@ def main(args):
     sizes = QUICK_SIZES if args.quick else SIZES
     results, notes = [], []
     t_start = time.perf_counter()
-    for size in sizes:
-        for dtype in (np.float32, np.float64):
+    from tqdm.auto import tqdm
+
+    cases = [(size, dtype) for size in sizes for dtype in (np.float32, np.float64)]
+    with tqdm(cases, unit="size", file=sys.stderr, dynamic_ncols=True, disable=None) as bar:  # a TTY only
+        for size, dtype in bar:
+            bar.set_description(f"{size} {np.dtype(dtype).name}")
             res, rounds, n = bench_cell(size, dtype, args, torch)
             results.append(((size, dtype), res, rounds))
             notes += n
-            print(f"  done {size} {np.dtype(dtype).name} ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
+            bar.write(f"  done {size} {np.dtype(dtype).name} ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
     print(format_table(table_rows(results), args.markdown))
     print()
     print("ratio = median(ours) / median(torch), < 1 means hiddenstate is faster; f+b = forward + backward "
           "(gradients of all parameters and of x).")
+    print("floor = the same matrix products as our kernel issues, alone, in NumPy (benchmarks/gemm_floor.py); "
+          "ours/floor = how far our layer is above the cost of its matrix products.")
     print("[a] GRU-cho is our default Cho et al. (2014) candidate (reset before the recurrent product: a second "
           "(N,H)x(H,H) GEMM per step), timed against the same torch.nn.GRU (reset_after form): not like for like.")
     print("[b] float32 only: torch.nn.LSTM in float32 runs oneDNN's fused LSTM kernel (inference and training); "
@@ -334,4 +345,8 @@ def main(args):
 
 
 if __name__ == "__main__":
-    main(ARGS)
+    try:
+        main(ARGS)
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback
+        print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
+        sys.exit(130)

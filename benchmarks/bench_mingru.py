@@ -108,11 +108,14 @@ def main(argv=None) -> int:
     header = "| T | " + " | ".join(f"{r} ms" for r in ROWS) + " | torch GRU / minGRU scan | minGRU loop / scan | GRU / minGRU scan |"
     print(header)
     print("|" + "---|" * (len(ROWS) + 4))
+    from tqdm.auto import tqdm
+
     for T in args.lengths:
         fns = implementations(T, N, H, dtype, rng)
         times = {name: [] for name in fns}
         order = list(fns)
-        for _ in range(args.rounds):
+        # a bar of the rounds on stderr, on a terminal only (disable=None); erased when done
+        for _ in tqdm(range(args.rounds), desc=f"T={T}", unit="round", leave=False, file=sys.stderr, disable=None):
             rng.shuffle(order)
             for name in order:
                 t0 = clock()
@@ -127,4 +130,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback
+        print("bench_mingru.py: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -26,14 +26,16 @@ PACKAGE = "hiddenstate"
 # Each group of modules and what it may import (besides itself and the standard library/NumPy).
 CORE = "core"
 LAYERS = {
-    CORE: {CORE},
-    "probe": {CORE, "probe"},
+    CORE: {CORE},  # includes xp/ (the array-API path): NumPy and array_api_compat, the latter inside functions
+    "probe": {CORE, "probe", "report.notebook"},  # inside the results' _repr_html_ only (notebook display)
     "report": {CORE, "report"},
     "interop": {CORE, "interop", "train.model"},  # whole character models convert too
     "train": {CORE, "train", "report.figures"},
     "experiments": {CORE, "experiments", "probe", "train.optim", "report.figures"},
     "app": {CORE, "probe", "report", "train", "app"},
-    "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "cli"},
+    "inspection": {CORE, "probe", "report", "train", "interop", "app", "inspection"},  # foreign models -> report
+    "export": {CORE, "train", "interop", "export"},  # trained models -> ONNX / torch.export files
+    "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "inspection", "export", "cli"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

@@ -298,3 +298,17 @@ def test_report_renders_in_headless_chromium(tmp_path, request):
     # the browser's own console log: no uncaught exception or error message from the page
     console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
     assert not [ln for ln in console if "Uncaught" in ln or "rror" in ln], console
+
+
+def test_build_report_never_overwrites_a_file_that_is_not_a_report(tmp_path):
+    from hiddenstate.report import build_report
+
+    precious = tmp_path / "notes.html"
+    precious.write_text("my own notes", encoding="utf-8")
+    with pytest.raises(ValueError, match="exists and is something else"):
+        build_report(precious, title="t", meta={"a": 1})
+    assert precious.read_text(encoding="utf-8") == "my own notes"
+    first = build_report(tmp_path / "r.html", title="first", meta={"a": 1})
+    again = build_report(first, title="second", meta={"a": 2})  # a previous report is replaced
+    assert "second" in again.read_text(encoding="utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.html", "r.html"]  # no temporary left

@@ -3,6 +3,8 @@
 Thresholds come from the calibration in experiments.md and from our own runs over several
 seeds (see the margins noted next to each assertion).
 """
+import io
+import sys
 import time
 
 import matplotlib
@@ -89,6 +91,33 @@ def test_stream_training_updates_once_per_window():
     assert len(hist) == 2 and all(np.isfinite(hist))
     assert opt.step_count == 2 * 3  # 60 steps = 4 chunks of 15 = 3 windows of 5; 2 passes
 
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _fit_both_ways(desc):
+    def fit():
+        rng = np.random.default_rng(2)
+        net = training.Net("gru", 2, 4, 1, rng=rng)
+        data = np.random.default_rng(3)
+        return training.fit_batches(net, lambda: (data.standard_normal((6, 3, 2)), data.standard_normal((6, 3, 1))),
+                                    training.mse_loss, lambda: float(net.params["weight_hh_l0"].sum()),
+                                    steps=12, lr=1e-2, clip=1.0, eval_every=5, desc=desc)
+    return fit
+
+
+def test_training_loops_show_a_bar_on_a_terminal_only_and_it_changes_nothing(monkeypatch, capsys):
+    plain = _fit_both_ways(None)()
+    assert _fit_both_ways("adding: gru T=6")() == plain  # stderr is captured here: not a terminal
+    assert capsys.readouterr().err == ""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert _fit_both_ways("adding: gru T=6")() == plain
+    shown = terminal.getvalue()
+    assert "adding: gru T=6" in shown and "0/12 [" in shown  # the bar (erased when the loop ends)
+    assert _fit_both_ways(None)() == plain and terminal.getvalue() == shown  # desc=None: no bar at all
 
 def test_record_draws_in_house_style_saves_and_times(tmp_path):
     seen = {}

@@ -16,6 +16,7 @@ import numpy as np
 
 from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.report import build_report
+from hiddenstate.report.target import check_report_path
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.history import read_history
 from hiddenstate.train.rundir import LOG_FILE, Trained, load, run_dir_of, training_text_path
@@ -23,8 +24,6 @@ from hiddenstate.validation import generator, positive_int
 
 __all__ = ["InspectedText", "check_report_path", "inspect_checkpoint", "inspected_text", "loss_history"]
 
-_REPORT_MARK = "<footer>hiddenstate "  # every page of hiddenstate.report.build_report has it
-_MAX_REPORT_BYTES = 256 << 20
 
 
 def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
@@ -44,50 +43,6 @@ def loss_history(run_dir) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
         (:func:`hiddenstate.train.history.read_history`).
     """
     return read_history(pathlib.Path(os.fspath(run_dir)) / LOG_FILE)
-
-
-def check_report_path(out) -> pathlib.Path:
-    """Check, before any work, that a report may be written to ``out``.
-
-    Parameters
-    ----------
-    out : str or os.PathLike
-        The HTML file to write. It may be new, or a previous hiddenstate report (replaced); a
-        directory, a file of anything else, or a path under a file are refused.
-
-    Returns
-    -------
-    pathlib.Path
-        ``out``.
-
-    Raises
-    ------
-    TypeError
-        ``out`` is not a path.
-    ValueError
-        ``out`` is a directory, an existing file that is not a hiddenstate report, or lies under a file.
-    """
-    if not isinstance(out, (str, os.PathLike)):
-        raise TypeError(f"out must be a path; got {type(out).__name__}.")
-    path = pathlib.Path(os.fspath(out))
-    if path.is_dir():
-        raise ValueError(f"out must name an HTML file; got '{path}', which is a directory. Give a file name, "
-                         f"e.g. '{path / 'report.html'}'.")
-    if path.exists():
-        try:
-            small = path.is_file() and path.stat().st_size <= _MAX_REPORT_BYTES
-            ours = small and _REPORT_MARK in path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            ours = False
-        if not ours:
-            raise ValueError(f"out must be a new file or a previous hiddenstate report; got '{path}', which exists "
-                             "and is something else. Choose another file name (nothing was written).")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"out must lie in a directory; got '{path}', under '{parent}', which is a file.")
-            break
-    return path
 
 
 @dataclass

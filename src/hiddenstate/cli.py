@@ -1,4 +1,4 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect.
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
@@ -112,7 +112,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--overwrite", action="store_true",
                     help="replace a previous run in --out (its checkpoint, log and plot; never other files)")
     tr.add_argument("--preset", choices=tuple(PRESETS),
-                    help="named configuration: demo (the defaults, at most 3 minutes), long, mingru (minGRU blocks, "
+                    help="named configuration: demo (the defaults with 1000 steps, at most 3 minutes), long, mingru (minGRU blocks, "
                          "at most 3 minutes) or mingru-long (see README)")
     _config_flag(tr, "max_minutes", float, metavar="M",
                  help="wall-clock limit: stop (with a last evaluation and checkpoint) when reached")
@@ -125,6 +125,9 @@ def _build_parser() -> argparse.ArgumentParser:
                  help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.998)")
     _config_flag(tr, "embedding_dim", int, metavar="E", help="learned embedding instead of one-hot")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr.add_argument("--device", default="cpu", metavar="DEV",
+                    help="where the steps run: cpu (NumPy, default), torch:cpu, cuda (cuda:K, torch:cuda, cupy): "
+                         "the array-API path on torch or CuPy")
 
     # -- sample ----------------------------------------------------------------------------------
     sa = sub.add_parser("sample", help="generate text from a checkpoint",
@@ -135,6 +138,11 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="characters to generate (default 500)")
     sa.add_argument("--temperature", type=_typed("--temperature", float, SAMPLE_RULES["temperature"]), default=1.0,
                     help="softmax temperature; 0 = greedy (default 1.0)")
+    sa.add_argument("--top-k", type=_typed("--top-k", int, SAMPLE_RULES["top_k"]), metavar="K",
+                    help="draw among the K most likely characters only (default: all)")
+    sa.add_argument("--top-p", type=_typed("--top-p", float, SAMPLE_RULES["top_p"]), metavar="P",
+                    help="nucleus sampling: the fewest likeliest characters with probability >= P, in (0, 1] "
+                         "(applied after --top-k; default: all)")
     sa.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="sampler seed (default 0)")
 
     # -- demo ------------------------------------------------------------------------------------
@@ -157,9 +165,26 @@ def _build_parser() -> argparse.ArgumentParser:
 
     # -- inspect ---------------------------------------------------------------------------------
     ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does")
-    ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory)")
+    ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory), or a "
+                     ".safetensors file of a torch RNN/GRU/LSTM state dict")
     ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
     ins.add_argument("--out", default="report.html", metavar="FILE", help="output HTML file")
+    sd = ins.add_argument_group("a .safetensors state dict (sizes, layers, directions are read off the names and shapes)")
+    sd.add_argument("--kind", choices=("rnn", "gru", "lstm", "mingru", "minlstm"),
+                    help="default: from the rows of weight_hh_l0; needed for minGRU/minLSTM")
+    sd.add_argument("--nonlinearity", choices=("tanh", "relu", "sigmoid"), help="an RNN's (default tanh)")
+    sd.add_argument("--reset-after", action=argparse.BooleanOptionalAction, default=None,
+                    help="a GRU's candidate: torch's (default) or, with --no-reset-after, Cho et al. 2014")
+    sd.add_argument("--prefix", help="the names' part before weight_ih_l0 (default: the one the file has)")
+    sd.add_argument("--inputs", metavar="FILE.npy", help="input (T, N, I) (default: standard normal, T=100, N=8)")
+    sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="of the random input")
+
+    # -- export ----------------------------------------------------------------------------------
+    ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program")
+    ex.add_argument("checkpoint", metavar="RUN", help="run directory (or its checkpoint/ subdirectory)")
+    ex.add_argument("--format", required=True, choices=("onnx", "torch"),
+                    help="onnx (onnxruntime) or torch (.pt2, torch.export.load(FILE).module(), no hiddenstate needed)")
+    ex.add_argument("--out", required=True, metavar="FILE", help="the file to create (it must not exist)")
     return parser
 
 
@@ -188,11 +213,12 @@ def _cmd_train(args) -> int:
     if args.resume is not None:
         if args.preset is not None:
             raise _UsageError("--preset cannot be combined with --resume: a resumed run keeps its configuration.")
-        result = _train.train(given, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet)
+        result = _train.train(given, resume=args.resume, overwrite=args.overwrite, progress=not args.quiet,
+                              device=args.device)
     else:
         config = dict(_train.PRESETS[args.preset]) if args.preset else {}  # no preset: no time limit
         config.update(given)
-        result = _train.train(config, overwrite=args.overwrite, progress=not args.quiet)
+        result = _train.train(config, overwrite=args.overwrite, progress=not args.quiet, device=args.device)
     _print_result(result)
     return 0
 
@@ -205,7 +231,8 @@ def _cmd_sample(args) -> int:
     trained = _train.load(args.checkpoint)
     check_memory(f"--length {args.length}", sampling_memory(trained.model, args.length, len(args.prime or "\n")),
                  "Use a smaller --length.")
-    text = _train.sample(trained, prime=args.prime, length=args.length, temperature=args.temperature, seed=args.seed)
+    text = _train.sample(trained, prime=args.prime, length=args.length, temperature=args.temperature, seed=args.seed,
+                         top_k=args.top_k, top_p=args.top_p)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
@@ -262,6 +289,19 @@ def _cmd_inspect(args) -> int:
     from hiddenstate.app import check_report_path, inspect_checkpoint, inspected_text
     from hiddenstate.train.corpus import load_text
 
+    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
+             "prefix": args.prefix, "inputs": args.inputs}
+    # a file is a torch state dict (a pickle is refused, unread)
+    if os.path.isfile(args.checkpoint) or args.checkpoint.endswith(".safetensors"):
+        if args.text is not None:
+            raise _UsageError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
+        from hiddenstate.inspection import inspect_file
+
+        inspect_file(args.checkpoint, args.out, seed=args.seed, echo=print, **flags)
+        return 0
+    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+    if given:
+        raise _UsageError(f"{', '.join(given)} apply to a .safetensors state dict only; got the run '{args.checkpoint}'.")
     ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
     check_report_path(args.out)  # before the work, not after it
     if args.text is not None:
@@ -276,8 +316,19 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from hiddenstate import train as _train
+    from hiddenstate.export import FORMATS, check_new_file, export_checkpoint
+
+    ckpt = _train.resolve_checkpoint(args.checkpoint, name="RUN")  # one-line errors for bad paths
+    check_new_file(args.out, name="--out")  # before the work, not after it
+    print(f"{args.format}: {export_checkpoint(ckpt, args.format, args.out)}")
+    print(f"load it with: {FORMATS[args.format].replace('FILE', repr(args.out))}")
+    return 0
+
+
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
-             "reproduce": _cmd_reproduce, "inspect": _cmd_inspect}
+             "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export}
 
 
 def _one_line(error: BaseException) -> str:
@@ -290,9 +341,10 @@ def _one_line(error: BaseException) -> str:
 #: The API's names of what a command's flags set: a message ``"<name> must ..."`` names the flag.
 _TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", "batch_size", "lr", "clip", "seed",
                 "max_minutes", "eval_every", "save_every", "dropout", "weight_drop", "ema", "embedding_dim",
-                "overwrite", "cell", "dtype")
-_FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed"),
-               "inspect": ("text", "out"), "reproduce": ("out", "seed")}
+                "overwrite", "cell", "dtype", "device")
+_FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed", "top_k", "top_p"),
+               "inspect": ("text", "out", "inputs", "kind", "prefix"), "reproduce": ("out", "seed"),
+               "export": ("out", "format")}
 
 
 def _flagged(text: str, command: str) -> str:
@@ -366,7 +418,28 @@ def _blas_threads():
     from hiddenstate.validation import positive_int
 
     n = _convert("HIDDENSTATE_NUM_THREADS", os.environ.get("HIDDENSTATE_NUM_THREADS", "1"), int, positive_int)
+    if n > 1:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n, notice = _free_threads(n, os.getloadavg()[0], cpus)
+        if notice:
+            warnings.warn(notice, UserWarning, stacklevel=2)
     return threadpool_limits(limits=n, user_api="blas")
+
+
+def _free_threads(n: int, load: float, cpus: int) -> tuple:
+    """``(threads to use, notice or "")``: one thread when ``n`` would not find ``n`` free CPUs.
+
+    OpenBLAS threads spin and wait for each other at every small product: with one other busy
+    process on the 2-core machine, two threads made a ``--preset long`` step 4.4x slower than one
+    (2.07 s against 0.47 s, measured), so a ``HIDDENSTATE_NUM_THREADS`` that exceeds the CPUs the
+    1-minute load average leaves free falls back to one thread, saying so.
+    """
+    free = cpus - load
+    if n <= free + 0.5:
+        return n, ""
+    return 1, (f"HIDDENSTATE_NUM_THREADS={n} but the load average is {load:.1f} on {cpus} CPUs: using 1 BLAS "
+               "thread, since threads that wait for a busy CPU make training several times slower (set "
+               f"OMP_NUM_THREADS={n} to insist).")
 
 
 def main(argv=None) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "dtanh_from_output",
     "gru_blend",
     "log_softmax",
+    "previous_states",
     "relu",
     "sigmoid",
     "sigmoid_tanh",
@@ -249,6 +250,39 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     dlogits[rows, targets] -= 1.0
     dlogits /= max(m, 1)
     return loss, dlogits
+
+
+def previous_states(seq: np.ndarray, first: np.ndarray, reset: np.ndarray | None, out: np.ndarray) -> np.ndarray:
+    """The state each step of a scan read, from the states it wrote: one pass after the loop.
+
+    ``out[0] = first`` and ``out[t] = seq[t - 1]``, or ``first`` where ``reset[t]`` is True.
+    This is what a scan kernel's loop would copy step by step (``h_prev[t] = h``); doing it
+    once for all steps saves T small copies (the loop's call overhead at small N).
+
+    Parameters
+    ----------
+    seq : ndarray of shape (T, N, H)
+        The state after every step (padded steps carry the previous state).
+    first : ndarray of shape (N, H)
+        The initial state.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        Where a step starts from ``first`` instead of the previous state.
+    out : ndarray of shape (T, N, H)
+        Where to write (not ``seq`` itself).
+
+    Returns
+    -------
+    ndarray of shape (T, N, H)
+        ``out``.
+    """
+    if out.shape[0] == 0:
+        return out
+    out[0] = first
+    if reset is None:
+        out[1:] = seq[:-1]
+    else:
+        np.copyto(out[1:], np.where(reset[1:], first, seq[:-1]))
+    return out
 
 
 def gru_blend(z: np.ndarray, h_prev: np.ndarray, n: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -32,6 +32,8 @@ from hiddenstate.validation import (
     positive_int,
     shape_str,
 )
+from hiddenstate.xp import layer as xp_layer
+from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["RecurrentLayer"]
 
@@ -349,6 +351,8 @@ class RecurrentLayer(OfKind):
             Non-float inputs, non-integer lengths, non-bool reset, an LSTM ``h0`` that is not a
             pair, a non-bool ``training``, an ``rng`` that is not a Generator.
         """
+        if is_foreign(x):  # a torch tensor, a CuPy array, ...: computed in its library (hiddenstate.xp)
+            return xp_layer.forward(self, x, h0, lengths=lengths, reset=reset, training=training, rng=rng)
         prepared = self.prepare(x, h0, lengths=lengths, reset=reset)
         return self.run(prepared, training=training, rng=rng)
 
@@ -477,6 +481,8 @@ class RecurrentLayer(OfKind):
             ``cache`` made by another layer's forward; a gradient whose shape does not match the
             forward result, or with NaN/Inf.
         """
+        if isinstance(cache, xp_layer.XPCache):  # from an array-API forward: gradients in its library
+            return xp_layer.backward(self, cache, d_output, d_h_n)
         if not isinstance(cache, LayerCache):
             raise TypeError(f"cache must be the LayerCache that {type(self).__name__}.forward returned; got "
                             f"{type(cache).__name__}.")

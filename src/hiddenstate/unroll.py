@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from hiddenstate import workspace as ws
 from hiddenstate.prepared import DirectionCache, LayerCache
 from hiddenstate.ragged import reverse_index, reverse_time
 from hiddenstate.validation import float_array, shape_str
@@ -46,7 +47,6 @@ def unroll(net, prepared, training, rng, record):
     T, N, _ = x.shape
     H, D, L = net.hidden_size, net.num_directions, net.num_layers
     p = net.params
-    fwd = net.kind.scan_forward
     opts = net.options
     idx = reverse_index(T, lens) if (D == 2 and lens is not None) else None
     rmask_rev = None
@@ -70,7 +70,8 @@ def unroll(net, prepared, training, rng, record):
             sfx = net.suffix(layer, d)
             xin = inp if d == 0 else reverse_time(inp, idx)
             w_ih = p["weight_ih" + sfx].copy()  # the run's own weights: later changes to params do not reach backward
-            xw = (xin.reshape(T * N, xin.shape[2]) @ w_ih.T).reshape(T, N, net.num_gates * H)
+            xw = np.matmul(xin.reshape(T * N, xin.shape[2]), w_ih.T,
+                           out=ws.empty((T * N, net.num_gates * H), net.dtype)).reshape(T, N, net.num_gates * H)
             if net.bias:
                 xw += p["bias_ih" + sfx]
             k = layer * D + d
@@ -85,7 +86,7 @@ def unroll(net, prepared, training, rng, record):
             b_hh = p.get("bias_hh" + sfx)
             b_hh = None if b_hh is None else b_hh.copy()
             r_d = rm if d == 0 else rmask_rev
-            hs, final, kc = fwd(xw, s0, w_hh, b_hh, keep, r_d, record=record, **opts)
+            hs, final, kc = net.kind.scan_forward(xw, s0, w_hh, b_hh, keep, r_d, record=record, **opts)
             finals[k] = final
             out = hs if keep is None else np.where(keep, hs, 0.0)
             outs.append(out if d == 0 else reverse_time(out, idx))
@@ -145,7 +146,6 @@ def backprop(net, cache, d_output, d_h_n):
     T, N = prep.x.shape[:2]
     H, D, L, G = net.hidden_size, net.num_directions, net.num_layers, net.num_gates
     LD = L * D
-    bwd = net.kind.scan_backward
 
     def as_tm(name, a, shape_tm):
         if a is None:
@@ -199,7 +199,7 @@ def backprop(net, cache, d_output, d_h_n):
                     dfin = (None if dh_n is None else dh_n[k], None if dc_n is None else dc_n[k])
             else:
                 dfin = None if dh_n is None else dh_n[k]
-            dxw, dw_hh, db_hh, ds0 = bwd(dc.kernel, dhs, dfin)
+            dxw, dw_hh, db_hh, ds0 = net.kind.scan_backward(dc.kernel, dhs, dfin)
             dxw2 = dxw.reshape(T * N, G * H)
             grads["weight_ih" + sfx] = dxw2.T @ xin.reshape(T * N, xin.shape[2])
             if net.kind.recurrent:
@@ -208,7 +208,7 @@ def backprop(net, cache, d_output, d_h_n):
                 grads["bias_ih" + sfx] = dxw.sum(axis=1).sum(axis=0)
                 if net.kind.recurrent:
                     grads["bias_hh" + sfx] = db_hh
-            dxin = (dxw2 @ dc.weight_ih).reshape(T, N, xin.shape[2])
+            dxin = np.matmul(dxw2, dc.weight_ih, out=ws.empty((T * N, xin.shape[2]), net.dtype)).reshape(T, N, xin.shape[2])
             if d == 1:
                 dxin = reverse_time(dxin, idx)
             dinp = dxin if dinp is None else dinp + dxin

@@ -36,6 +36,10 @@ Kernel contract
     with respect to the final state (or None; LSTM: a pair, either part None). ``d_xw``
     (T, N, G*H), ``d_w_hh`` (G*H, H), ``d_b_hh`` (G*H,), ``d_h0`` shaped like ``h0``. The
     weight gradients are one matrix multiply after the time loop.
+Buffers
+    A kernel may take any array it returns or caches from :func:`hiddenstate.workspace.empty`
+    (reused across calls of one shape, never while anything references it), and must not keep
+    module-level state of its own: a result the caller holds stays valid after later calls.
 
 Adding a cell kind means writing one module with these pieces, a :class:`CellKind` and its
 layer and cell classes, and registering it in :data:`hiddenstate.cells.KINDS`.
@@ -62,6 +66,8 @@ from hiddenstate.validation import (
     shape_str,
     state_array,
 )
+from hiddenstate.xp import step as xp_step
+from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["Cell", "CellKind", "OfKind", "Record", "Step"]
 
@@ -105,7 +111,8 @@ class Step:
     state : ndarray of shape (N, S)
         The new state, ``S = H`` (LSTM: ``2H``, ``(h, c)`` concatenated, ``h`` first).
     record : Record
-        The step's gates (and, with the Jacobian, pre-activations), each of shape (1, N, H).
+        The step's gates (and, with the Jacobian, pre-activations), each of shape (1, N, H); None
+        for array-API input (:mod:`hiddenstate.xp`), whose step keeps no record.
     jacobian : ndarray of shape (N, S, S) or None
         ``d state_new / d state`` (row ``i`` is the gradient of ``state_new[:, i]``); None when
         :meth:`CellKind.step` was asked for the map alone.
@@ -219,6 +226,9 @@ class CellKind:
         -------
         Step
         """
+        if is_foreign(x):  # a torch tensor, a CuPy array, ...: the reference step in its library (no record)
+            new, J = xp_step.step_map(self, weights, x, state, jacobian=jacobian, **options)
+            return Step(state=new, record=None, jacobian=J)
         jacobian = boolean("jacobian", jacobian)
         w_hh = weights.get("weight_hh")
         H = weights["weight_ih"].shape[0] // self.num_gates
@@ -369,6 +379,8 @@ class Cell(OfKind):
             something of the wrong type, dtype or shape, or with NaN/Inf (the message names the
             key).
         """
+        if is_foreign(x):  # a torch tensor, a CuPy array, ...: computed in its library (hiddenstate.xp)
+            return xp_step.cell_forward(self, x, h)
         given = x
         x = float_array("x", x, dtype=self.dtype)
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
@@ -469,6 +481,8 @@ class Cell(OfKind):
             A cache of another cell; a gradient of another shape than the new state (it is never
             broadcast over the batch) or with NaN/Inf.
         """
+        if isinstance(cache, xp_step.XPCellCache):  # from an array-API forward: gradients in its library
+            return xp_step.cell_backward(self, cache, d_out)
         if not isinstance(cache, CellCache):
             raise TypeError(f"cache must be the cache that {type(self).__name__}.forward returned; got "
                             f"{type(cache).__name__}.")

@@ -15,16 +15,19 @@ Both end in ``h_t = z * h_{t-1} + (1 - z) * n`` (Cho et al. 2014, Eq. 7;
 Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
 (3, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate (r and z only
 for the Cho form, whose candidate needs ``r * h`` first) and a ``tanh``-form sigmoid with
-pre-halved weights; the backward multiplies by factors precomputed for all steps at once and
-computes the weight gradients with one product after the time loop.
+pre-halved weights (one (1, H) x (H, G*H) product when N = 1); the backward multiplies by factors
+computed one cache-sized block of steps at a time and computes the weight gradients with one
+product after the time loop. The large buffers come from :mod:`hiddenstate.workspace`, reused
+across calls of one shape (never while a caller holds them): fresh ones cost page faults.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate import workspace as ws
 from hiddenstate.cells.base import Cell, CellKind, Record
-from hiddenstate.functional import gru_blend
+from hiddenstate.functional import previous_states
 from hiddenstate.validation import boolean
 
 __all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
@@ -81,31 +84,40 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
     # operand in the loop is contiguous). It starts as the input projection plus the folded biases
     # and each step turns it into the gate values in place. The r and z rows are pre-halved (exact
     # in binary floating point): sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 then costs one tanh and two
-    # in-place operations. (order="C": without it the product would keep the memory order of the
-    # transposed view, i.e. not gate-major.)
+    # in-place operations.
     half = np.array([0.5, 0.5, 1.0], dtype=dt)[:, None, None]  # (3, 1, 1)
-    A = np.multiply(xw.reshape(T, N, 3, H).transpose(0, 2, 1, 3), half, order="C")  # (T, 3, N, H)
-    if b_hh is not None:
-        A[:, :2] += b_hh[:2 * H].reshape(2, 1, H) * 0.5
-        if not reset_after:
-            A[:, 2] += b_hh[2 * H:]
+    # It is filled one cache-sized block of steps at a time, just before the loop reads it.
+    xw4 = xw.reshape(T, N, 3, H).transpose(0, 2, 1, 3)  # (T, 3, N, H) view
+    A = ws.empty((T, 3, N, H), dt)
+    b_rz = None if b_hh is None else b_hh[:2 * H].reshape(2, 1, H) * 0.5
+    b_in = b_hh[2 * H:] if (b_hh is not None and not reset_after) else None
+    B = ws.block_steps(T, 3 * N * H * dt.itemsize)
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2  # gates served by the one batched product with h
     w_g = np.multiply(w_hh[:G * H].reshape(G, H, H).transpose(0, 2, 1), half[:G], order="C")  # (G, H, H): W_hh^T per gate
+    if N == 1:  # one row: one (1, H) x (H, G*H) product, whose (1, G*H) result is the memory of (G, 1, H)
+        w_g = np.ascontiguousarray(w_g.transpose(1, 0, 2).reshape(H, G * H))
     w_n_t = np.ascontiguousarray(w_hh[2 * H:].T)  # (H, H)
-    S = np.empty((T, N, H), dtype=dt)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
-    hprev = np.empty_like(S)
-    hnew = np.empty_like(S)
-    hs = hnew if keep is None else np.empty_like(S)
+    S = ws.empty((T, N, H), dt)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
+    hprev = ws.empty((T, N, H), dt)
+    hnew = ws.empty((T, N, H), dt)
+    hs = hnew if keep is None else ws.empty((T, N, H), dt)
     gh = np.empty((G, N, H), dtype=dt)
+    gh_out = gh.reshape(1, G * H) if N == 1 else gh
     rs = np.empty((N, H), dtype=dt)
-    pre = np.empty((T, 3, N, H), dtype=dt) if record else None  # pre-activations, only when recording
+    d = np.empty((N, H), dtype=dt)
+    pre = ws.empty((T, 3, N, H), dt) if record else None  # pre-activations, only when recording
     h = h0
     for t in range(T):
+        if t % B == 0:
+            blk = np.multiply(xw4[t:t + B], half, out=A[t:t + B])
+            if b_rz is not None:
+                blk[:, :2] += b_rz
+            if b_in is not None:
+                blk[:, 2] += b_in
         if reset is not None:
             h = np.where(reset[t], h0, h)
-        hprev[t] = h
-        np.matmul(h, w_g, out=gh)  # (G, N, H): W_hr h / 2, W_hz h / 2 (and W_hn h) in one product
+        np.matmul(h, w_g, out=gh_out)  # (G, N, H): W_hr h / 2, W_hz h / 2 (and W_hn h) in one product
         rz, n, s = A[t, :2], A[t, 2], S[t]
         rz += gh[:2]
         if pre is not None:
@@ -126,10 +138,13 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
         if pre is not None:
             pre[t, 2] = n
         np.tanh(n, out=n)
-        a = gru_blend(z, h, n, out=hnew[t])
+        np.subtract(h, n, out=d)  # gru_blend(z, h, n), without its temporary: n + z * (h - n)
+        d *= z
+        a = np.add(n, d, out=hnew[t])
         if keep is not None:
             hs[t] = np.where(keep[t], a, h)
         h = hs[t]
+    previous_states(hs, h0, reset, out=hprev)  # hprev[t]: what step t read, in one pass
     cache = (A, S, hprev, w_hh, h0, keep, reset, reset_after, hnew, pre)
     return hs, h.copy() if T else h0.copy(), cache
 
@@ -168,37 +183,41 @@ def scan_backward(cache, d_hs, d_final):
     A, S, hprev, w_hh, h0, keep, reset, reset_after, _, _ = cache
     T, N, H = S.shape
     R, Z, Nc = A[:, 0], A[:, 1], A[:, 2]  # (T, N, H) each
-    # every factor that does not depend on the recurrence, for all steps at once
-    fac_n = (1.0 - Z) * (1.0 - Nc * Nc)  # dh_t/da_n
-    fac_z = (hprev - Nc) * Z * (1.0 - Z)  # dh_t/da_z
-    dsig_r = R * (1.0 - R)
+    # the factors that do not depend on the recurrence are computed one cache-sized block of
+    # steps at a time, just before the loop reaches them (_factors; workspace.block_steps)
+    dt = S.dtype
     if reset_after:
-        fac_r = S * dsig_r  # da_n/da_r
-        DGH = np.empty((T, N, 3 * H), dtype=S.dtype)  # gradient w.r.t. W_hh h (+ b_hh)
+        DGH = ws.empty((T, N, 3 * H), dt)  # gradient w.r.t. W_hh h (+ b_hh)
         w_all = w_hh
     else:
-        fac_r = hprev * dsig_r
-        DGH = np.empty((T, N, 2 * H), dtype=S.dtype)
+        DGH = ws.empty((T, N, 2 * H), dt)
         w_all = w_hh[: 2 * H]
         w_n = w_hh[2 * H:]
-    DAN = np.empty((T, N, H), dtype=S.dtype)  # gradient w.r.t. a_n
+    DAN = ws.empty((T, N, H), dt)  # gradient w.r.t. a_n
     carry = np.zeros_like(h0) if d_final is None else np.array(d_final, dtype=h0.dtype)
     dh0 = np.zeros_like(h0)
+    B = ws.block_steps(T, N * H * dt.itemsize)
+    fbuf = np.empty((3, B, N, H), dtype=dt)
     for t in range(T - 1, -1, -1):
+        k = t % B
+        if t == T - 1 or k == B - 1:  # the factors of the block of steps [t - k, t]
+            lo = t - k
+            fac_n, fac_z, fac_r = _factors(R[lo:t + 1], Z[lo:t + 1], Nc[lo:t + 1], hprev[lo:t + 1],
+                                           S[lo:t + 1] if reset_after else None, fbuf[:, :k + 1])
         dh = carry if dhs is None else carry + dhs[t]
         if keep is not None:
             dpass = np.where(keep[t], 0.0, dh)
             dh = np.where(keep[t], dh, 0.0)
-        dan = np.multiply(dh, fac_n[t], out=DAN[t])
+        dan = np.multiply(dh, fac_n[k], out=DAN[t])
         dg = DGH[t]
-        np.multiply(dh, fac_z[t], out=dg[:, H:2 * H])
+        np.multiply(dh, fac_z[k], out=dg[:, H:2 * H])
         if reset_after:
-            np.multiply(dan, fac_r[t], out=dg[:, :H])
+            np.multiply(dan, fac_r[k], out=dg[:, :H])
             np.multiply(dan, R[t], out=dg[:, 2 * H:])
             dh_prev = dg @ w_all
         else:
             drh = dan @ w_n  # (N, H): gradient w.r.t. r * h
-            np.multiply(drh, fac_r[t], out=dg[:, :H])
+            np.multiply(drh, fac_r[k], out=dg[:, :H])
             dh_prev = dg @ w_all
             drh *= R[t]
             dh_prev += drh
@@ -213,15 +232,37 @@ def scan_backward(cache, d_hs, d_final):
     dh0 += carry
     hp2 = hprev.reshape(-1, H)
     if reset_after:
-        dxw = DGH.copy()
+        dxw = ws.empty((T, N, 3 * H), dt)
+        dxw[:, :, :2 * H] = DGH[:, :, :2 * H]
         dxw[:, :, 2 * H:] = DAN
         dw_hh = DGH.reshape(-1, 3 * H).T @ hp2
         db_hh = DGH.sum(axis=1).sum(axis=0)
     else:
-        dxw = np.concatenate([DGH, DAN], axis=2)
+        dxw = np.concatenate([DGH, DAN], axis=2, out=ws.empty((T, N, 3 * H), dt))
         dw_hh = np.concatenate([DGH.reshape(-1, 2 * H).T @ hp2, DAN.reshape(-1, H).T @ S.reshape(-1, H)], axis=0)
         db_hh = dxw.sum(axis=1).sum(axis=0)
     return dxw, dw_hh, db_hh, dh0
+
+
+def _factors(R, Z, Nc, hprev, S, out):
+    """The backward's step factors that do not depend on the recurrence, for a block of steps.
+
+    ``(1 - z)(1 - n^2)`` (dh_t/da_n), ``(h - n) z (1 - z)`` (dh_t/da_z) and ``s r (1 - r)``
+    (reset_after) or ``h r (1 - r)`` (Cho form), evaluated in that order without temporaries,
+    into ``out`` (3, B, N, H).
+    """
+    fac_n, fac_z, fac_r = out
+    omz = np.subtract(1.0, Z, out=fac_r)  # 1 - z, in fac_r's memory until fac_r is computed
+    np.multiply(Nc, Nc, out=fac_n)
+    np.subtract(1.0, fac_n, out=fac_n)
+    fac_n *= omz
+    np.subtract(hprev, Nc, out=fac_z)
+    fac_z *= Z
+    fac_z *= omz
+    np.subtract(1.0, R, out=fac_r)
+    fac_r *= R
+    fac_r *= hprev if S is None else S
+    return fac_n, fac_z, fac_r
 
 
 def recorded(cache) -> Record:

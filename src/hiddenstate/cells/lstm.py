@@ -9,15 +9,20 @@ Kernel contract: :mod:`hiddenstate.cells.base` (repeated on :func:`scan_forward`
 
 Speed (``benchmarks/bench_layers.py``): the forward keeps the gates gate-major, one contiguous
 (4, N, H) block per step, computed by one batched product ``h @ W_hh^T`` per gate, one ``tanh``
-over all four gates (the sigmoid gates' weights are pre-halved) and a few in-place operations;
-the backward multiplies by factors precomputed for all steps at once.
+over all four gates (the sigmoid gates' weights are pre-halved) and a few in-place operations
+(for small N * H, the sigmoids' scale and shift in two calls over all four gates); the backward
+multiplies by factors computed one cache-sized block of steps at a time (for N = 1, one
+multiply for the four gate gradients of a step). The large buffers come from
+:mod:`hiddenstate.workspace`, reused across calls of one shape (never while a caller holds them).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate import workspace as ws
 from hiddenstate.cells.base import Cell, CellKind, Record
+from hiddenstate.functional import previous_states
 
 __all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
 
@@ -26,6 +31,7 @@ __all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_fo
 # sigmoid gates i, f, o once (exact in binary floating point), so a single tanh over all four gates
 # gives g and tanh(a / 2) for the others, which two in-place operations turn into the sigmoid.
 _HALF = (0.5, 0.5, 1.0, 0.5)  # gate order i, f, g, o
+_FUSED_MAX = 4096  # N * H up to which the forward's sigmoid runs over all four gates at once (measured)
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):
@@ -76,43 +82,59 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):
     half = np.array(_HALF, dtype=dt)[:, None, None]  # (4, 1, 1)
     # A[t] is one contiguous (4, N, H) block per step (gate-major, so every elementwise operand in
     # the loop is contiguous). It starts as the input projection plus b_hh, pre-scaled like the
-    # weights, and each step turns it into the gate values in place. (order="C": without it the
-    # product would keep the memory order of the transposed view, i.e. not gate-major.)
-    A = np.multiply(xw.reshape(T, N, 4, H).transpose(0, 2, 1, 3), half, order="C")  # (T, 4, N, H)
-    if b_hh is not None:
-        A += b_hh.reshape(4, 1, H) * half
+    # weights, and each step turns it into the gate values in place. It is filled one cache-sized
+    # block of steps at a time, just before the loop reads it.
+    xw4 = xw.reshape(T, N, 4, H).transpose(0, 2, 1, 3)  # (T, 4, N, H) view
+    A = ws.empty((T, 4, N, H), dt)
+    b4 = None if b_hh is None else b_hh.reshape(4, 1, H) * half
+    B = ws.block_steps(T, 4 * N * H * dt.itemsize)
     w4 = np.multiply(w_hh.reshape(4, H, H).transpose(0, 2, 1), half, order="C")  # (4, H, H): W_hh^T per gate
-    C, TC, hprev, cprev, hs = (np.empty((T, N, H), dtype=dt) for _ in range(5))
-    cs = C if keep is None else np.empty_like(C)
+    C, TC, hprev, cprev, hs = (ws.empty((T, N, H), dt) for _ in range(5))
+    cs = C if keep is None else ws.empty((T, N, H), dt)
     gh = np.empty((4, N, H), dtype=dt)
     ig = np.empty((N, H), dtype=dt)
-    pre = np.empty((T, 4, N, H), dtype=dt) if record else None  # pre-activations, only when recording
+    pre = ws.empty((T, 4, N, H), dt) if record else None  # pre-activations, only when recording
+    # Small N*H: the loop's cost is calls, not arithmetic, so the sigmoid's 0.5 * t + 0.5 is two
+    # calls over all four gates (g's rows get 1 * t + 0) instead of four calls over i, f and o.
+    fused = N * H <= _FUSED_MAX
+    if fused:
+        scale = np.broadcast_to(half, (4, N, H)).copy()
+        shift = np.broadcast_to(np.array([0.5, 0.5, 0.0, 0.5], dtype=dt)[:, None, None], (4, N, H)).copy()
     h, c = h0, c0
     for t in range(T):
+        if t % B == 0:
+            blk = np.multiply(xw4[t:t + B], half, out=A[t:t + B])
+            if b4 is not None:
+                blk += b4
         if reset is not None:
             h = np.where(reset[t], h0, h)
             c = np.where(reset[t], c0, c)
-        hprev[t] = h
-        cprev[t] = c
         a = A[t]
         a += np.matmul(h, w4, out=gh)  # (4, N, H): one batched product for the four gates
         if pre is not None:
             np.divide(a, half, out=pre[t])  # undo the exact halving
         np.tanh(a, out=a)  # g; and tanh(a / 2) for i, f, o
-        for s in (a[:2], a[3]):  # i, f, o: sigmoid = 0.5 * tanh(a / 2) + 0.5
-            s *= 0.5
-            s += 0.5
+        if fused:
+            a *= scale
+            a += shift
+        else:
+            for s in (a[:2], a[3]):  # i, f, o: sigmoid = 0.5 * tanh(a / 2) + 0.5
+                s *= 0.5
+                s += 0.5
         i, f, g, o = a
         cn, tc = C[t], TC[t]
         np.multiply(f, c, out=cn)
         cn += np.multiply(i, g, out=ig)
         np.tanh(cn, out=tc)
         if keep is None:
-            np.multiply(o, tc, out=hs[t])
+            h = np.multiply(o, tc, out=hs[t])
+            c = cn
         else:
             hs[t] = np.where(keep[t], o * tc, h)
             cs[t] = np.where(keep[t], cn, c)
-        h, c = hs[t], cs[t]
+            h, c = hs[t], cs[t]
+    previous_states(hs, h0, reset, out=hprev)  # what step t read, in one pass each
+    previous_states(cs, c0, reset, out=cprev)
     cache = (A, TC, hprev, cprev, w_hh, h0, c0, keep, reset, C, hs, pre)
     final = (h.copy(), c.copy()) if T else (h0.copy(), c0.copy())
     return hs, final, cache
@@ -156,47 +178,96 @@ def scan_backward(cache, d_hs, d_final):
     T, _, N, H = A.shape
     I, F, G, O = A[:, 0], A[:, 1], A[:, 2], A[:, 3]  # (T, N, H) each
     dh_last, dc_last = (None, None) if d_final is None else d_final
-    # every factor that does not depend on the recurrence, for all steps at once
-    fac_c = O * (1.0 - TC * TC)  # dh_t/dc_t through h = o * tanh(c)
-    fac_i = G * I * (1.0 - I)  # dc_t/da_i
-    fac_f = cprev * F * (1.0 - F)  # dc_t/da_f
-    fac_g = I * (1.0 - G * G)  # dc_t/da_g
-    fac_o = TC * O * (1.0 - O)  # dh_t/da_o
-    DA = np.empty((T, N, 4 * H), dtype=A.dtype)  # pre-activation gradients, gate order i, f, g, o
+    # the factors that do not depend on the recurrence are computed one cache-sized block of
+    # steps at a time, just before the loop reaches them (_factors; workspace.block_steps)
+    dt = A.dtype
+    B = ws.block_steps(T, N * H * dt.itemsize)
+    FAC = np.empty((B, 5, N, H), dtype=dt)  # per step: dc/da_i, dc/da_f, dc/da_g, dh/da_o, dh/dc
+    tmp = np.empty((B, N, H), dtype=dt)
     carry_h = np.zeros_like(h0) if dh_last is None else np.array(dh_last, dtype=h0.dtype)
     carry_c = np.zeros_like(c0) if dc_last is None else np.array(dc_last, dtype=c0.dtype)
     dh0 = np.zeros_like(h0)
     dc0 = np.zeros_like(c0)
-    for t in range(T - 1, -1, -1):
-        dh = carry_h if dhs is None else carry_h + dhs[t]
-        dc = carry_c
-        if keep is not None:
-            pass_h = np.where(keep[t], 0.0, dh)
-            pass_c = np.where(keep[t], 0.0, dc)
-            dh = np.where(keep[t], dh, 0.0)
-            dc = np.where(keep[t], dc, 0.0)
-        dc = dc + dh * fac_c[t]
-        da = DA[t]
-        np.multiply(dc, fac_i[t], out=da[:, :H])
-        np.multiply(dc, fac_f[t], out=da[:, H:2 * H])
-        np.multiply(dc, fac_g[t], out=da[:, 2 * H:3 * H])
-        np.multiply(dh, fac_o[t], out=da[:, 3 * H:])
-        dh_prev = da @ w_hh  # (N, H)
-        dc_prev = dc * F[t]
-        if keep is not None:
-            dh_prev += pass_h
-            dc_prev += pass_c
-        if reset is not None:
-            dh0 += np.where(reset[t], dh_prev, 0.0)
-            dc0 += np.where(reset[t], dc_prev, 0.0)
-            dh_prev = np.where(reset[t], 0.0, dh_prev)
-            dc_prev = np.where(reset[t], 0.0, dc_prev)
-        carry_h, carry_c = dh_prev, dc_prev
+    if N == 1 and keep is None and reset is None:
+        # One row: gate-major (T, 4, 1, H) is the memory of (T, 1, 4H), so the four gate gradients
+        # are one multiply of (dc, dc, dc, dh) by the four factors, and the same rows feed the product.
+        DA4 = ws.empty((T, 4, N, H), dt)
+        DA = DA4.reshape(T, N, 4 * H)
+        src = np.empty((4, N, H), dtype=dt)  # rows dc, dc, dc, dh
+        for t in range(T - 1, -1, -1):
+            k = t % B
+            if t == T - 1 or k == B - 1:
+                fac = _factors(I, F, G, O, TC, cprev, t - k, t + 1, FAC[:k + 1], tmp[:k + 1])
+            if dhs is None:
+                src[3] = carry_h
+            else:
+                np.add(carry_h, dhs[t], out=src[3])
+            dc = np.multiply(src[3], fac[k, 4], out=src[0])
+            dc += carry_c  # dc_t = carry + dh * dh/dc
+            src[1:3] = dc
+            np.multiply(src, fac[k, :4], out=DA4[t])
+            np.matmul(DA[t], w_hh, out=carry_h)
+            np.multiply(dc, F[t], out=carry_c)
+    else:
+        DA = ws.empty((T, N, 4 * H), dt)  # pre-activation gradients, gate order i, f, g, o
+        for t in range(T - 1, -1, -1):
+            k = t % B
+            if t == T - 1 or k == B - 1:
+                fac = _factors(I, F, G, O, TC, cprev, t - k, t + 1, FAC[:k + 1], tmp[:k + 1])
+            dh = carry_h if dhs is None else carry_h + dhs[t]
+            dc = carry_c
+            if keep is not None:
+                pass_h = np.where(keep[t], 0.0, dh)
+                pass_c = np.where(keep[t], 0.0, dc)
+                dh = np.where(keep[t], dh, 0.0)
+                dc = np.where(keep[t], dc, 0.0)
+            dc = dc + dh * fac[k, 4]
+            da = DA[t]
+            np.multiply(dc, fac[k, 0], out=da[:, :H])
+            np.multiply(dc, fac[k, 1], out=da[:, H:2 * H])
+            np.multiply(dc, fac[k, 2], out=da[:, 2 * H:3 * H])
+            np.multiply(dh, fac[k, 3], out=da[:, 3 * H:])
+            dh_prev = da @ w_hh  # (N, H)
+            dc_prev = dc * F[t]
+            if keep is not None:
+                dh_prev += pass_h
+                dc_prev += pass_c
+            if reset is not None:
+                dh0 += np.where(reset[t], dh_prev, 0.0)
+                dc0 += np.where(reset[t], dc_prev, 0.0)
+                dh_prev = np.where(reset[t], 0.0, dh_prev)
+                dc_prev = np.where(reset[t], 0.0, dc_prev)
+            carry_h, carry_c = dh_prev, dc_prev
     dh0 += carry_h
     dc0 += carry_c
     dw_hh = DA.reshape(-1, 4 * H).T @ hprev.reshape(-1, H)
     db_hh = DA.sum(axis=1).sum(axis=0)
     return DA, dw_hh, db_hh, (dh0, dc0)
+
+
+def _factors(I, F, G, O, TC, cprev, lo, hi, out, tmp):
+    """The backward's step factors of steps ``lo .. hi-1``, into ``out`` (hi - lo, 5, N, H).
+
+    Per step, gate-major: ``g i (1 - i)`` (dc_t/da_i), ``c_{t-1} f (1 - f)`` (dc_t/da_f),
+    ``i (1 - g^2)`` (dc_t/da_g), ``tanh(c) o (1 - o)`` (dh_t/da_o) and ``o (1 - tanh(c)^2)``
+    (dh_t/dc_t through ``h = o tanh(c)``), evaluated in that order without temporaries.
+    """
+    s = slice(lo, hi)
+    i, f, g, o, tc, cp = I[s], F[s], G[s], O[s], TC[s], cprev[s]
+    fac_i, fac_f, fac_g, fac_o, fac_c = (out[:, k] for k in range(5))
+    np.multiply(tc, tc, out=fac_c)
+    np.subtract(1.0, fac_c, out=fac_c)
+    fac_c *= o
+    np.multiply(g, i, out=fac_i)
+    fac_i *= np.subtract(1.0, i, out=tmp)
+    np.multiply(cp, f, out=fac_f)
+    fac_f *= np.subtract(1.0, f, out=tmp)
+    np.multiply(g, g, out=fac_g)
+    np.subtract(1.0, fac_g, out=fac_g)
+    fac_g *= i
+    np.multiply(tc, o, out=fac_o)
+    fac_o *= np.subtract(1.0, o, out=tmp)
+    return out
 
 
 def recorded(cache) -> Record:

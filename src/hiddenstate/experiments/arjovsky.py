@@ -49,7 +49,7 @@ def _adding_run(cell, seq_len, hidden_size, steps, *, lr, clip, batch, n_val, ev
 
     return fit_batches(net, lambda: tasks.adding_problem(batch, seq_len, rng=rng),
                        last_step_mse_loss, evaluate, steps=steps, lr=lr, clip=clip,
-                       eval_every=eval_every)
+                       eval_every=eval_every, desc=f"adding: {cell} T={seq_len}")
 
 
 def reproduce_adding(
@@ -187,7 +187,7 @@ def _copy_run(cell, delay, hidden_size, steps, *, lr, clip, batch, n_val, eval_e
         return tasks.one_hot(x, 10), y
 
     return fit_batches(net, make_batch, ce_loss, evaluate, steps=steps, lr=lr, clip=clip,
-                       eval_every=eval_every)
+                       eval_every=eval_every, desc=f"copy: {cell} T={delay}")
 
 
 def reproduce_copy(

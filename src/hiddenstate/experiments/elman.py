@@ -45,7 +45,8 @@ def _xor_run(train_bits, test_bits, hidden_size, *, passes, window, n_chunks, lr
     x = train_bits[:, None].astype(np.float64)  # (M, 1)
     with np.errstate(under="ignore"):
         history = fit_stream(net, opt, x, np.roll(x, -1, axis=0), bce_loss,
-                             n_chunks=n_chunks, window=window, passes=passes, clip=clip)
+                             n_chunks=n_chunks, window=window, passes=passes, clip=clip,
+                             desc=f"elman-xor: {hidden_size} units")
         xt = test_bits[:, None, None].astype(np.float64)  # (M, 1, 1)
         p = sigmoid(net.readout(net.hidden(xt)))[:, 0, 0]  # (M,)
     sq = (p[:-1] - test_bits[1:]) ** 2  # error of the prediction made at t, target t+1
@@ -230,7 +231,8 @@ def reproduce_elman_letters(
     opt = Adam(net.params, lr=lr)
     with np.errstate(under="ignore"):
         history = fit_stream(net, opt, train_feats, np.roll(train_feats, -1, axis=0), bce_loss,
-                             n_chunks=n_chunks, window=window, passes=passes, clip=clip)
+                             n_chunks=n_chunks, window=window, passes=passes, clip=clip,
+                             desc="elman-letters")
         p = sigmoid(net.readout(net.hidden(test_feats[:, None, :])))[:, 0, :]  # (M, 6)
     sq = (p[:-1] - test_feats[1:]) ** 2  # (M-1, 6)
     summed = sq.sum(axis=1)
@@ -416,7 +418,7 @@ def reproduce_elman_sentences(
     nxt = np.roll(corpus.words, -1)
     with np.errstate(under="ignore"):
         history = fit_stream(net, opt, x, nxt, ce_loss, n_chunks=n_chunks, window=window,
-                             passes=passes, clip=clip)
+                             passes=passes, clip=clip, desc="elman-sentences")
         hidden = net.hidden(x[:, None, :])[:, 0, :]  # (M, H)
         probs = softmax(net.readout(hidden))  # (M, 31)
     lik = corpus.likelihood

@@ -25,6 +25,7 @@ from hiddenstate.experiments import tasks
 from hiddenstate.experiments.harness import record, stream_rng
 from hiddenstate.experiments.training import Net, Readout, mse_loss, train_step
 from hiddenstate.probe.fixedpoints import FixedPoint, find_fixed_points, layer_map
+from hiddenstate.progress import progress
 from hiddenstate.report.figures import figure
 from hiddenstate.train.optim import Adam
 
@@ -94,11 +95,12 @@ def reproduce_flipflop(
     net = Net("rnn", 3, hidden_size, 3, rng=stream_rng(seed, 52))
     opt = Adam(net.params, lr=lr)
     pick = stream_rng(seed, 53)
-    with np.errstate(under="ignore"):
+    with np.errstate(under="ignore"), progress(steps, "flipflop") as bar:
         for _ in range(steps):
             idx = pick.choice(n_train, size=batch, replace=False)
             loss, _ = train_step(net, opt, x_tr[:, idx], net.zero_state(batch),
                                  mse_loss(y_tr[:, idx]), clip)
+            bar.update()
         states = net.hidden(x_va)  # (T, N, H)
         out = net.readout(states)
     accuracy = float(np.mean(np.sign(out) == y_va))

@@ -20,6 +20,7 @@ import numpy as np
 
 from hiddenstate.functional import cross_entropy, sigmoid
 from hiddenstate.layers import GRU, LSTM, RNN
+from hiddenstate.progress import progress
 from hiddenstate.train.optim import Adam, clip_grad_norm
 from hiddenstate.validation import generator, positive_int
 
@@ -381,7 +382,7 @@ def _map_state(f, state):
 
 def fit_stream(net: Net, opt: Adam, x: np.ndarray, target: np.ndarray,
                make_loss: Callable[[np.ndarray], LossFn], *, n_chunks: int, window: int,
-               passes: int, clip: float) -> list[float]:
+               passes: int, clip: float, desc: str | None = None) -> list[float]:
     """Stateful truncated BPTT on one long stream that wraps around (Elman's presentation).
 
     The stream of M steps is cut into ``n_chunks`` equal chunks processed in parallel as a
@@ -405,6 +406,9 @@ def fit_stream(net: Net, opt: Adam, x: np.ndarray, target: np.ndarray,
         N, the BPTT window (steps) and the passes through the stream.
     clip : float
         Gradient-norm threshold.
+    desc : str, optional
+        Label of a progress bar on stderr (shown on a terminal only, see
+        :func:`hiddenstate.progress.progress`); None: no bar.
 
     Returns
     -------
@@ -416,19 +420,22 @@ def fit_stream(net: Net, opt: Adam, x: np.ndarray, target: np.ndarray,
     ts = target[: L * n_chunks].reshape((n_chunks, L) + target.shape[1:]).swapaxes(0, 1)
     h = net.zero_state(n_chunks)
     history = []
-    for _ in range(passes):
-        losses = []
-        for s in range(0, L, window):
-            loss, h = train_step(net, opt, xs[s:s + window], h, make_loss(ts[s:s + window]), clip)
-            losses.append(loss)
-        h = _map_state(lambda a: np.roll(a, 1, axis=1), h)
-        history.append(float(np.mean(losses)))
+    with progress(passes * len(range(0, L, window)), desc) as bar:
+        for _ in range(passes):
+            losses = []
+            for s in range(0, L, window):
+                loss, h = train_step(net, opt, xs[s:s + window], h, make_loss(ts[s:s + window]), clip)
+                losses.append(loss)
+                bar.update()
+            h = _map_state(lambda a: np.roll(a, 1, axis=1), h)
+            history.append(float(np.mean(losses)))
+            bar.set_postfix(loss=f"{history[-1]:.4f}", refresh=False)
     return history
 
 
 def fit_batches(net: Net, make_batch: Callable, make_loss: Callable[[np.ndarray], LossFn],
                 evaluate: Callable, *, steps: int, lr: float, clip: float,
-                eval_every: int) -> list:
+                eval_every: int, desc: str | None = None) -> list:
     """Adam on a fresh random batch each step, from the zero state; evaluate as it goes.
 
     Parameters
@@ -449,6 +456,9 @@ def fit_batches(net: Net, make_batch: Callable, make_loss: Callable[[np.ndarray]
         Adam step size and gradient-norm threshold.
     eval_every : int
         Updates between two evaluations.
+    desc : str, optional
+        Label of a progress bar on stderr (shown on a terminal only, see
+        :func:`hiddenstate.progress.progress`); None: no bar.
 
     Returns
     -------
@@ -457,9 +467,13 @@ def fit_batches(net: Net, make_batch: Callable, make_loss: Callable[[np.ndarray]
     """
     opt = Adam(net.params, lr=lr)
     curve = [(0, evaluate())]
-    for step in range(1, steps + 1):
-        x, y = make_batch()
-        train_step(net, opt, x, net.zero_state(x.shape[1]), make_loss(y), clip)
-        if step % eval_every == 0 or step == steps:
-            curve.append((step, evaluate()))
+    with progress(steps, desc) as bar:
+        for step in range(1, steps + 1):
+            x, y = make_batch()
+            train_step(net, opt, x, net.zero_state(x.shape[1]), make_loss(y), clip)
+            if step % eval_every == 0 or step == steps:
+                curve.append((step, evaluate()))
+                value = curve[-1][1]
+                bar.set_postfix(val=" ".join(f"{v:.4g}" for v in np.atleast_1d(value)), refresh=False)
+            bar.update()
     return curve

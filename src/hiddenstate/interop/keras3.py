@@ -21,10 +21,12 @@ from hiddenstate.interop.statedict import as_float_array, build_layer, load_stri
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.validation import boolean, float_dtype, shape_str
 
-__all__ = ["from_keras_weights", "to_keras_weights"]
+__all__ = ["from_keras", "from_keras_weights", "to_keras_weights"]
 
 #: Keras's class name of each kind.
 _KERAS_TITLE = {"rnn": "SimpleRNN", "gru": "GRU", "lstm": "LSTM"}
+#: Our kind of each Keras recurrent layer class.
+_KERAS_KINDS = {"SimpleRNN": "rnn", "GRU": "gru", "LSTM": "lstm"}
 #: Keras's order of the gate blocks, in our block names, where it differs from ours (its candidate ``h`` is our ``n``).
 _KERAS_BLOCKS = {"gru": ("z", "r", "n")}
 
@@ -212,3 +214,94 @@ def to_keras_weights(layer, *, strict=True):
                 group.append(np.array(_reorder(bias, kind, H, to_keras=True)))
         out.append(group)
     return out[0] if layer.num_layers == 1 else out
+
+
+def _keras_kind(layer, name: str) -> str:
+    """Our kind of a Keras ``SimpleRNN``/``GRU``/``LSTM`` layer (its class or a base class), else raise."""
+    found = next((_KERAS_KINDS[c.__name__] for c in type(layer).__mro__
+                  if c.__name__ in _KERAS_KINDS and c.__module__.split(".")[0] == "keras"), None)
+    if found is None:
+        raise TypeError(f"{name} must be a Keras 3 SimpleRNN, GRU or LSTM layer (or a Bidirectional wrapper of "
+                        f"one); got {type(layer).__module__}.{type(layer).__name__}.")
+    return found
+
+
+def _activation(layer, attr: str) -> str:
+    """The name of a Keras layer's activation function (``"tanh"``, ``"sigmoid"``, ...)."""
+    f = getattr(layer, attr, None)
+    return str(getattr(f, "__name__", f))
+
+
+def _keras_options(layer, name: str, *, backwards: bool) -> tuple[str, str]:
+    """``(kind, nonlinearity)`` of one Keras recurrent layer; raise for what our layers cannot compute."""
+    kind = _keras_kind(layer, name)
+    title = _KERAS_TITLE[kind]
+    if not getattr(layer, "built", False):
+        raise ValueError(f"{name} must be built (its weights exist only then); got an unbuilt Keras {title}. Call "
+                         "layer.build((None, None, I)) or run it on an input once.")
+    nonlinearity = _activation(layer, "activation")
+    if kind == "rnn" and nonlinearity not in NONLINEARITIES:
+        raise ValueError(f"{name}.activation must be one of {NONLINEARITIES} for a SimpleRNN; got {nonlinearity!r}.")
+    if kind != "rnn":
+        rec = _activation(layer, "recurrent_activation")
+        if nonlinearity != "tanh" or rec != "sigmoid":
+            raise ValueError(f"{name} must have activation='tanh' and recurrent_activation='sigmoid' (the equations "
+                             f"of our {title}); got activation={nonlinearity!r}, recurrent_activation={rec!r}.")
+        nonlinearity = "tanh"
+    if bool(getattr(layer, "go_backwards", False)) != backwards:
+        got = getattr(layer, "go_backwards", False)
+        hint = (" Feed the input reversed in time (x[:, ::-1]) to a layer with go_backwards=False, or wrap the "
+                "layer in Bidirectional." if not backwards else " Bidirectional's backward layer must read backwards.")
+        raise ValueError(f"{name}.go_backwards must be {backwards}; got {got}.{hint}")
+    if getattr(layer, "stateful", False):
+        raise ValueError(f"{name}.stateful must be False: the state a stateful layer carries between calls is not "
+                         "among its weights; got stateful=True. Pass that state as h0 to a copy built with "
+                         "stateful=False.")
+    return kind, nonlinearity
+
+
+def from_keras(layer, *, dtype=np.float64):
+    """Our layer equivalent to a built Keras 3 ``SimpleRNN``, ``GRU``, ``LSTM`` or ``Bidirectional`` layer.
+
+    Parameters
+    ----------
+    layer : keras.layers.SimpleRNN, GRU, LSTM or Bidirectional
+        Built (weights exist). Its options are read from it: ``units``, a GRU's ``reset_after``
+        (from its bias), ``use_bias``, a SimpleRNN's ``activation``. ``return_sequences``,
+        ``return_state``, ``unroll``, ``dropout`` and ``recurrent_dropout`` (training only) do not
+        change the states and are ignored; a ``Bidirectional``'s ``merge_mode`` only combines
+        the two directions' outputs (our layer concatenates them, as ``"concat"``).
+    dtype : {float64, float32}, default float64
+        Of the layer built (float32 weights become float64 exactly).
+
+    Returns
+    -------
+    RNN, GRU or LSTM
+        ``batch_first=True``: it reads Keras's (N, T, I) input unchanged and gives the states of
+        every step, (N, T, D*H), Keras's ``return_sequences=True`` output (``"concat"``).
+
+    Raises
+    ------
+    TypeError
+        ``layer`` is not one of those Keras layers.
+    ValueError
+        An unbuilt layer; activations other than tanh/sigmoid (SimpleRNN: tanh, relu or sigmoid);
+        ``go_backwards=True`` outside ``Bidirectional``; ``stateful=True``; a ``Bidirectional``
+        whose two layers differ in kind or options.
+    """
+    names = {c.__name__ for c in type(layer).__mro__ if c.__module__.split(".")[0] == "keras"}
+    if "Bidirectional" in names:
+        forward, backward = getattr(layer, "forward_layer", None), getattr(layer, "backward_layer", None)
+        kind, nonlinearity = _keras_options(forward, "layer.forward_layer", backwards=False)
+        kind_b, nonlinearity_b = _keras_options(backward, "layer.backward_layer", backwards=True)
+        if (kind_b, nonlinearity_b) != (kind, nonlinearity) or getattr(forward, "units", None) != getattr(
+                backward, "units", None):
+            raise ValueError("layer.backward_layer must be the same kind of layer as layer.forward_layer, with the "
+                             f"same units and activation; got {type(forward).__name__}({forward.units}, "
+                             f"{nonlinearity!r}) and {type(backward).__name__}({backward.units}, {nonlinearity_b!r}).")
+        weights = list(forward.weights) + list(backward.weights)  # variables: get_weights() warns under NumPy 2
+        return from_keras_weights(kind, weights, bidirectional=True, nonlinearity=nonlinearity, batch_first=True,
+                                  dtype=dtype)
+    kind, nonlinearity = _keras_options(layer, "layer", backwards=False)
+    return from_keras_weights(kind, list(layer.weights), nonlinearity=nonlinearity, batch_first=True,
+                              dtype=dtype)

@@ -34,6 +34,7 @@ import numpy as np
 
 from hiddenstate import layers
 from hiddenstate.cells import kind_of
+from hiddenstate.probe.explore import explore_data, varying_memory_unit
 from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map, reachable_box
 from hiddenstate.probe.gatestats import gate_statistics
 from hiddenstate.probe.gradflow import (
@@ -46,6 +47,7 @@ from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import text_features
 from hiddenstate.probe.trace import Trace, sequence_layer, trace
 from hiddenstate.probe.unitfeatures import best_units
+from hiddenstate.progress import progress
 from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, shape_str
 
 __all__ = ["Analysis", "analyze_model", "memory_sweep"]
@@ -81,7 +83,11 @@ class Analysis:
         Seconds spent in each measurement.
     skipped : dict of str to str
         Measurements that were not made although asked for, and why (e.g. ``"memory"``: the
-        sequences are too short for a held-out split); their entries above stay None.
+        sequences are too short for a held-out split; ``"feature 'inside quotes'"``: the text
+        has no double quote); their entries above stay None. The report lists them.
+    explore : dict or None
+        The report's explorer data (:func:`hiddenstate.probe.explore.explore_data`): every unit's
+        state and gates on the text, with per-unit summaries.
     """
 
     trace: Trace
@@ -101,6 +107,22 @@ class Analysis:
     loss: Any = None
     timings: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
+    explore: Any = None
+
+    def __repr__(self) -> str:
+        """``Analysis(GRU, H=64, T=2000: gates, gradient, memory, pca, fixed points, units; skipped: ...)``."""
+        done = [name for name, v in (("gates", self.gates), ("gradient", self.gradient), ("memory", self.memory),
+                                     ("pca", self.pca), ("fixed points", self.fixed_points), ("units", self.units))
+                if v is not None and (not isinstance(v, (list, dict)) or len(v) or name == "fixed points")]
+        skipped = f"; skipped: {', '.join(self.skipped)}" if self.skipped else ""
+        T, N = self.trace.mask.shape
+        H = self.trace.layers[0].hidden_size if self.trace.layers else 0
+        return f"Analysis({self.trace.kind.upper()}, H={H}, T={T}, N={N}: {', '.join(done) or 'nothing'}{skipped})"
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import analysis_html
+
+        return analysis_html(self)
 
     def report_kwargs(self) -> dict:
         """Keyword arguments for :func:`hiddenstate.report.build_report`.
@@ -109,18 +131,22 @@ class Analysis:
         -------
         dict of str to object
             ``meta``, ``loss``, ``gates``, ``gradient``, ``gradient_refs``, ``memory``, ``pca``,
-            ``fixed_points``, ``text``, ``text_units``, ``tables`` (None where there is nothing
-            to show) and ``project_fixed_points`` (True only for a one-layer, one-direction
+            ``fixed_points``, ``text``, ``text_units`` (None when the explorer shows them),
+            ``explore``, ``skipped``, ``tables`` (None where there is nothing to show) and
+            ``project_fixed_points`` (True only for a one-layer, one-direction
             trace, where the fixed points (layer 0, forward) and the PCA (the top layer's
             output) live in the same space).
         """
         tables = {}
         if self.bounds:
-            tables["Recurrent weights against the vanishing bound (Pascanu et al. 2013)"] = [
-                {"matrix": row["matrix"], "gate block": row["block"], "σ_max": row["sigma_max"],
-                 "bound 1/γ": "n/a (gated)" if row["bound"] is None else row["bound"],
-                 "vanishing guaranteed": "n/a (gated)" if row["vanishing guaranteed"] is None
-                 else ("yes" if row["vanishing guaranteed"] else "no")}
+            gated = all(row["bound"] is None for row in self.bounds)
+            title = ("Largest singular value of each recurrent weight block (the vanishing bound of Pascanu et al. "
+                     "2013 applies to Elman RNNs only: a gate near 1 carries the state whatever the weights)"
+                     if gated else "Recurrent weights against the vanishing bound (Pascanu et al. 2013)")
+            tables[title] = [
+                {"matrix": row["matrix"], "gate block": row["block"], "σ_max": row["sigma_max"]}
+                | ({} if row["bound"] is None else {
+                    "bound 1/γ": row["bound"], "vanishing guaranteed": "yes" if row["vanishing guaranteed"] else "no"})
                 for row in self.bounds
             ]
         if self.units:
@@ -133,11 +159,23 @@ class Analysis:
         return {
             "meta": self.meta, "loss": self.loss, "gates": self.gates or None, "gradient": self.gradient or None,
             "gradient_refs": self.gradient_refs or None, "memory": self.memory, "pca": self.pca,
-            "fixed_points": self.fixed_points, "text": self.text if self.text_units else None,
-            "text_units": self.text_units or None, "tables": tables or None,
+            "fixed_points": self.fixed_points, "text": self.text if (self.text_units or self.explore) else None,
+            "text_units": None if self.explore else (self.text_units or None), "explore": self.explore,
+            "skipped": self.skipped or None, "tables": tables or None,
             # fixed points belong to layer 0 forward; the PCA plane is the top layer's output
             "project_fixed_points": self.trace.num_layers == 1 and self.trace.num_directions == 1,
         }
+
+
+def _unusable_feature(name: str, v: np.ndarray) -> str | None:
+    """Why a text feature cannot be correlated with the units (None when it can)."""
+    if np.ptp(v) == 0:
+        hint = " (the text has no double quote)" if name == "inside quotes" else ""
+        return f"constant on this text{hint}, so no unit can track it."
+    binary = np.isin(v, (0.0, 1.0)).all()
+    if binary and min(v.sum(), v.size - v.sum()) < 5:
+        return f"true at only {int(min(v.sum(), v.size - v.sum()))} of {v.size} characters, too few to correlate."
+    return None
 
 
 def analyze_model(
@@ -177,7 +215,8 @@ def analyze_model(
     lengths : array_like of int, shape (N,), optional
         Valid steps per sequence.
     max_lag : int, default 30
-        Largest lag for the memory curve and Jacobian products.
+        Largest lag of the memory curve. The Jacobian products span the BPTT curve's lags
+        (``0..grad_steps-1``, so both gradient curves end together) or, without it, ``2 * max_lag``.
     grad_steps, grad_sequences : int, default 100 and 16
         The BPTT gradient-norm measurement (``O(T^2)``) uses the first ``grad_steps`` steps of the
         first ``grad_sequences`` sequences; 0 skips it. Skipped for bidirectional layers and
@@ -223,9 +262,13 @@ def analyze_model(
     if fixed_point_input is not None:
         fixed_point_input = float_array("fixed_point_input", fixed_point_input, dtype=np.float64)
     timings = {}
+    bar = progress(7, "analysing the hidden state", unit="measurement")  # on a terminal only
+    bar.set_postfix_str("trace")
     t0 = time.perf_counter()
     tr = trace(layer, x, h0, lengths=lengths)
     timings["trace"] = time.perf_counter() - t0
+    bar.update()
+    bar.set_postfix_str("gates")
     T, N = tr.mask.shape
     tok = None
     if tokens is not None:
@@ -246,15 +289,20 @@ def analyze_model(
     t0 = time.perf_counter()
     for lt in tr:
         for g in cell.sigmoid_gates:
-            an.gates.append(gate_statistics(lt.gates[g], mask=tr.mask, name=f"{lt.label} {g}"))
+            an.gates.append(gate_statistics(lt.gates[g], mask=tr.mask, name=f"{lt.label} {g}", keep=g == cell.keep_gate))
     timings["gates"] = time.perf_counter() - t0
+    bar.update()
+    bar.set_postfix_str("gradient flow")
 
     # gradient flow
     t0 = time.perf_counter()
     an.bounds = spectral_bounds(layer)
     top = tr[L - 1, 0]
-    an.jacobian = jacobian_flow(top, max_lag=min(max_lag * 2, T))
-    an.gradient[f"‖dh_T/dh_T-k‖ (σ_max, layer {L - 1})"] = (an.jacobian.lags, an.jacobian.spectral)
+    bptt = bool(grad_steps) and D == 1 and lengths is None
+    # the Jacobian products span the BPTT curve's lags, so both curves end at the same lag
+    an.jacobian = jacobian_flow(top, max_lag=min(grad_steps, T) - 1 if bptt else min(max_lag * 2, T))
+    an.gradient[f"largest gain from h_T-k to h_T: σ_max(∂h_T/∂h_T-k), layer {L - 1}"] = (
+        an.jacobian.lags, an.jacobian.spectral)
     if grad_steps and (D != 1 or lengths is not None):
         an.skipped["gradient norms"] = ("BPTT gradient norms are measured along one direction of unpadded sequences; "
                                         f"got {'a bidirectional layer' if D != 1 else 'lengths'}.")
@@ -267,13 +315,15 @@ def analyze_model(
         h0s = (h_init, np.stack([lt.c_prev[0] for lt in tr.layers])[:, :ns]) if cell.has_cell else h_init
         an.gradient_norms = hidden_gradient_norms(layer, xt, h0s)
         for li in range(L):
-            an.gradient[f"‖dL/dh_t‖ (BPTT, layer {li})"] = an.gradient_norms.curve(li)
+            an.gradient[f"gradient of a loss at step T reaching h_T-k (BPTT), layer {li}"] = an.gradient_norms.curve(li)
     if an.bounds and an.bounds[-1]["bound"] is not None:  # a bound that applies: the Elman RNN's
         s = an.bounds[-1]["sigma_max"]
         lags = np.arange(an.jacobian.lags.size)
         with np.errstate(under="ignore", over="ignore"):
             an.gradient_refs[f"σ_max(W_hh)^k = {s:.2f}^k"] = (lags, s ** lags.astype(np.float64))
     timings["gradient"] = time.perf_counter() - t0
+    bar.update()
+    bar.set_postfix_str("memory")
 
     # states of the top layer (directions concatenated)
     states = tr.output  # (T, N, D*H)
@@ -288,6 +338,8 @@ def analyze_model(
     else:  # any other error of the measurement surfaces
         an.memory = memory_curve(states, tok if tok is not None else tr[0].x, max_lag=K, mask=tr.mask)
     timings["memory"] = time.perf_counter() - t0
+    bar.update()
+    bar.set_postfix_str("PCA")
 
     # PCA
     t0 = time.perf_counter()
@@ -296,6 +348,8 @@ def analyze_model(
     else:
         an.skipped["pca"] = f"sequence 0 has {int(tr.mask[:, 0].sum())} valid step(s); PCA needs at least 2."
     timings["pca"] = time.perf_counter() - t0
+    bar.update()
+    bar.set_postfix_str("fixed points")
 
     # fixed points of the first layer, zero input
     t0 = time.perf_counter()
@@ -321,13 +375,22 @@ def analyze_model(
             hi = np.array([np.inf if b[1] is None else b[1] for b in box])
             an.fixed_points = find_fixed_points(F, J, np.clip(starts, lo, hi), max_iter=200, bounds=box)
     timings["fixed points"] = time.perf_counter() - t0
+    bar.update()
+    bar.set_postfix_str("text features")
 
-    # text features and the coloured-text view
+    # text features, the coloured-text views and the explorer
     t0 = time.perf_counter()
     if text is not None:
         n_chars = min(len(text), int(tr.mask[:, 0].sum()))
         acts = states[:n_chars, 0]  # (T', D*H)
-        feats = {k: v for k, v in text_features(text[:n_chars]).items() if np.ptp(v) > 0}
+        feats = {}
+        for name, v in text_features(text[:n_chars]).items():
+            why = _unusable_feature(name, v)
+            if why:
+                an.skipped[f"feature {name!r}"] = why
+            else:
+                feats[name] = v
+        featured = []  # (label, signal, unit) buttons of the explorer
         if feats and n_chars >= 2:
             an.units = best_units(acts, feats, top=3)
             used = set()
@@ -338,14 +401,21 @@ def analyze_model(
                 used.add(unit)
                 r = float(u.r[unit])
                 an.text_units[f"unit {unit} · tracks {name} · r = {r:+.2f}"] = acts[:, unit]
-        if cell.keep_gate is not None:
+                featured.append((f"{name}: unit {unit}, r = {r:+.2f}", "h", unit))
+        if cell.keep_gate is not None and n_chars:
             gate = tr[L - 1, 0].gates[cell.keep_gate][:n_chars, 0]  # (T', H)
-            if n_chars:
-                j = int(np.argmax(gate.mean(axis=0)))
-                tau = 1.0 / max(1.0 - float(gate[:, j].mean()), 1e-12)
-                an.text_units[f"{cell.keep_gate} gate of unit {j} · longest memory, τ ≈ {tau:.1f} steps"] = gate[:, j]
+            j = varying_memory_unit(gate)
+            tau = 1.0 / max(1.0 - float(gate[:, j].mean()), 1e-12)
+            label = (f"{cell.keep_gate} gate of unit {j} · long memory (τ ≈ {tau:.1f} steps) that varies most, "
+                     f"{cell.keep_gate} in [{gate[:, j].min():.2f}, {gate[:, j].max():.2f}]")
+            an.text_units[label] = gate[:, j]
+            featured.append((f"{cell.keep_gate} gate of unit {j}, τ ≈ {tau:.1f} steps", cell.keep_gate, j))
         an.text = text[:n_chars]
+        if n_chars:
+            an.explore = explore_data(tr, an.text, an.units, featured=featured)
     timings["text"] = time.perf_counter() - t0
+    bar.update()
+    bar.close()
     an.timings = timings
     return an
 

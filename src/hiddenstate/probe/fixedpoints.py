@@ -36,7 +36,7 @@ from hiddenstate.cells import kind_of
 from hiddenstate.probe.trace import sequence_layer
 from hiddenstate.validation import choice, float_array, index, nonnegative_int, positive_int, real, shape_str
 
-__all__ = ["FixedPoint", "classify_point", "find_fixed_points", "layer_map", "reachable_box"]
+__all__ = ["FixedPoint", "FixedPoints", "classify_point", "find_fixed_points", "layer_map", "reachable_box"]
 
 _KINDS = ("stable", "marginal", "saddle", "unstable")
 #: scipy.optimize.minimize methods that use the gradient (``jac=True``), and those of them that take bounds
@@ -109,6 +109,11 @@ class FixedPoint:
     n_hits: int = 1
     jacobian: np.ndarray = field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        """``FixedPoint(saddle, H=32, q=1.2e-14, max |λ|=1.08, 1 unstable, 3 starts)``."""
+        return (f"FixedPoint({self.kind}, H={self.h.size}, q={self.q:.3g}, max |λ|={self.spectral_radius:.4g}, "
+                f"{self.n_unstable} unstable, {self.n_hits} start{'s' if self.n_hits != 1 else ''})")
+
     @property
     def is_stable(self) -> bool:
         """True when every eigenvalue of the Jacobian lies strictly inside the unit circle."""
@@ -131,6 +136,49 @@ class FixedPoint:
         vals, vecs = np.linalg.eig(self.jacobian)
         order = np.argsort(-np.abs(vals), kind="stable")
         return vecs[:, order[: self.n_unstable]]
+
+
+class FixedPoints(list):
+    """The fixed points one search found: a list of :class:`FixedPoint` that knows how many starts it tried.
+
+    Parameters
+    ----------
+    points : iterable of FixedPoint, default ()
+        The points, in the order :func:`find_fixed_points` sorts them.
+    n_starts : int, optional
+        How many starting states the search was run from (None: not known).
+
+    Attributes
+    ----------
+    n_starts : int or None
+        How many starting states were tried; ``sum(p.n_hits for p in self)`` of them converged.
+    """
+
+    def __init__(self, points=(), n_starts: int | None = None):
+        super().__init__(points)
+        self.n_starts = None if n_starts is None else int(n_starts)
+
+    def counts(self) -> dict[str, int]:
+        """How many points of each kind, e.g. ``{"stable": 2, "saddle": 1}`` (kinds found only).
+
+        Returns
+        -------
+        dict of str to int
+            In the order stable, marginal, saddle, unstable.
+        """
+        out = {k: sum(p.kind == k for p in self) for k in ("stable", "marginal", "saddle", "unstable")}
+        return {k: n for k, n in out.items() if n}
+
+    def __repr__(self) -> str:
+        """``FixedPoints(3 from 32 starts: 2 stable, 1 saddle)``."""
+        kinds = ", ".join(f"{n} {k}" for k, n in self.counts().items()) or "none"
+        starts = "" if self.n_starts is None else f" from {self.n_starts} starts"
+        return f"FixedPoints({len(self)}{starts}: {kinds})"
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import fixed_points_html
+
+        return fixed_points_html(self)
 
 
 def classify_point(jacobian: np.ndarray, *, margin: float = 1e-8) -> tuple[np.ndarray, int, str]:
@@ -234,8 +282,9 @@ def find_fixed_points(
 
     Returns
     -------
-    list of FixedPoint
-        Sorted by number of unstable directions, stable before marginal, then by decreasing
+    FixedPoints
+        A list of :class:`FixedPoint` (with ``n_starts``, the number of starts tried), sorted by
+        number of unstable directions, stable before marginal, then by decreasing
         ``n_hits``, then by the state's coordinates (a deterministic order). Empty if no start
         converged.
 
@@ -345,7 +394,7 @@ def find_fixed_points(
                            n_hits=hits, jacobian=J)
             )
     points.sort(key=lambda p: (p.n_unstable, _KINDS.index(p.kind), -p.n_hits, tuple(np.round(p.h, 9))))
-    return points
+    return FixedPoints(points, n_starts=K)
 
 
 def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):

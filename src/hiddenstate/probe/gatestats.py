@@ -88,6 +88,9 @@ class GateStats:
         Number of (time, sequence) samples averaged.
     low, high : float
         The saturation thresholds (0.1 and 0.9 in Karpathy et al. 2015).
+    keep : bool or None, default None
+        Whether this is the cell kind's keep gate (``CellKind.keep_gate``: GRU ``z``, LSTM ``f``),
+        whose time constant is meaningful; None when not known (the report then goes by the name).
     """
 
     name: str
@@ -98,6 +101,19 @@ class GateStats:
     n_steps: int
     low: float = 0.1
     high: float = 0.9
+    keep: bool | None = None
+
+    def __repr__(self) -> str:
+        """``GateStats('layer 0 z', H=64, steps=2000, mean=0.61, <0.1: 12%, >0.9: 31%, longest τ=41.2)``."""
+        tau = f", longest τ={float(np.max(self.time_constant)):.4g}" if self.keep else ""
+        return (f"GateStats({self.name!r}, H={self.mean.size}, steps={self.n_steps}, mean={float(np.mean(self.mean)):.4g}, "
+                f"<{self.low:g}: {100 * float(np.mean(self.left)):.1f}%, >{self.high:g}: "
+                f"{100 * float(np.mean(self.right)):.1f}%{tau})")
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import gate_stats_html
+
+        return gate_stats_html(self)
 
     @property
     def time_constant(self) -> np.ndarray:
@@ -121,7 +137,8 @@ class GateStats:
         return idx[np.argsort(-tau[idx], kind="stable")]
 
 
-def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, high: float = 0.9) -> GateStats:
+def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, high: float = 0.9,
+                    keep: bool | None = None) -> GateStats:
     """Mean, saturation fractions and time constant of each unit of one gate.
 
     Parameters
@@ -134,6 +151,8 @@ def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, hi
         Label stored in the result.
     low, high : float, default 0.1 and 0.9
         Saturation thresholds: left-saturated is ``< low``, right-saturated ``> high``.
+    keep : bool, optional
+        Whether this is the cell kind's keep gate (stored as :attr:`GateStats.keep`).
 
     Returns
     -------
@@ -143,7 +162,7 @@ def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, hi
     ------
     TypeError
         ``gate`` not real numbers, a mask that is not bool, thresholds that are not numbers, a
-        ``name`` that is not a str.
+        ``name`` that is not a str, a ``keep`` that is not a bool or None.
     ValueError
         If ``gate`` has fewer than 2 dimensions, values outside [0, 1], a mask of the wrong shape,
         no valid step, or ``not 0 <= low < high <= 1``.
@@ -152,6 +171,9 @@ def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, hi
     if not isinstance(name, str):
         raise TypeError(f"name must be a str; got {type(name).__name__}.")
     low, high = real("low", low), real("high", high)
+    if keep is not None and not isinstance(keep, (bool, np.bool_)):
+        raise TypeError(f"keep must be a bool or None; got {type(keep).__name__}.")
+    keep = None if keep is None else bool(keep)
     if g.ndim < 2 or g.shape[-1] == 0:
         raise ValueError(
             f"gate must have shape (..., H) with at least one time axis and H >= 1; got shape {g.shape}. "
@@ -179,4 +201,5 @@ def gate_statistics(gate, *, mask=None, name: str = "gate", low: float = 0.1, hi
         n_steps=int(flat.shape[0]),
         low=float(low),
         high=float(high),
+        keep=keep,
     )

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.cells import kind_of
 from hiddenstate.cells.base import Record
+from hiddenstate.probe.bounds import spectral_bounds
 from hiddenstate.probe.trace import LayerTrace, layer_trace, sequence_layer, trace
 from hiddenstate.validation import choice, float_array, index, nonnegative_int, shape_str
 
@@ -53,8 +53,7 @@ __all__ = [
     "step_jacobians",
 ]
 
-#: 1/gamma: the largest sigma_max(W_hh) for which vanishing is guaranteed (Pascanu et al. 2013, Sec. 3.1).
-VANISHING_BOUND = {"tanh": 1.0, "relu": 1.0, "sigmoid": 4.0}
+# spectral_bounds lives in hiddenstate.probe.bounds (imported above: part of this module's API)
 
 
 # --------------------------------------------------------------------------- step Jacobians
@@ -155,6 +154,16 @@ class JacobianFlow:
     per_sequence_frobenius: np.ndarray
     per_sequence_spectral: np.ndarray
     block: str = "h"
+
+    def __repr__(self) -> str:
+        """``JacobianFlow(block 'h', lags 0..60, σ_max 1 -> 0.0031, Frobenius 8 -> 0.0052)``."""
+        return (f"JacobianFlow(block {self.block!r}, lags 0..{int(self.lags[-1])}, σ_max {self.spectral[0]:.4g} -> "
+                f"{self.spectral[-1]:.4g}, Frobenius {self.frobenius[0]:.4g} -> {self.frobenius[-1]:.4g})")
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import jacobian_flow_html
+
+        return jacobian_flow_html(self)
 
 
 def _flow(J_of_lag, lens, K, S, block, H, N):
@@ -354,6 +363,17 @@ class GradientNorms:
     norm_c: np.ndarray | None
     initial: np.ndarray
 
+    def __repr__(self) -> str:
+        """``GradientNorms(L=1, T=100, ‖dL/dh‖ at lag 0: 0.5, at lag 99: 1.2e-05)``."""
+        L, T = self.norm.shape
+        return (f"GradientNorms(L={L}, T={T}, ‖dL/dh‖ at lag 0: {self.norm[-1, -1]:.4g}, at lag {T - 1}: "
+                f"{self.norm[-1, 0]:.4g})")
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import gradient_norms_html
+
+        return gradient_norms_html(self)
+
     @property
     def lags(self) -> np.ndarray:
         """Lag ``T-1-t`` of each step, shape (T,) (0 for the last step)."""
@@ -462,53 +482,3 @@ def hidden_gradient_norms(layer, x, h0=None, *, dh_last=None) -> GradientNorms:
 
 
 # --------------------------------------------------------------------------- Pascanu's bound
-
-def spectral_bounds(layer) -> list[dict]:
-    """Largest singular value of every recurrent weight block against the vanishing bound.
-
-    Pascanu, Mikolov and Bengio (2013, Sec. 3.1): if ``sigma_max(W_hh) < 1/gamma``, where ``gamma``
-    bounds the derivative of the nonlinearity (1 for tanh and relu, 1/4 for the logistic
-    sigmoid), then every step Jacobian has norm below one and long-term gradients vanish
-    geometrically. The condition is sufficient for vanishing, and ``sigma_max > 1/gamma`` is
-    necessary (not sufficient) for explosion. It is exact for the Elman RNN; for GRU and LSTM
-    blocks (gate order r, z, n / i, f, g, o) ``sigma_max`` is reported for reference only, since a
-    gate near one carries the state whatever the weights.
-
-    Parameters
-    ----------
-    layer : hiddenstate.RNN, GRU or LSTM
-
-    Returns
-    -------
-    list of dict
-        One row per layer, direction and gate block: ``"matrix"`` (parameter name), ``"block"``,
-        ``"sigma_max"``, ``"bound"`` (``1/gamma``, or None for gated cells) and
-        ``"vanishing guaranteed"`` (True/False, or None when the bound does not apply). Empty
-        for a kind without recurrent weights (minGRU, minLSTM).
-
-    Raises
-    ------
-    TypeError, ValueError
-        ``layer`` not a sequence layer, or parameters that do not fit (``check_params``).
-    """
-    sequence_layer(layer).check_params()
-    kind = kind_of(layer).name
-    names = kind_of(layer).blocks
-    H = layer.hidden_size
-    rows = []
-    if not kind_of(layer).recurrent:  # a linear recurrence: no recurrent weights to bound
-        return rows
-    for li in range(layer.num_layers):
-        for d in range(layer.num_directions):
-            key = f"weight_hh_l{li}" + ("_reverse" if d else "")
-            W = np.asarray(layer.params[key], dtype=np.float64)
-            for k, g in enumerate(names):
-                s = float(np.linalg.svd(W[k * H:(k + 1) * H], compute_uv=False)[0])
-                if kind == "rnn":
-                    bound = VANISHING_BOUND[layer.nonlinearity]
-                    rows.append({"matrix": key, "block": g, "sigma_max": s, "bound": bound,
-                                 "vanishing guaranteed": bool(s < bound)})
-                else:
-                    rows.append({"matrix": key, "block": g, "sigma_max": s, "bound": None,
-                                 "vanishing guaranteed": None})
-    return rows

@@ -56,6 +56,16 @@ class MemoryCurve:
     chance: float
     alpha: float
 
+    def __repr__(self) -> str:
+        """``MemoryCurve(accuracy, lags 0..30, capacity=4.12, horizon(0.5)=3, chance=0.16)``."""
+        return (f"MemoryCurve({self.metric}, lags 0..{int(self.lags[-1])}, capacity={self.capacity:.4g}, "
+                f"horizon(0.5)={self.horizon(0.5)}, chance={self.chance:.4g})")
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import memory_html
+
+        return memory_html(self)
+
     @property
     def capacity(self) -> float:
         """Memory capacity: ``sum_k clip((score_k - chance) / (1 - chance), 0, 1)`` over all lags.

@@ -46,6 +46,17 @@ class PCAResult:
     explained_variance_ratio: np.ndarray
     scores: np.ndarray
 
+    def __repr__(self) -> str:
+        """``PCAResult(K=64 of H=64, PC1 6.7%, PC1+PC2 10.9%, 90% in 41 components)``."""
+        evr = self.explained_variance_ratio
+        return (f"PCAResult(K={self.components.shape[0]} of H={self.mean.size}, PC1 {100 * evr[0]:.1f}%, "
+                f"PC1+PC2 {100 * evr[:2].sum():.1f}%, 90% in {self.n_components_for(0.9)} components)")
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import pca_html
+
+        return pca_html(self)
+
     def transform(self, states) -> np.ndarray:
         """Project states of shape (..., H) onto the components; returns shape (..., K).
 

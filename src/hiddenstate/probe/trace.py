@@ -132,6 +132,12 @@ class LayerTrace:
     options: dict = field(default_factory=dict)
     s: np.ndarray | None = field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        """``LayerTrace(gru layer 0, T=100, N=8, H=32, gates r, z, n)``."""
+        T, N = self.mask.shape
+        gates = ", ".join(self.gates) or "none"
+        return f"LayerTrace({self.kind} {self.label}, T={T}, N={N}, H={self.hidden_size}, gates {gates})"
+
     @property
     def hidden_size(self) -> int:
         """H."""
@@ -247,6 +253,19 @@ class Trace:
     def __len__(self) -> int:
         """L * D."""
         return len(self.layers)
+
+    def __repr__(self) -> str:
+        """``Trace(gru, 2 layers x 1 direction, T=100, N=8, H=32, 800 valid steps)``."""
+        T, N = self.mask.shape
+        H = self.layers[0].hidden_size if self.layers else 0
+        return (f"Trace({self.kind}, {self.num_layers} layer{'s' if self.num_layers != 1 else ''} x {self.num_directions} "
+                f"direction{'s' if self.num_directions != 1 else ''}, T={T}, N={N}, H={H}, "
+                f"{int(self.mask.sum())} valid steps)")
+
+    def _repr_html_(self) -> str:
+        from hiddenstate.report.notebook import trace_html
+
+        return trace_html(self)
 
 
 def trace(layer, x, h0=None, *, lengths=None, reset=None) -> Trace:

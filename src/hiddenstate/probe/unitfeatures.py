@@ -47,6 +47,11 @@ class UnitCorrelation:
     top_units: np.ndarray
     top_r: np.ndarray
 
+    def __repr__(self) -> str:
+        """``UnitCorrelation('position in line', H=64, best unit 17 (r=+0.62), then 3 (r=-0.41))``."""
+        tops = ", then ".join(f"{int(u)} (r={float(r):+.2f})" for u, r in zip(self.top_units[:3], self.top_r[:3]))
+        return f"UnitCorrelation({self.feature!r}, H={self.r.size}, best unit {tops})"
+
     @property
     def best_unit(self) -> int:
         """Index of the unit with the largest ``|r|``."""

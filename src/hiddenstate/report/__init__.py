@@ -7,7 +7,12 @@ It renders the data it is given and imports nothing from :mod:`hiddenstate.probe
   its style sheet and script are package data in ``static/``, inlined into each page.
 * :mod:`~hiddenstate.report.plots`: one figure per measurement (loss, gates, gradient, memory,
   PCA, eigenvalues).
-* :mod:`~hiddenstate.report.textview`: text coloured by unit activation.
+* :mod:`~hiddenstate.report.explorer`: the explorer card (any unit or gate on the text, hover,
+  span matching), with the activations embedded at 8 bits.
+* :mod:`~hiddenstate.report.textview`: text coloured by unit activation (and the colour map the
+  explorer's script mirrors).
+* :mod:`~hiddenstate.report.notebook`: what a notebook shows for the measurements (HTML tables,
+  inline figures) and :class:`~hiddenstate.report.notebook.Report`, what :func:`build_report` returns.
 * :mod:`~hiddenstate.report.figures`: the plumbing shared with training and the experiments
   (house style, Agg figures, PNG output).
 """

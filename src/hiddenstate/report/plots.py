@@ -18,7 +18,7 @@ import numpy as np
 
 from hiddenstate.report.figures import COLORS, KIND_COLORS, figure, style
 
-__all__ = ["eigenvalue_figure", "gates_figure", "gradient_figure", "is_keep_gate", "loss_figure",
+__all__ = ["CHAR_CLASSES", "char_class", "eigenvalue_figure", "gates_figure", "gradient_figure", "is_keep_gate", "loss_figure",
            "memory_figure", "pca_figure"]
 
 _REF_GREYS = ("#5f6368", "#9aa0a6", "#3c4043")  # dashed reference curves of the gradient figure
@@ -63,6 +63,12 @@ def is_keep_gate(name: str) -> bool:
     return bool(words) and words[-1].lower() in ("z", "f", "update", "forget", "keep")
 
 
+def _keeps(g) -> bool:
+    """Whether a gate's statistics are of a keep gate: its ``keep`` flag when set, else its name."""
+    keep = getattr(g, "keep", None)
+    return bool(keep) if keep is not None else is_keep_gate(g.name)
+
+
 def loss_figure(loss: Mapping[str, object]):
     """Loss curves against the step, each labelled with its last finite value.
 
@@ -104,8 +110,10 @@ def gates_figure(gates: Sequence):
     ----------
     gates : non-empty sequence of :class:`~hiddenstate.probe.gatestats.GateStats`
         Reads ``name``, ``left`` and ``right`` (each of shape (H,)), ``low`` and ``high`` (the
-        thresholds of the first one label the axes) and, for keep gates (:func:`is_keep_gate`),
-        ``time_constant`` of shape (H,).
+        thresholds of the first one label the axes) and, for keep gates, ``time_constant`` of
+        shape (H,). A gate is a keep gate when its ``keep`` attribute is True (set from the cell
+        kind's declared keep gate by :func:`hiddenstate.analyze_model`); without that attribute
+        (or with None) its name decides (:func:`is_keep_gate`).
 
     Returns
     -------
@@ -113,7 +121,7 @@ def gates_figure(gates: Sequence):
         One axes (scatter, one dot per unit) or, when some gate is a keep gate, two: the scatter
         and the sorted time constants ``1 / (1 - mean)`` on a log scale.
     """
-    keep = any(is_keep_gate(g.name) for g in gates)
+    keep = any(_keeps(g) for g in gates)
     with style():
         fig, axes = figure(6.4, 3.3, ncols=2, width_ratios=[1.15, 1]) if keep else figure(6.0, 3.3)
         ax = axes[0] if keep else axes
@@ -132,7 +140,7 @@ def gates_figure(gates: Sequence):
         if keep:
             ax2 = axes[1]
             for i, g in enumerate(gates):  # the scatter's colour for each keep gate
-                if not is_keep_gate(g.name):
+                if not _keeps(g):
                     continue
                 tau = np.sort(np.minimum(g.time_constant, 1e6))[::-1]  # (H,), longest first
                 ax2.plot(np.arange(1, tau.size + 1), tau, marker="o", ms=3, lw=1.2, label=g.name,
@@ -185,6 +193,9 @@ def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] |
         ax.set_yscale("log")
         if np.isfinite(lo):
             ax.set_ylim(bottom=max(lo * 0.3, 1e-300))
+        ends = [line.get_xdata()[-1] for line in ax.lines if len(line.get_xdata())]
+        if ends:
+            ax.set_xlim(0, max(ends))  # the axis ends where the data does
         ax.set_xlabel("lag k (steps back from the last step)")
         ax.set_ylabel("norm")
         ax.legend(loc="best")
@@ -199,7 +210,7 @@ def memory_figure(memory: Mapping[str, object]):
     memory : mapping of str to :class:`~hiddenstate.probe.memory.MemoryCurve`
         Reads ``lags`` and ``score`` (shape (K+1,)), ``capacity`` (shown in the legend),
         ``metric`` (``"r2"`` or ``"accuracy"``; the last one names the y axis) and ``chance``
-        (drawn dotted for accuracy).
+        (drawn dotted and labelled for accuracy: always guessing the most common class).
 
     Returns
     -------
@@ -214,7 +225,8 @@ def memory_figure(memory: Mapping[str, object]):
             ax.plot(mc.lags, mc.score, marker="o", ms=3.5, lw=1.6, color=color,
                     label=f"{name} (capacity {mc.capacity:.1f})")
             if mc.metric == "accuracy":
-                ax.axhline(mc.chance, color=color, lw=0.8, ls=":")
+                ax.axhline(mc.chance, color=color, lw=0.9, ls=":",
+                           label=f"chance: most common class ({mc.chance:.2f})")
             metric = mc.metric
         ax.axhline(0.0, color="#9aa0a6", lw=0.8)
         ax.set_ylim(min(-0.05, ax.get_ylim()[0]), 1.05)
@@ -244,7 +256,85 @@ def _draw_fixed_points(ax, res, fixed_points, lo, hi) -> None:
                    zorder=5, label=lab)
 
 
-def pca_figure(pca, fixed_points: Sequence = ()):
+#: The classes of characters the PCA plot colours by, in drawing order (name, colour).
+CHAR_CLASSES = (("lower-case letter", COLORS[0]), ("upper-case letter", COLORS[1]), ("space", COLORS[2]),
+                ("newline", COLORS[3]), ("punctuation", COLORS[4]), ("digit or other", COLORS[6]))
+
+
+def char_class(ch: str) -> int:
+    """The index in :data:`CHAR_CLASSES` of one character's class.
+
+    Parameters
+    ----------
+    ch : str
+        One character.
+
+    Returns
+    -------
+    int
+        0 lower-case letter, 1 upper-case letter, 2 space (or tab), 3 newline, 4 punctuation
+        (``str.isalnum`` false and printable), 5 digit or other.
+    """
+    if ch.isalpha():
+        return 1 if ch.isupper() else 0
+    if ch == "\n":
+        return 3
+    if ch.isspace():
+        return 2
+    if ch.isprintable() and not ch.isalnum():
+        return 4
+    return 5
+
+
+def _variance_axes(ax2, evr) -> None:
+    k = min(10, evr.size)
+    ax2.bar(np.arange(1, k + 1), evr[:k], color=COLORS[0], alpha=0.85, label="per component")
+    ax2.plot(np.arange(1, k + 1), np.cumsum(evr[:k]), color=COLORS[1], marker="o", ms=3, label="cumulative")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_xlabel("component")
+    ax2.set_ylabel("explained variance ratio")
+    ax2.set_title(f"explained variance (PC1+PC2: {100 * evr[:2].sum():.1f} %)")
+    ax2.legend(loc="upper left")
+
+
+def _pc_labels(ax, evr) -> None:
+    ax.set_xlabel(f"PC1 ({100 * evr[0]:.1f} % of the variance)")
+    ax.set_ylabel(f"PC2 ({100 * evr[1]:.1f} %)" if evr.size > 1 else "PC2")
+
+
+def _pca_by_class(pca, sc, fixed_points, text: str, stretch: int):
+    """Three axes: steps coloured by character class, a short annotated stretch, explained variance."""
+    pts = (sc if sc.ndim == 2 else sc[:, 0])[: len(text), :2]  # (T', 2) sequence 0
+    text = text[: pts.shape[0]]
+    cls = np.array([char_class(c) for c in text], dtype=int)
+    evr = np.asarray(pca.explained_variance_ratio)
+    fig, (ax, ax1, ax2) = figure(13.5, 4.4, ncols=3, width_ratios=[1.2, 1.2, 0.9])
+    for j, (name, color) in enumerate(CHAR_CLASSES):
+        sel = cls == j
+        if sel.any():
+            ax.scatter(pts[sel, 0], pts[sel, 1], s=7, alpha=0.6, color=color, edgecolors="none",
+                       label=f"{name} ({int(sel.sum())})")
+    if fixed_points:
+        _draw_fixed_points(ax, pca, fixed_points, pts.min(axis=0), pts.max(axis=0))
+    _pc_labels(ax, evr)
+    ax.set_title("every step, by the character just read")
+    ax.legend(loc="best", fontsize=7, markerscale=2)
+    n = min(stretch, pts.shape[0])
+    seg = pts[:n]
+    ax1.plot(seg[:, 0], seg[:, 1], color="#9aa0a6", lw=0.9, zorder=1)
+    ax1.scatter(seg[:, 0], seg[:, 1], s=16, c=[CHAR_CLASSES[c][1] for c in cls[:n]], zorder=2, edgecolors="none")
+    for t in range(n):
+        ch = {"\n": "↵", " ": "␣"}.get(text[t], text[t])
+        ax1.annotate(ch, (seg[t, 0], seg[t, 1]), textcoords="offset points", xytext=(3, 3), fontsize=7.5,
+                     color="#202124")
+    _pc_labels(ax1, evr)
+    shown = "".join({"\n": "↵"}.get(c, c) for c in text[:n])
+    ax1.set_title(f"steps 0-{n - 1}: " + repr(shown[:28] + ("…" if len(shown) > 28 else "")), fontsize=8.5)
+    _variance_axes(ax2, evr)
+    return fig
+
+
+def pca_figure(pca, fixed_points: Sequence = (), *, text: str | None = None, stretch: int = 40):
     """The trajectory in the top-two principal-component plane, and the explained variance.
 
     Parameters
@@ -256,18 +346,29 @@ def pca_figure(pca, fixed_points: Sequence = ()):
     fixed_points : sequence of :class:`~hiddenstate.probe.fixedpoints.FixedPoint`, default ()
         Drawn as stars (stable) or crosses (other kinds) when their ``h`` has the shape of
         ``pca.mean`` and they lie near the trajectory.
+    text : str, optional
+        The characters of sequence 0, one per step. With it, the steps are drawn as dots
+        coloured by the class of the character just read (:data:`CHAR_CLASSES`) and the first
+        ``stretch`` steps as a path labelled with their characters, instead of one long path
+        coloured by time (which for thousands of steps is a tangle).
+    stretch : int, default 40
+        Steps of the labelled path.
 
     Returns
     -------
     matplotlib.figure.Figure
-        Two axes: the trajectory coloured by time step, and the per-component and cumulative
-        explained variance ratio of the first 10 components.
+        Without text two axes (the path coloured by time step, with its colour bar) and the
+        per-component and cumulative explained variance ratio of the first 10 components; with
+        text three: by class, the labelled stretch, the explained variance.
     """
     from matplotlib.collections import LineCollection
 
     sc = np.asarray(pca.scores)
     if sc.shape[-1] < 2:
         sc = np.concatenate([sc, np.zeros(sc.shape[:-1] + (1,))], axis=-1)
+    if text:
+        with style():
+            return _pca_by_class(pca, sc, fixed_points, text, max(int(stretch), 2))
     trajs = [sc] if sc.ndim == 2 else [sc[:, n] for n in range(min(sc.shape[1], 4))]  # each (T, K)
     with style():
         fig, (ax, ax2) = figure(12.5, 4.6, ncols=2, width_ratios=[1.9, 1])
@@ -288,19 +389,11 @@ def pca_figure(pca, fixed_points: Sequence = ()):
             _draw_fixed_points(ax, pca, fixed_points, allpts.min(axis=0), allpts.max(axis=0))
         ax.autoscale_view()
         fig.colorbar(lc, ax=ax, label="time step", shrink=0.85, pad=0.01)
-        evr = pca.explained_variance_ratio
-        ax.set_xlabel(f"PC1 ({100 * evr[0]:.1f} %)")
-        ax.set_ylabel(f"PC2 ({100 * evr[1]:.1f} %)" if evr.size > 1 else "PC2")
+        evr = np.asarray(pca.explained_variance_ratio)
+        _pc_labels(ax, evr)
         ax.set_title("trajectory in the top-two PC plane")
         ax.legend(loc="best", fontsize=7.5)
-        k = min(10, evr.size)
-        ax2.bar(np.arange(1, k + 1), evr[:k], color=COLORS[0], alpha=0.85, label="per component")
-        ax2.plot(np.arange(1, k + 1), np.cumsum(evr[:k]), color=COLORS[1], marker="o", ms=3, label="cumulative")
-        ax2.set_ylim(0, 1.05)
-        ax2.set_xlabel("component")
-        ax2.set_ylabel("explained variance ratio")
-        ax2.set_title("explained variance")
-        ax2.legend(loc="upper left")
+        _variance_axes(ax2, evr)
     return fig
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from hiddenstate.report.figures import COLORS
 
-__all__ = ["text_views_html"]
+__all__ = ["background", "colour_scale", "text_views_html"]
 
 
 def _rgb(hex_color: str) -> tuple[int, int, int]:
@@ -35,15 +35,64 @@ def _esc(x) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _rgba(v: float, lo: float, hi: float, diverging: bool) -> str:
-    """The CSS background of one value: warm/cool by sign up to ``hi`` (diverging), else warm in [lo, hi]."""
-    if diverging:
-        a = min(abs(v) / hi, 1.0) if hi > 0 else 0.0
+def colour_scale(lo: float, hi: float) -> tuple[str, float, float]:
+    """The colour scale of values that range over ``[lo, hi]`` (one unit of one text view).
+
+    Parameters
+    ----------
+    lo, hi : float
+        The smallest and largest value shown.
+
+    Returns
+    -------
+    mode : {"diverging", "gate", "sequential"}
+        ``"diverging"`` (some value negative: cool below 0, warm above, symmetric), ``"gate"``
+        (all values in [0, 1]: white at 0 to warm at 1) or ``"sequential"`` (white at ``lo`` to
+        warm at ``hi``).
+    a, b : float
+        The ends of the scale: ``(-s, s)`` with ``s = max(|lo|, |hi|)``, ``(0, 1)`` or ``(lo, hi)``.
+    """
+    lo, hi = float(lo), float(hi)
+    if lo < 0.0:
+        s = max(abs(lo), abs(hi))
+        return "diverging", -s, s
+    if hi <= 1.0:
+        return "gate", 0.0, 1.0
+    return "sequential", lo, hi
+
+
+def background(v: float, mode: str, a: float, b: float) -> tuple[int, int, int, float]:
+    """The background colour of one value on a :func:`colour_scale` (the page's script does the same).
+
+    Parameters
+    ----------
+    v : float
+        The value.
+    mode : {"diverging", "gate", "sequential"}
+        From :func:`colour_scale`.
+    a, b : float
+        The ends of the scale, from :func:`colour_scale`.
+
+    Returns
+    -------
+    (int, int, int, float)
+        Red, green, blue (warm ``(213, 94, 0)`` for positive, cool ``(0, 114, 178)`` for negative
+        values) and the opacity ``0.88 * f`` where ``f`` in [0, 1] is ``|v| / b`` (diverging) or
+        ``(v - a) / (b - a)``, clipped; 0 on an empty scale.
+    """
+    if mode == "diverging":
+        f = min(abs(v) / b, 1.0) if b > 0 else 0.0
         c = _WARM if v >= 0 else _COOL
     else:
-        a = min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
+        f = min(max((v - a) / (b - a), 0.0), 1.0) if b > a else 0.0
         c = _WARM
-    return f"rgba({c[0]},{c[1]},{c[2]},{0.88 * a:.2f})"
+    return c[0], c[1], c[2], 0.88 * f
+
+
+def _rgba(v: float, lo: float, hi: float, diverging: bool) -> str:
+    """The CSS background of one value: warm/cool by sign up to ``hi`` (diverging), else warm in [lo, hi]."""
+    r, g, b, alpha = background(v, "diverging" if diverging else "sequential", -hi if diverging else lo, hi)
+    return f"rgba({r},{g},{b},{alpha:.2f})"
 
 
 def _view(idx: int, label: str, text: str, values: np.ndarray) -> str:

@@ -39,8 +39,8 @@ _EXPORTS = {
     "evaluate": "hiddenstate.train.loop",
     "train": "hiddenstate.train.loop",
 }
-_SUBMODULES = ("checkpoint", "checkpoint_record", "config", "corpus", "guards", "history", "loop", "model", "optim",
-               "ownership", "rundir", "snapshot", "snapshot_schema", "steps")
+_SUBMODULES = ("checkpoint", "checkpoint_record", "config", "corpus", "device", "generate", "guards", "history", "loop",
+               "model", "optim", "ownership", "rundir", "snapshot", "snapshot_schema", "steps")
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = attach(__name__, _EXPORTS | {name: f"hiddenstate.train.{name}" for name in _SUBMODULES},
                               globals())

@@ -44,6 +44,7 @@ from hiddenstate.files import write_atomically
 from hiddenstate.resources import check_memory
 from hiddenstate.train.config import TrainConfig, make_config
 from hiddenstate.train.corpus import Vocabulary
+from hiddenstate.train.device import DeviceTrainer, resolve_device
 from hiddenstate.train.guards import (
     DeferredSignals,
     TrainingInterrupted,
@@ -114,7 +115,7 @@ class TrainResult:
     plot: Path | None
 
     def sample(self, prime: str | None = None, length: int = 500, *, temperature: float = 1.0,
-               seed: int | None = 0) -> str:
+               seed: int | None = 0, top_k: int | None = None, top_p: float | None = None) -> str:
         """Generate text from the trained model (:func:`~hiddenstate.train.sample` with this source).
 
         Parameters
@@ -127,13 +128,17 @@ class TrainResult:
             Softmax temperature (>= 0; 0 is greedy).
         seed : int or None, default 0
             Seeds the sampler.
+        top_k : int, optional
+            Draw among the k most likely characters only (None: all).
+        top_p : float in (0, 1], optional
+            Nucleus sampling: the smallest set of likeliest characters reaching this mass (None: all).
 
         Returns
         -------
         str
             ``prime`` followed by ``length`` generated characters.
         """
-        return sample(self, prime=prime, length=length, temperature=temperature, seed=seed)
+        return sample(self, prime=prime, length=length, temperature=temperature, seed=seed, top_k=top_k, top_p=top_p)
 
     def summary(self) -> str:
         """One line: steps, time and the final validation loss in nats, bits and perplexity.
@@ -170,7 +175,7 @@ def _plot_title(cfg: TrainConfig, val_loss: float) -> str:
 
 
 def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: bool = False, progress: bool = True,
-          callback: Callable[[dict], bool | None] | None = None, verbose: bool = True) -> TrainResult:
+          callback: Callable[[dict], bool | None] | None = None, verbose: bool = True, device: str = "cpu") -> TrainResult:
     """Train a :class:`~hiddenstate.train.model.CharRNN` on a text with truncated BPTT.
 
     The run directory (``out``) is claimed first (:func:`~hiddenstate.train.ownership.claim`): it
@@ -202,6 +207,10 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: b
         run there (with a last evaluation and checkpoint).
     verbose : bool, default True
         Print a line when resuming, and one at each evaluation when there is no progress bar.
+    device : str, default "cpu"
+        Where the steps run: ``"cpu"`` (NumPy), ``"torch:cpu"``, ``"cuda"`` (``"cuda:K"``,
+        ``"torch:cuda"``, ``"cupy"``): the array-API path, :mod:`hiddenstate.train.device`. Not part
+        of the run's configuration: a run may be resumed on another device.
 
     Returns
     -------
@@ -228,6 +237,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: b
     """
     t_start = time.perf_counter()
     overwrite = boolean("overwrite", overwrite)
+    accelerator = resolve_device(device)  # before anything is claimed: no GPU is one message, nothing written
     with DeferredSignals() as signals:
         lock, wrote_log = None, False
         try:
@@ -238,7 +248,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: b
             check_memory(f"training a {cfg.cell.upper()} of --hidden-size {cfg.hidden_size} x --num-layers "
                          f"{cfg.num_layers} ({estimate['parameters']:,} parameters)", estimate["bytes"],
                          "Lower --hidden-size or --num-layers (or --batch-size and --seq-len).")
-            trainer = Trainer(cfg, corpus)
+            trainer = Trainer(cfg, corpus) if accelerator is None else DeviceTrainer(cfg, corpus, accelerator)
             if loaded is not None:
                 trainer.restore(loaded.snapshot)
             kept = [] if loaded is None else kept_log_lines(loaded.run_dir / LOG_FILE, trainer.step)

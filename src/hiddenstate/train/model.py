@@ -32,24 +32,19 @@ Examples
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from hiddenstate.functional import cross_entropy, softmax
+from hiddenstate.functional import cross_entropy
 from hiddenstate.layers import BY_KIND
 from hiddenstate.params import uniform_init
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
-from hiddenstate.validation import choice, drop_probability, float_dtype, generator, nonnegative_int, positive_int, real
+from hiddenstate.train.generate import SAMPLE_RULES, Stream, check_sampling
+from hiddenstate.validation import choice, drop_probability, float_dtype, generator, positive_int
 
 __all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
 #: The recurrent layers a CharRNN can use (``cell=``): the gated RNNs, then the linear recurrences.
 CELLS = tuple(sorted(k for k in BY_KIND if BY_KIND[k].kind.recurrent)) + LINEAR_CELLS
-
-#: The rules of :meth:`CharRNN.sample`'s options (``SAMPLE_RULES[name](name, value)``, see
-#: :mod:`hiddenstate.validation`), shared with the flags of ``hiddenstate sample``.
-SAMPLE_RULES = {"length": nonnegative_int, "temperature": functools.partial(real, low=0.0)}
 
 
 def _check_ids(name: str, ids, vocab_size: int, ndim: int) -> np.ndarray:
@@ -396,12 +391,15 @@ class CharRNN:
         return loss, self.backward(cache, dlogits), state
 
     # -- generation ----------------------------------------------------------------------------
-    def sample(self, prime, length, *, temperature=1.0, rng=None, state=None) -> np.ndarray:
+    def sample(self, prime, length, *, temperature=1.0, top_k=None, top_p=None, rng=None, state=None) -> np.ndarray:
         """Generate ``length`` character ids after reading ``prime``.
 
         The prime is read in one pass (its last step's scores give the first new character);
-        each new character is then drawn from ``softmax(logits / temperature)`` by inverse-CDF
-        sampling with one ``rng.random()`` per character, and fed back in.
+        then a :class:`hiddenstate.train.generate.Stream` carries the hidden state: each new
+        character is drawn from :func:`~hiddenstate.train.generate.next_distribution`
+        (``softmax(logits / temperature)``, truncated to the ``top_k`` most likely characters
+        and then to the ``top_p`` nucleus, renormalised) by inverse-CDF sampling with one
+        ``rng.random()`` per character, and fed back in: one recurrent step per character.
 
         Parameters
         ----------
@@ -412,6 +410,11 @@ class CharRNN:
         temperature : float, default 1.0
             > 0: divide the logits by it (below 1: more conservative; above 1: more varied).
             0: greedy (always the most likely character).
+        top_k : int, optional
+            Draw only among the k most likely characters (Fan et al. 2018). None: all.
+        top_p : float in (0, 1], optional
+            Draw only from the smallest set of most likely characters whose probability reaches
+            ``top_p`` (nucleus sampling, Holtzman et al. 2020). None: no truncation.
         rng : numpy.random.Generator, optional
             The only source of randomness: the same generator state gives the same ids.
         state : optional
@@ -425,33 +428,21 @@ class CharRNN:
         Raises
         ------
         TypeError
-            A prime that is not integer, a length that is not an int, a temperature that is not a
-            number, an rng that is not a Generator.
+            A prime that is not integer, a length or ``top_k`` that is not an int, a temperature
+            or ``top_p`` that is not a number, an rng that is not a Generator.
         ValueError
-            An empty or out-of-range prime, a negative length, a negative or non-finite temperature.
+            An empty or out-of-range prime, a negative length, a negative or non-finite
+            temperature, ``top_k`` < 1, ``top_p`` outside (0, 1].
         """
         prime = _check_ids("prime", prime, self.vocab_size, 1)
         if prime.size == 0:
             raise ValueError("prime must hold at least one character id; got an empty prime. "
                              "Start from e.g. a newline.")
         length = SAMPLE_RULES["length"]("length", length)
-        temperature = SAMPLE_RULES["temperature"]("temperature", temperature)
+        temperature, top_k, top_p = check_sampling(temperature, top_k, top_p)
         rng = generator(rng)
-        out = np.empty(length, dtype=np.int64)
         if length == 0:
-            return out
-        logits, state, _ = self.forward(prime[:, None], state)  # (P, 1, V)
-        last = logits[-1, 0]
-        for i in range(length):
-            if temperature == 0:
-                nxt = int(np.argmax(last))
-            else:
-                with np.errstate(under="ignore", over="ignore"):  # tiny temperatures: p is one-hot
-                    p = softmax(last.astype(np.float64) / temperature)  # (V,)
-                cdf = np.cumsum(p)
-                nxt = int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab_size - 1))
-            out[i] = nxt
-            if i + 1 < length:
-                logits, state, _ = self.forward(np.array([[nxt]]), state)
-                last = logits[0, 0]
-        return out
+            return np.empty(0, dtype=np.int64)
+        stream = Stream(self, state)
+        stream.read(prime)
+        return stream.generate(length, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)

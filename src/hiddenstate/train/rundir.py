@@ -182,7 +182,7 @@ class Trained:
         return None if self.path is None else run_dir_of(self.path)
 
     def sample(self, prime: str | None = None, length: int = 500, *, temperature: float = 1.0,
-               seed: int | None = 0) -> str:
+               seed: int | None = 0, top_k: int | None = None, top_p: float | None = None) -> str:
         """Generate text from this model (:func:`sample` with this source).
 
         Parameters
@@ -195,13 +195,17 @@ class Trained:
             Softmax temperature (>= 0; 0 is greedy).
         seed : int or None, default 0
             Seeds the sampler.
+        top_k : int, optional
+            Draw among the k most likely characters only (None: all).
+        top_p : float in (0, 1], optional
+            Nucleus sampling: the smallest set of likeliest characters reaching this mass (None: all).
 
         Returns
         -------
         str
             ``prime`` followed by ``length`` generated characters.
         """
-        return sample(self, prime=prime, length=length, temperature=temperature, seed=seed)
+        return sample(self, prime=prime, length=length, temperature=temperature, seed=seed, top_k=top_k, top_p=top_p)
 
 
 def load(path) -> Trained:
@@ -245,7 +249,7 @@ def load(path) -> Trained:
 
 
 def sample(source, prime: str | None = None, length: int = 500, *, temperature: float = 1.0,
-           seed: int | None = 0) -> str:
+           seed: int | None = 0, top_k: int | None = None, top_p: float | None = None) -> str:
     """Generate text from a trained model.
 
     Parameters
@@ -263,6 +267,12 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
         :meth:`~hiddenstate.train.model.CharRNN.sample`.
     seed : int or None, default 0
         Seeds the sampler (non-negative): the same seed gives the same text. None: fresh entropy.
+    top_k : int, optional
+        Draw only among the k most likely characters (positive; None: all).
+    top_p : float in (0, 1], optional
+        Nucleus sampling: draw only from the smallest set of most likely characters whose
+        probability reaches ``top_p`` (None: all). Applied after ``top_k``; see
+        :func:`hiddenstate.train.generate.next_distribution`.
 
     Returns
     -------
@@ -275,7 +285,7 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
         ``prime`` not a str, ``length`` or ``seed`` not an int.
     ValueError
         If ``prime`` is empty or uses characters outside the model's vocabulary, or ``length``,
-        ``temperature`` or ``seed`` is out of range, or ``length`` characters cannot fit in this
+        ``temperature``, ``seed``, ``top_k`` or ``top_p`` is out of range, or ``length`` characters cannot fit in this
         machine's memory.
     """
     if isinstance(source, (str, os.PathLike)):
@@ -296,5 +306,5 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
         check_memory(f"length {int(length)}", sampling_memory(model, int(length), len(prime)),
                      "Generate fewer characters at a time.")
     rng = np.random.default_rng(None if seed is None else nonnegative_int("seed", seed))
-    ids = model.sample(vocab.encode(prime), length, temperature=temperature, rng=rng)
+    ids = model.sample(vocab.encode(prime), length, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
     return prime + vocab.decode(ids)

@@ -139,6 +139,10 @@ class _Diverged(FloatingPointError):
     """A loss, gradient or weight that means the run diverged (the message says which)."""
 
 
+#: The public name of :class:`_Diverged`, for the device trainer (:mod:`hiddenstate.train.device`).
+Diverged = _Diverged
+
+
 class Trainer:
     """The state of a run between steps: model, optimizer, moving average, batcher, RNG, carry, history."""
 

@@ -1,0 +1,105 @@
+"""A trained character model as a file other tools run: ONNX, or a ``torch.export`` program.
+
+:func:`export_checkpoint` is ``hiddenstate export RUN --format onnx|torch --out FILE``: it loads
+the run (:func:`hiddenstate.train.load`, the moving average of the weights where the run kept
+one, as ``sample`` and ``inspect`` use), converts it (:func:`hiddenstate.interop.charrnn_to_onnx`;
+:func:`hiddenstate.interop.torch_export.charrnn_to_exported_program`) and writes ``FILE``, which
+must not exist: nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+
+from hiddenstate.files import write_new
+from hiddenstate.interop.onnx_export import charrnn_to_onnx
+from hiddenstate.interop.torch_export import charrnn_to_exported_program
+from hiddenstate.train.rundir import Trained, load
+
+__all__ = ["FORMATS", "check_new_file", "export_checkpoint"]
+
+#: The formats of :func:`export_checkpoint` and what a user loads them with.
+FORMATS = {
+    "onnx": "onnxruntime.InferenceSession(FILE).run(None, {'ids': ids, 'h0': h0})  # (+ 'c0' for an LSTM)",
+    "torch": "torch.export.load(FILE).module()(ids, h0)  # (+ c0 for an LSTM); torch alone, no hiddenstate",
+}
+
+
+def check_new_file(out, *, name: str = "out") -> pathlib.Path:
+    """``out`` as a path that does not exist yet, in an existing directory.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The file to create.
+    name : str, default "out"
+        What the messages call it (``"--out"``).
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    TypeError
+        ``out`` is not a path.
+    ValueError
+        ``out`` exists (nothing is overwritten) or its directory does not.
+    """
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path; got {type(out).__name__}.")
+    path = pathlib.Path(os.fspath(out))
+    if path.exists() or path.is_symlink():
+        raise ValueError(f"{name} must name a new file; got '{path}', which exists (nothing is overwritten). "
+                         "Choose another name or remove it yourself.")
+    if not path.parent.is_dir():
+        raise ValueError(f"{name} must lie in an existing directory; got '{path}' ('{path.parent}' is not one).")
+    return path
+
+
+def export_checkpoint(checkpoint, format: str, out) -> pathlib.Path:
+    """Write a trained character model as an ONNX graph or a ``torch.export`` program.
+
+    Parameters
+    ----------
+    checkpoint : str, os.PathLike or Trained
+        A run directory of :func:`hiddenstate.train.train` or its ``checkpoint/`` subdirectory, or
+        the model loaded from one.
+    format : {"onnx", "torch"}
+        ``"onnx"``: :func:`hiddenstate.interop.charrnn_to_onnx` (opset 14; inputs ``ids`` (T, N)
+        int64, ``h0`` (and ``c0``) (L, N, H); outputs ``logits`` (T, N, V), ``h_n`` (, ``c_n``)).
+        ``"torch"``: a ``.pt2`` file of :func:`torch.export.save`
+        (:func:`hiddenstate.interop.torch_export.charrnn_to_exported_program`), loaded with torch
+        alone: ``torch.export.load(FILE).module()(ids, h0)``, any T >= 1 and N.
+    out : str or os.PathLike
+        The file to create; it must not exist.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``format``; an ``out`` that exists or lies in no directory; a model whose layers
+        the format cannot express (minGRU, minLSTM); an invalid checkpoint.
+    FileNotFoundError
+        No checkpoint at ``checkpoint``.
+    ImportError
+        onnx or torch is not installed.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {sorted(FORMATS)}; got {format!r}.")
+    out = check_new_file(out)
+    trained = checkpoint if isinstance(checkpoint, Trained) else load(checkpoint)
+    model = trained.model
+    if format == "torch":
+        data = charrnn_to_exported_program(model)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = charrnn_to_onnx(model, pathlib.Path(tmp) / "model.onnx").read_bytes()
+    write_new(out, data)  # exclusive create: never replaces a file that appeared meanwhile
+    return out
