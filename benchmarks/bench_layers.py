@@ -6,6 +6,9 @@ What is measured (per (T, N, I, H) size and dtype, one layer, one direction):
 * ``fwd+bwd``: ours ``layer.forward(x)`` + ``layer.backward(cache, g)``; torch ``module(x)``
   with autograd on the parameters and the input, then ``(output * g).sum().backward()``.
   Both produce the gradients of every parameter and of ``x`` for the same upstream ``g``.
+* ``floor``: the same matrix products our kernel issues for that layer and mode, alone, into
+  preallocated outputs (``gemm_floor.py``): ``ours/floor`` is how far the layer is above the
+  cost of its matrix products, and ``floor/torch`` the best ratio NumPy's BLAS allows.
 
 Rows: RNN (tanh), GRU with ``reset_after=True`` (the same equations as ``torch.nn.GRU``),
 GRU with our default ``reset_after=False`` (Cho et al. 2014; one extra (N, H) x (H, H)
@@ -40,7 +43,7 @@ import sys
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _PINNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
-SIZES = [(100, 32, 64, 128), (1000, 1, 64, 128), (100, 32, 256, 256), (50, 256, 128, 256), (200, 64, 512, 512)]
+SIZES = [(100, 32, 64, 128), (100, 32, 256, 256), (50, 256, 128, 256), (200, 64, 512, 512), (1000, 1, 64, 128)]
 QUICK_SIZES = [(20, 8, 16, 32), (100, 1, 16, 32)]
 KINDS = ("RNN", "GRU", "GRU-cho", "LSTM")
 # table rows: (label, our layer, torch reference); the torch reference "LSTM-noDNN" is float32 only

@@ -193,3 +193,29 @@ def test_lstm_one_row_equals_the_general_path():
     _, dx2, _ = layer.backward(c2, g * np.array([1.0, 0.0])[None, :, None])
     np.testing.assert_allclose(dx1[:, 0], dx2[:, 0], rtol=0, atol=1e-13)
 
+
+
+def test_gru_one_row_path_matches_torch_and_gradcheck():
+    """N = 1 runs one (1, H) x (H, G*H) product per step: torch's GRU for reset_after, gradcheck for both."""
+    torch = require_torch()
+    T, I, H = 20, 4, 5
+    rng = np.random.default_rng(9)
+    layer = _layer("gru", np.float64, I, H, seed=10)
+    ref = torch.nn.GRU(I, H, dtype=torch.float64)
+    ref.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in layer.params.items()})
+    x, g = rng.standard_normal((T, 1, I)), rng.standard_normal((T, 1, H))
+    out, _, cache = layer.forward(x)
+    grads, dx, _ = layer.backward(cache, g)
+    xt = torch.tensor(x, requires_grad=True)
+    ot = ref(xt)[0]
+    (ot * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_allclose(out, ot.detach().numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=0, atol=1e-12)
+    for name, p in ref.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=0, atol=1e-11)
+    for kind in ("gru", "gru-cho"):
+        layer = _layer(kind, np.float64, 3, 4, seed=11)
+        x, w = rng.standard_normal((6, 1, 3)), rng.standard_normal((6, 1, 4))
+        grads, dx, _ = layer.backward(layer.forward(x)[2], w)
+        loss = lambda layer=layer, x=x, w=w: float((layer.forward(x)[0] * w).sum())
+        check_grads(loss, {**layer.params, "x": x}, {**grads, "x": dx}, rtol=1e-6)

@@ -31,7 +31,10 @@ __all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_fo
 # sigmoid gates i, f, o once (exact in binary floating point), so a single tanh over all four gates
 # gives g and tanh(a / 2) for the others, which two in-place operations turn into the sigmoid.
 _HALF = (0.5, 0.5, 1.0, 0.5)  # gate order i, f, g, o
-_FUSED_MAX = 4096  # N * H up to which the forward's sigmoid runs over all four gates at once (measured)
+# N * H up to which the forward's sigmoid runs over all four gates at once. Measured forward time,
+# fused / per gate: 0.81 (f32) and 0.92 (f64) at N=1, H=128; 0.93 / 0.99 at N*H = 1024; 0.99 /
+# 1.04 at 4096; 1.01 / 1.05 at 8192.
+_FUSED_MAX = 1024
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):

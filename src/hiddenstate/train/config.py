@@ -140,19 +140,19 @@ class TrainConfig:
 #:   the weights) all ended between 1.582 and 1.618 on this validation text, which is a play
 #:   never seen in training.
 #: * ``mingru`` -- two minGRU blocks of 128 (:class:`~hiddenstate.train.blocks.MinStack`), lr 4e-3, the
-#:   default 1500 steps and the 3-minute limit: validation 1.735 nats/char in the CPU time of the GRU
-#:   defaults' 1500 steps.
+#:   demo's 1000 steps and 3-minute limit (a step costs about what a demo step does, 0.06 s idle, so
+#:   the steps end well inside the limit on a busy machine too; 1500 steps took 152 s busy).
 #: * ``mingru-long`` -- three minGRU blocks of 256, dropout 0.25, T=100, lr 3e-3, 4000 steps (the long
-#:   preset's budget): validation 1.700 nats/char in 29 minutes (README, "A character model of linear
-#:   recurrences").
+#:   preset's budget). Their validation losses: README, "A character model of linear recurrences"
+#:   (generated from docs/results.json by scripts/readme_results.py).
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {"steps": 1000, "max_minutes": 3.0},
     "long": {
         "cell": "gru", "hidden_size": 512, "num_layers": 2, "dropout": 0.4, "seq_len": 100, "batch_size": 32,
         "steps": 4000, "lr": 3e-3, "eval_every": 250, "save_every": 250, "out": "runs/long",
     },
-    "mingru": {"cell": "mingru", "hidden_size": 128, "num_layers": 2, "lr": 4e-3, "max_minutes": 3.0,
-               "out": "runs/mingru"},
+    "mingru": {"cell": "mingru", "hidden_size": 128, "num_layers": 2, "lr": 4e-3, "steps": 1000,
+               "max_minutes": 3.0, "out": "runs/mingru"},
     "mingru-long": {
         "cell": "mingru", "hidden_size": 256, "num_layers": 3, "dropout": 0.25, "seq_len": 100, "batch_size": 32,
         "steps": 4000, "lr": 3e-3, "eval_every": 250, "save_every": 250, "out": "runs/mingru-long",
