@@ -2,7 +2,9 @@
 
 What is measured (per (T, N, I, H) size and dtype, one layer, one direction):
 
-* ``fwd``: ours ``layer.forward(x)``; torch ``module(x)`` under ``torch.no_grad()``.
+* ``fwd``: ours ``layer.forward(x, need_cache=False)`` (what ``layer(x)`` runs: nothing kept
+  for a backward); torch ``module(x)`` under ``torch.no_grad()``. ``fwd+cache`` is ours
+  ``layer.forward(x)`` keeping its cache (the forward half of ``fwd+bwd``), for reference.
 * ``fwd+bwd``: ours ``layer.forward(x)`` + ``layer.backward(cache, g)``; torch ``module(x)``
   with autograd on the parameters and the input, then ``(output * g).sum().backward()``.
   Both produce the gradients of every parameter and of ``x`` for the same upstream ``g``.
@@ -178,7 +180,7 @@ def build(kind, I, H, dtype, torch, seed):
 
 
 def make_jobs(ours, theirs, x, g, torch, onednn=True):
-    """Four zero-argument callables: (ours fwd, torch fwd, ours fwd+bwd, torch fwd+bwd).
+    """Five zero-argument callables: (ours fwd, torch fwd, ours fwd+bwd, torch fwd+bwd, ours fwd+cache).
 
     ``onednn=False`` runs torch with ``torch.backends.mkldnn`` disabled: its float32 LSTM then
     uses the same ATen kernels as every other dtype instead of oneDNN's fused LSTM.
@@ -188,6 +190,9 @@ def make_jobs(ours, theirs, x, g, torch, onednn=True):
     xt_leaf = xt.clone().requires_grad_(True)
 
     def ours_fwd():
+        return ours.forward(x, need_cache=False)[0]
+
+    def ours_fwd_cache():
         return ours.forward(x)[0]
 
     def ours_fwdbwd():
@@ -209,7 +214,7 @@ def make_jobs(ours, theirs, x, g, torch, onednn=True):
             (out * gt).sum().backward()
         return out
 
-    return ours_fwd, torch_fwd, ours_fwdbwd, torch_fwdbwd
+    return ours_fwd, torch_fwd, ours_fwdbwd, torch_fwdbwd, ours_fwd_cache
 
 
 def check_parity(ours, theirs, x, g, torch):
@@ -237,14 +242,15 @@ def bench_cell(size, dtype, args, torch):
             tol = 1e-9 if dtype == np.float64 else 1e-3
             if not err <= tol:
                 notes.append(f"WARNING: {kind} {size} {np.dtype(dtype).name}: max |ours - torch| = {err:.2e} > {tol:g}")
-        of, tf, ofb, tfb = make_jobs(ours, theirs, x, g, torch)
+        of, tf, ofb, tfb, ofc = make_jobs(ours, theirs, x, g, torch)
         jobs[("ours", kind, "fwd")], jobs[("ours", kind, "fwd+bwd")] = of, ofb
+        jobs[("ours", kind, "fwd+cache")] = ofc
         jobs[("floor", kind, "fwd")], jobs[("floor", kind, "fwd+bwd")] = floor_jobs(kind, size, dtype, args.seed)
         if kind != "GRU-cho":  # GRU-cho is compared with the same torch GRU timings
             jobs[("torch", kind, "fwd")], jobs[("torch", kind, "fwd+bwd")] = tf, tfb
         warm += make_jobs(ours, theirs, x[:T_short], g[:T_short], torch)
         if kind == "LSTM" and dtype == np.float32:
-            _, tf, _, tfb = make_jobs(ours, theirs, x, g, torch, onednn=False)
+            _, tf, _, tfb, _ = make_jobs(ours, theirs, x, g, torch, onednn=False)
             jobs[("torch", "LSTM-noDNN", "fwd")], jobs[("torch", "LSTM-noDNN", "fwd+bwd")] = tf, tfb
             warm += make_jobs(ours, theirs, x[:T_short], g[:T_short], torch, onednn=False)
     for job in warm:  # allocator, BLAS buffers, torch's lazy initialisation
@@ -273,11 +279,13 @@ def bench_cell(size, dtype, args, torch):
         if ("torch", ref, "fwd") in med:
             result[label] = {mode: (med[("ours", mine, mode)], med[("torch", ref, mode)]) for mode in ("fwd", "fwd+bwd")}
             result[label]["floor"] = (med[("floor", mine, "fwd")], med[("floor", mine, "fwd+bwd")])
+            result[label]["cache"] = med[("ours", mine, "fwd+cache")]
     return result, rounds, notes
 
 
 # -- output ---------------------------------------------------------------------------------------
 HEADER = ("T", "N", "I", "H", "dtype", "layer", "rounds", "fwd ours ms", "fwd torch ms", "fwd ratio",
+          "fwd+cache ms", "fwd+cache ratio",
           "f+b ours ms", "f+b torch ms", "f+b ratio", "fwd floor ms", "fwd ours/floor", "f+b floor ms",
           "f+b ours/floor")
 
@@ -287,8 +295,9 @@ def table_rows(results):
     for (size, dtype), res, rounds in results:
         for label, per_mode in res.items():
             (fo, ft), (bo, bt), (ff, bf) = per_mode["fwd"], per_mode["fwd+bwd"], per_mode["floor"]
+            fc = per_mode["cache"]
             rows.append((*map(str, size), np.dtype(dtype).name, label, str(rounds), f"{fo:.2f}", f"{ft:.2f}",
-                         f"{fo / ft:.2f}", f"{bo:.2f}", f"{bt:.2f}", f"{bo / bt:.2f}", f"{ff:.2f}", f"{fo / ff:.2f}",
+                         f"{fo / ft:.2f}", f"{fc:.2f}", f"{fc / ft:.2f}", f"{bo:.2f}", f"{bt:.2f}", f"{bo / bt:.2f}", f"{ff:.2f}", f"{fo / ff:.2f}",
                          f"{bf:.2f}", f"{bo / bf:.2f}"))
     return rows
 
@@ -334,7 +343,8 @@ def main(args):
             bar.write(f"  done {size} {np.dtype(dtype).name} ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
     print(format_table(table_rows(results), args.markdown))
     print()
-    print("ratio = median(ours) / median(torch), < 1 means hiddenstate is faster; f+b = forward + backward "
+    print("ratio = median(ours) / median(torch), < 1 means hiddenstate is faster; fwd = forward(need_cache=False) "
+          "vs torch under no_grad; fwd+cache = forward keeping the cache for a backward; f+b = forward + backward "
           "(gradients of all parameters and of x).")
     print("floor = the same matrix products as our kernel issues, alone, in NumPy (benchmarks/gemm_floor.py); "
           "ours/floor = how far our layer is above the cost of its matrix products.")

@@ -309,8 +309,8 @@ class RecurrentLayer(OfKind):
         return prepare_input(self, x, h0, lengths=lengths, reset=reset)
 
     # -- forward -------------------------------------------------------------------------------
-    def forward(self, x, h0=None, *, lengths=None, reset=None, training=False, rng=None):
-        """Run the layer over a sequence and keep what :meth:`backward` needs.
+    def forward(self, x, h0=None, *, lengths=None, reset=None, training=False, rng=None, need_cache=True):
+        """Run the layer over a sequence and keep what :meth:`backward` needs (unless ``need_cache=False``).
 
         Parameters
         ----------
@@ -334,13 +334,17 @@ class RecurrentLayer(OfKind):
             weights (when ``weight_drop > 0``).
         rng : numpy.random.Generator, optional
             Draws the dropout masks (default: the generator given at construction).
+        need_cache : bool, default True
+            False: no :meth:`backward` will follow (inference, validation, generation), so
+            nothing is kept for one; the output and ``h_n`` are the same (bit for bit) and
+            faster to get, and ``cache`` is None.
 
         Returns
         -------
         output : ndarray of shape (T, N, D*H) (batch_first: (N, T, D*H); unbatched: (T, D*H))
         h_n : ndarray of shape (L*D, N, H) (unbatched: (L*D, H)); LSTM: pair ``(h_n, c_n)``
-        cache : LayerCache
-            Pass it to :meth:`backward`.
+        cache : LayerCache or None
+            Pass it to :meth:`backward`; None when ``need_cache=False``.
 
         Raises
         ------
@@ -349,14 +353,19 @@ class RecurrentLayer(OfKind):
             for unbatched input.
         TypeError
             Non-float inputs, non-integer lengths, non-bool reset, an LSTM ``h0`` that is not a
-            pair, a non-bool ``training``, an ``rng`` that is not a Generator.
+            pair, a non-bool ``training`` or ``need_cache``, an ``rng`` that is not a Generator.
         """
+        need_cache = boolean("need_cache", need_cache)
         if is_foreign(x):  # a torch tensor, a CuPy array, ...: computed in its library (hiddenstate.xp)
-            return xp_layer.forward(self, x, h0, lengths=lengths, reset=reset, training=training, rng=rng)
+            out = xp_layer.forward(self, x, h0, lengths=lengths, reset=reset, training=training, rng=rng)
+            return out if need_cache else (*out[:2], None)
         prepared = self.prepare(x, h0, lengths=lengths, reset=reset)
-        return self.run(prepared, training=training, rng=rng)
+        if need_cache or type(self).run is not RecurrentLayer.run:  # a subclass's own run keeps its cache
+            output, h_n, cache = self.run(prepared, training=training, rng=rng)
+            return output, h_n, (cache if need_cache else None)
+        return self.run(prepared, training=training, rng=rng, need_cache=False)
 
-    def run(self, prepared: Prepared, *, training=False, rng=None, record=False):
+    def run(self, prepared: Prepared, *, training=False, rng=None, record=False, need_cache=True):
         """Unroll the layer over a :class:`Prepared` input (the body of :meth:`forward`).
 
         Parameters
@@ -369,6 +378,9 @@ class RecurrentLayer(OfKind):
             As :meth:`forward`.
         record : bool, default False
             Let the kernels also keep every pre-activation (for :func:`hiddenstate.probe.trace`).
+        need_cache : bool, default True
+            As :meth:`forward`; False cannot be combined with ``record=True`` (the record is
+            part of the cache).
 
         Returns
         -------
@@ -382,9 +394,13 @@ class RecurrentLayer(OfKind):
             layer's dtype (see :meth:`check_params`); non-bool flags.
         ValueError
             ``prepared`` made for another input width or dtype; a parameter of the wrong shape
-            or with NaN/Inf.
+            or with NaN/Inf; ``record=True`` with ``need_cache=False``.
         """
         training, record = boolean("training", training), boolean("record", record)
+        need_cache = boolean("need_cache", need_cache)
+        if record and not need_cache:
+            raise ValueError("record=True keeps the gates in the cache, so it needs need_cache=True; got "
+                             "need_cache=False.")
         if not isinstance(prepared, Prepared):
             raise TypeError(f"prepared must be the Prepared that {type(self).__name__}.prepare returned; got "
                             f"{type(prepared).__name__}. Call layer.prepare(x, ...) first, or layer.forward(x, ...).")
@@ -395,7 +411,7 @@ class RecurrentLayer(OfKind):
         self.check_params()
         drng = generator(rng) if rng is not None else self._rng
         with FloatGuard() as guard:  # gates may underflow to 0 (exact enough); an overflow is checked below
-            output, h_n, cache = unroll(self, prepared, training, drng, record)
+            output, h_n, cache = unroll(self, prepared, training, drng, record, need_cache)
         if guard.tripped:  # only then are the results read again
             guard.check("the forward pass", (("output", output), *zip(("h_n", "c_n"), _parts(h_n))), _TOO_LARGE)
         return output, h_n, cache
@@ -422,7 +438,7 @@ class RecurrentLayer(OfKind):
         check_params(self.params, spec, self.dtype, type(self).__name__)
 
     def __call__(self, x, h0=None, *, lengths=None, reset=None):
-        """``output, h_n = layer(x, h0)``: a forward pass without keeping a cache (see :meth:`forward`).
+        """``output, h_n = layer(x, h0)``: a forward pass that keeps nothing for a backward (``need_cache=False``).
 
         Parameters
         ----------
@@ -448,7 +464,7 @@ class RecurrentLayer(OfKind):
         ValueError, TypeError
             As :meth:`forward`.
         """
-        output, h_n, _ = self.forward(x, h0, lengths=lengths, reset=reset)
+        output, h_n, _ = self.forward(x, h0, lengths=lengths, reset=reset, need_cache=False)
         return output, h_n
 
     # -- backward ------------------------------------------------------------------------------

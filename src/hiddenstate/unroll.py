@@ -13,14 +13,20 @@ import weakref
 import numpy as np
 
 from hiddenstate import workspace as ws
+from hiddenstate.cells import gru, lstm, rnn
 from hiddenstate.prepared import DirectionCache, LayerCache
 from hiddenstate.ragged import reverse_index, reverse_time
 from hiddenstate.validation import float_array, shape_str
 
 __all__ = ["backprop", "unroll"]
 
+# The kernels for a run that no backward pass follows (``unroll(..., need_cache=False)``): the
+# same results as the kind's scan_forward, without keeping what only the backward reads. A kind
+# without one here runs its scan_forward and drops the cache.
+_INFER = {"rnn": rnn.scan_infer, "gru": gru.scan_infer, "lstm": lstm.scan_infer}
 
-def unroll(net, prepared, training, rng, record):
+
+def unroll(net, prepared, training, rng, record, need_cache=True):
     """The forward pass of ``net`` over a :class:`~hiddenstate.prepared.Prepared` input.
 
     Per layer and direction: one input projection for all T steps, the kind's scan kernel,
@@ -36,12 +42,15 @@ def unroll(net, prepared, training, rng, record):
         Draws the masks.
     record : bool
         Let the kernels keep every pre-activation.
+    need_cache : bool, default True
+        False: no backward pass will follow, so the kernels keep nothing for one (the kind's
+        ``scan_infer`` where it has one; the same output and ``h_n``) and ``cache`` is None.
 
     Returns
     -------
     output : ndarray of shape (T, N, D*H) (batch_first: (N, T, D*H); unbatched: (T, D*H))
     h_n : ndarray of shape (L*D, N, H) (unbatched: (L*D, H)); LSTM: pair ``(h_n, c_n)``
-    cache : LayerCache
+    cache : LayerCache, or None when not ``need_cache``
     """
     x, state0, _, lens, keep, rmask, unbatched = prepared
     T, N, _ = x.shape
@@ -60,6 +69,7 @@ def unroll(net, prepared, training, rng, record):
     use_dropout = training and net.dropout > 0.0 and L > 1
     use_weight_drop = training and net.weight_drop > 0.0
     drng = rng
+    infer = None if need_cache else _INFER.get(net.kind.name)
     finals = [None] * (L * D)
     directions, masks = [], []
     inp = x
@@ -69,7 +79,9 @@ def unroll(net, prepared, training, rng, record):
         for d in range(D):
             sfx = net.suffix(layer, d)
             xin = inp if d == 0 else reverse_time(inp, idx)
-            w_ih = p["weight_ih" + sfx].copy()  # the run's own weights: later changes to params do not reach backward
+            w_ih = p["weight_ih" + sfx]
+            if need_cache:
+                w_ih = w_ih.copy()  # the run's own weights: later changes to params do not reach backward
             xw = np.matmul(xin.reshape(T * N, xin.shape[2]), w_ih.T,
                            out=ws.empty((T * N, net.num_gates * H), net.dtype)).reshape(T, N, net.num_gates * H)
             if net.bias:
@@ -81,16 +93,21 @@ def unroll(net, prepared, training, rng, record):
                 w_mask = ((drng.random(w_hh.shape) >= net.weight_drop).astype(net.dtype)
                           / net.dtype.type(1.0 - net.weight_drop))  # (G*H, H)
                 w_hh = w_hh * w_mask  # a new array
-            elif w_hh is not None:
+            elif w_hh is not None and need_cache:
                 w_hh = w_hh.copy()  # the kernel's cache keeps it for the backward
             b_hh = p.get("bias_hh" + sfx)
-            b_hh = None if b_hh is None else b_hh.copy()
+            if b_hh is not None and need_cache:
+                b_hh = b_hh.copy()
             r_d = rm if d == 0 else rmask_rev
-            hs, final, kc = net.kind.scan_forward(xw, s0, w_hh, b_hh, keep, r_d, record=record, **opts)
+            if infer is not None:
+                (hs, final), kc = infer(xw, s0, w_hh, b_hh, keep, r_d, **opts), None
+            else:
+                hs, final, kc = net.kind.scan_forward(xw, s0, w_hh, b_hh, keep, r_d, record=record, **opts)
             finals[k] = final
             out = hs if keep is None else np.where(keep, hs, 0.0)
             outs.append(out if d == 0 else reverse_time(out, idx))
-            directions.append(DirectionCache(x=xin, kernel=kc, weight_mask=w_mask, reset=r_d, weight_ih=w_ih))
+            if need_cache:
+                directions.append(DirectionCache(x=xin, kernel=kc, weight_mask=w_mask, reset=r_d, weight_ih=w_ih))
         out = outs[0] if D == 1 else np.concatenate(outs, axis=2)
         mask = None
         if use_dropout and layer < L - 1:
@@ -98,7 +115,7 @@ def unroll(net, prepared, training, rng, record):
             out = out * mask
         masks.append(mask)
         inp = out
-    output = inp.copy() if (inp is hs and net.kind.shares_hs) else inp  # never hand out what the backward reads
+    output = inp.copy() if (need_cache and inp is hs and net.kind.shares_hs) else inp  # never hand out what the backward reads
     if net.is_lstm:
         h_n = np.stack([f[0] for f in finals])
         c_n = np.stack([f[1] for f in finals])
@@ -111,8 +128,10 @@ def unroll(net, prepared, training, rng, record):
             c_n = c_n[:, 0]
     elif net.batch_first:
         output = output.transpose(1, 0, 2)
-    cache = LayerCache(directions=directions, dropout_masks=masks, prepared=prepared, reverse=idx,
-                       owner=weakref.ref(net), keys=tuple(net.params))
+    cache = None
+    if need_cache:
+        cache = LayerCache(directions=directions, dropout_masks=masks, prepared=prepared, reverse=idx,
+                           owner=weakref.ref(net), keys=tuple(net.params))
     return output, ((h_n, c_n) if net.is_lstm else h_n), cache
 
 

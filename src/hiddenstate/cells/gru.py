@@ -30,7 +30,7 @@ from hiddenstate.cells.base import Cell, CellKind, Record
 from hiddenstate.functional import previous_states
 from hiddenstate.validation import boolean
 
-__all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
+__all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_forward", "scan_infer"]
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, reset_after=False):
@@ -148,6 +148,96 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
     cache = (A, S, hprev, w_hh, h0, keep, reset, reset_after, hnew, pre)
     return hs, h.copy() if T else h0.copy(), cache
 
+
+
+def scan_infer(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
+    """:func:`scan_forward` for a run that no backward pass follows: the same ``hs`` and ``final``, no cache.
+
+    The same operations in the same order (bit-identical results), but every per-step value
+    lives in one (3, N, H) block that is reused at every step and stays in the CPU cache: no
+    (T, 3, N, H) gate buffer, no ``s`` and ``h_prev`` of every step, no copy of the input
+    projection (its gate columns are read in place). ``xw`` is not modified.
+
+    Parameters
+    ----------
+    xw : ndarray of shape (T, N, G*H), G = 3
+        The input projection ``x_t W_ih^T + b_ih`` of every step, blocks r, z, n.
+    h0 : ndarray of shape (N, H)
+        The initial state.
+    w_hh : ndarray of shape (G*H, H)
+        ``weight_hh``, row blocks r, z, n.
+    b_hh : ndarray of shape (G*H,) or None
+        ``bias_hh``; None for a layer without bias.
+    keep : ndarray of bool, shape (T, N, 1), or None
+        As :func:`scan_forward`.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        As :func:`scan_forward`.
+    reset_after : bool, default False
+        As :func:`scan_forward`.
+
+    Returns
+    -------
+    hs : ndarray of shape (T, N, H)
+        Every step's state, as :func:`scan_forward`'s.
+    final : ndarray of shape (N, H)
+        As :func:`scan_forward`'s (a new array).
+    """
+    T, N, H3 = xw.shape
+    H = H3 // 3
+    dt = xw.dtype
+    half = np.array([0.5, 0.5, 1.0], dtype=dt)[:, None, None]
+    xw4 = xw.reshape(T, N, 3, H).transpose(0, 2, 1, 3)  # (T, 3, N, H) view
+    b_rz = None if b_hh is None else b_hh[:2 * H].reshape(2, 1, H) * 0.5
+    b_in = b_hh[2 * H:] if (b_hh is not None and not reset_after) else None
+    b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
+    G = 3 if reset_after else 2
+    w_g = np.multiply(w_hh[:G * H].reshape(G, H, H).transpose(0, 2, 1), half[:G], order="C")
+    if N == 1:
+        w_g = np.ascontiguousarray(w_g.transpose(1, 0, 2).reshape(H, G * H))
+    w_n_t = None if reset_after else np.ascontiguousarray(w_hh[2 * H:].T)
+    hs = ws.empty((T, N, H), dt)
+    a = np.empty((3, N, H), dtype=dt)  # this step's r, z, n
+    gh = np.empty((G, N, H), dtype=dt)
+    gh_out = gh.reshape(1, G * H) if N == 1 else gh
+    s, rs, d = (np.empty((N, H), dtype=dt) for _ in range(3))
+    hn = np.empty((N, H), dtype=dt) if keep is not None else None
+    h = h0
+    for t in range(T):
+        if reset is not None:
+            h = np.where(reset[t], h0, h)
+        xt = xw4[t]
+        np.matmul(h, w_g, out=gh_out)
+        rz = np.multiply(xt[:2], 0.5, out=a[:2])
+        if b_rz is not None:
+            rz += b_rz
+        rz += gh[:2]
+        np.tanh(rz, out=rz)  # sigmoid = 0.5 * tanh(a / 2) + 0.5, as scan_forward
+        rz *= 0.5
+        rz += 0.5
+        r, z = rz
+        n = a[2]
+        if reset_after:
+            if b_hn is not None:
+                np.add(gh[2], b_hn, out=s)
+            else:
+                s[...] = gh[2]
+            np.add(xt[2], np.multiply(r, s, out=rs), out=n)
+        else:
+            if b_in is not None:
+                np.add(xt[2], b_in, out=n)
+            else:
+                n[...] = xt[2]
+            np.multiply(r, h, out=s)
+            n += np.matmul(s, w_n_t, out=rs)
+        np.tanh(n, out=n)
+        np.subtract(h, n, out=d)
+        d *= z
+        if keep is None:
+            h = np.add(n, d, out=hs[t])
+        else:
+            np.copyto(hs[t], np.where(keep[t], np.add(n, d, out=hn), h))
+            h = hs[t]
+    return hs, h.copy() if T else h0.copy()
 
 def scan_backward(cache, d_hs, d_final):
     """Exact backpropagation through time through :func:`scan_forward` (the backward kernel).

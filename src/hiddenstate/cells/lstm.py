@@ -24,7 +24,7 @@ from hiddenstate import workspace as ws
 from hiddenstate.cells.base import Cell, CellKind, Record
 from hiddenstate.functional import previous_states
 
-__all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
+__all__ = ["KIND", "LSTMCell", "jacobian", "recorded", "scan_backward", "scan_forward", "scan_infer"]
 
 
 # sigmoid(a) = 0.5 * tanh(a / 2) + 0.5 (functional.sigmoid_tanh). The kernel halves the rows of the
@@ -142,6 +142,85 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False):
     final = (h.copy(), c.copy()) if T else (h0.copy(), c0.copy())
     return hs, final, cache
 
+
+
+def scan_infer(xw, h0, w_hh, b_hh, keep=None, reset=None):
+    """:func:`scan_forward` for a run that no backward pass follows: the same ``hs`` and ``final``, no cache.
+
+    The same operations in the same order (bit-identical results), but the gates, the cell
+    state and ``tanh(c)`` live in per-step buffers that are reused at every step and stay in
+    the CPU cache: no (T, 4, N, H) gate buffer, no cell state, ``tanh(c)``, ``h_prev`` or
+    ``c_prev`` of every step. ``xw`` is not modified.
+
+    Parameters
+    ----------
+    xw : ndarray of shape (T, N, G*H), G = 4
+        The input projection ``x_t W_ih^T + b_ih`` of every step, blocks i, f, g, o.
+    h0 : pair of ndarrays of shape (N, H)
+        The initial state ``(h0, c0)``.
+    w_hh : ndarray of shape (G*H, H)
+        ``weight_hh``, row blocks i, f, g, o.
+    b_hh : ndarray of shape (G*H,) or None
+        ``bias_hh``; None for a layer without bias.
+    keep : ndarray of bool, shape (T, N, 1), or None
+        As :func:`scan_forward`.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        As :func:`scan_forward`.
+
+    Returns
+    -------
+    hs : ndarray of shape (T, N, H)
+        Every step's ``h``, as :func:`scan_forward`'s.
+    final : pair of ndarrays of shape (N, H)
+        ``(h, c)``, as :func:`scan_forward`'s (new arrays).
+    """
+    h0, c0 = h0
+    T, N, H4 = xw.shape
+    H = H4 // 4
+    dt = xw.dtype
+    half = np.array(_HALF, dtype=dt)[:, None, None]
+    xw4 = xw.reshape(T, N, 4, H).transpose(0, 2, 1, 3)  # (T, 4, N, H) view
+    b4 = None if b_hh is None else b_hh.reshape(4, 1, H) * half
+    w4 = np.multiply(w_hh.reshape(4, H, H).transpose(0, 2, 1), half, order="C")
+    hs = ws.empty((T, N, H), dt)
+    a = np.empty((4, N, H), dtype=dt)  # this step's gates
+    gh = np.empty((4, N, H), dtype=dt)
+    ig, tc = np.empty((N, H), dtype=dt), np.empty((N, H), dtype=dt)
+    cbuf = np.empty((2, N, H), dtype=dt)  # c_t, alternating, so c_{t-1} is never overwritten while read
+    fused = N * H <= _FUSED_MAX
+    if fused:
+        scale = np.broadcast_to(half, (4, N, H)).copy()
+        shift = np.broadcast_to(np.array([0.5, 0.5, 0.0, 0.5], dtype=dt)[:, None, None], (4, N, H)).copy()
+    h, c = h0, c0
+    for t in range(T):
+        if reset is not None:
+            h = np.where(reset[t], h0, h)
+            c = np.where(reset[t], c0, c)
+        np.multiply(xw4[t], half, out=a)
+        if b4 is not None:
+            a += b4
+        a += np.matmul(h, w4, out=gh)
+        np.tanh(a, out=a)
+        if fused:
+            a *= scale
+            a += shift
+        else:
+            for g_s in (a[:2], a[3]):
+                g_s *= 0.5
+                g_s += 0.5
+        i, f, g, o = a
+        cn = cbuf[t % 2]
+        np.multiply(f, c, out=cn)
+        cn += np.multiply(i, g, out=ig)
+        np.tanh(cn, out=tc)
+        if keep is None:
+            h = np.multiply(o, tc, out=hs[t])
+            c = cn
+        else:
+            np.copyto(hs[t], np.where(keep[t], o * tc, h))
+            c = np.where(keep[t], cn, c)
+            h = hs[t]
+    return hs, ((h.copy(), c.copy()) if T else (h0.copy(), c0.copy()))
 
 def scan_backward(cache, d_hs, d_final):
     """Exact backpropagation through time through :func:`scan_forward` (the backward kernel).

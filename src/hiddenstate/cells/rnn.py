@@ -18,7 +18,7 @@ from hiddenstate import workspace as ws
 from hiddenstate.cells.base import Cell, CellKind, Record
 from hiddenstate.functional import previous_states, sigmoid_tanh
 
-__all__ = ["KIND", "NONLINEARITIES", "RNNCell", "jacobian", "recorded", "scan_backward", "scan_forward"]
+__all__ = ["KIND", "NONLINEARITIES", "RNNCell", "jacobian", "recorded", "scan_backward", "scan_forward", "scan_infer"]
 
 NONLINEARITIES = ("tanh", "relu", "sigmoid")
 
@@ -95,6 +95,67 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, non
     cache = (hnew, hprev, w_hh, h0, keep, reset, act, pre)
     return hs, h.copy() if T else h0.copy(), cache
 
+
+
+def scan_infer(xw, h0, w_hh, b_hh, keep=None, reset=None, *, nonlinearity="tanh"):
+    """:func:`scan_forward` for a run that no backward pass follows: the same ``hs`` and ``final``, no cache.
+
+    The same operations in the same order (so the results are bit-identical), without what only
+    the backward and :func:`recorded` read: no copy of the pre-activations' input, no
+    ``h_prev`` pass. Unlike :func:`scan_forward`, ``xw`` is the caller's scratch and is
+    overwritten (``b_hh`` is added to it in place).
+
+    Parameters
+    ----------
+    xw : ndarray of shape (T, N, G*H), G = 1
+        The input projection ``x_t W_ih^T + b_ih`` of every step; overwritten.
+    h0 : ndarray of shape (N, H)
+        The initial state.
+    w_hh : ndarray of shape (G*H, H)
+        ``weight_hh``.
+    b_hh : ndarray of shape (G*H,) or None
+        ``bias_hh``; None for a layer without bias.
+    keep : ndarray of bool, shape (T, N, 1), or None
+        As :func:`scan_forward`.
+    reset : ndarray of bool, shape (T, N, 1), or None
+        As :func:`scan_forward`.
+    nonlinearity : {"tanh", "relu", "sigmoid"}, default "tanh"
+        ``act``.
+
+    Returns
+    -------
+    hs : ndarray of shape (T, N, H)
+        Every step's state, as :func:`scan_forward`'s.
+    final : ndarray of shape (N, H)
+        As :func:`scan_forward`'s (a new array).
+    """
+    T, N, H = xw.shape
+    dt = xw.dtype
+    if b_hh is not None:
+        xw += b_hh  # the same sum as scan_forward's copy, in place
+    w_t = np.ascontiguousarray(w_hh.T)
+    hs = ws.empty((T, N, H), dt)
+    a = hs[0] if T else None
+    if keep is not None:
+        a = np.empty((N, H), dtype=dt)
+    h = h0
+    for t in range(T):
+        if reset is not None:
+            h = np.where(reset[t], h0, h)
+        if keep is None:
+            a = hs[t]
+        np.matmul(h, w_t, out=a)
+        a += xw[t]
+        if nonlinearity == "tanh":
+            np.tanh(a, out=a)
+        elif nonlinearity == "relu":
+            np.maximum(a, 0.0, out=a)
+        else:
+            sigmoid_tanh(a, out=a)
+        if keep is not None:
+            np.copyto(hs[t], np.where(keep[t], a, h))
+        h = hs[t]
+    return hs, h.copy() if T else h0.copy()
 
 def _derivative(act: str, h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``act'(a)`` from the activation's output ``h = act(a)`` (into ``out`` when given)."""

@@ -256,7 +256,7 @@ class CharRNN:
             return x
         return self.params["encoder.weight"][inputs]  # (T, N, E)
 
-    def forward(self, inputs, state=None, *, training=False, rng=None):
+    def forward(self, inputs, state=None, *, training=False, rng=None, need_cache=True):
         """Scores for the next character at every step of a (T, N) chunk.
 
         Parameters
@@ -269,6 +269,9 @@ class CharRNN:
             Apply dropout (when ``dropout > 0``).
         rng : numpy.random.Generator, optional
             Draws the dropout masks (default: the generator given at construction).
+        need_cache : bool, default True
+            False: no :meth:`backward` follows (validation, generation): the recurrent layers
+            keep nothing for one (the same logits and state, faster) and ``cache`` is None.
 
         Returns
         -------
@@ -277,8 +280,8 @@ class CharRNN:
         state : ndarray of shape (L, N, H) (LSTM: pair)
             The final state, to pass as ``state`` for the next chunk (truncated BPTT: no gradient
             flows back through it).
-        cache : object
-            Pass to :meth:`backward`.
+        cache : object or None
+            Pass to :meth:`backward`; None when ``need_cache=False``.
 
         Raises
         ------
@@ -288,7 +291,8 @@ class CharRNN:
         inputs = _check_ids("inputs", inputs, self.vocab_size, 2)
         T, N = inputs.shape
         x = self.embed(inputs)  # (T, N, I)
-        hs, state, rnn_cache = self.rnn.forward(x, state, training=training, rng=rng if rng is not None else self._rng)  # (T, N, H)
+        hs, state, rnn_cache = self.rnn.forward(x, state, training=training, rng=rng if rng is not None else self._rng,
+                                                need_cache=need_cache)  # (T, N, H)
         mask = None
         if training and self.dropout > 0.0:
             rng = self._rng if rng is None else generator(rng)
@@ -298,7 +302,8 @@ class CharRNN:
         top = hs.reshape(T * N, self.hidden_size)  # (T*N, H)
         logits = top @ self.params["decoder.weight"].T  # (T*N, V)
         logits += self.params["decoder.bias"]
-        return logits.reshape(T, N, self.vocab_size), state, (inputs, top, mask, rnn_cache)
+        cache = (inputs, top, mask, rnn_cache) if need_cache else None
+        return logits.reshape(T, N, self.vocab_size), state, cache
 
     def backward(self, cache, dlogits) -> dict[str, np.ndarray]:
         """Exact gradients of a scalar loss given its gradient with respect to the logits.
@@ -353,7 +358,7 @@ class CharRNN:
         state : the final state
         """
         targets = _check_ids("targets", targets, self.vocab_size, 2)
-        logits, state, _ = self.forward(inputs, state, training=training, rng=rng)
+        logits, state, _ = self.forward(inputs, state, training=training, rng=rng, need_cache=False)
         if targets.shape != logits.shape[:2]:
             raise ValueError(f"targets must have the shape of inputs {logits.shape[:2]}; got {targets.shape}.")
         with np.errstate(under="ignore"):  # exp of very negative log-probabilities: 0 is exact enough

@@ -88,7 +88,7 @@ def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -
     for start in range(0, R - 1, seq_len):
         stop = min(start + seq_len, R - 1)
         x, y = rows[start:stop], rows[start + 1: stop + 1]  # (T, N) each
-        logits, state, _ = model.forward(x, state)  # (T, N, V)
+        logits, state, _ = model.forward(x, state, need_cache=False)  # (T, N, V); no backward follows
         with np.errstate(under="ignore"):
             logp = log_softmax(logits.reshape(-1, model.vocab_size).astype(np.float64))  # (T*N, V)
         total -= float(logp[np.arange(logp.shape[0]), y.reshape(-1)].sum())
