@@ -139,9 +139,10 @@ class TrainConfig:
 #:   a character model": 768 units, an LSTM, dropout 0.3-0.5, weight drop, a moving average of
 #:   the weights) all ended between 1.582 and 1.618 on this validation text, which is a play
 #:   never seen in training.
-#: * ``mingru`` -- two minGRU blocks of 128 (:class:`~hiddenstate.train.blocks.MinStack`), lr 4e-3, the
-#:   demo's 1000 steps and 3-minute limit (a step costs about what a demo step does, 0.06 s idle, so
-#:   the steps end well inside the limit on a busy machine too; 1500 steps took 152 s busy).
+#: * ``mingru`` -- two minGRU blocks of 128 (:class:`~hiddenstate.train.blocks.MinStack`), lr 4e-3, 800
+#:   steps and the 3-minute limit: a step costs 1.25-1.6x a demo step (0.055 s against 0.044 s at load
+#:   3.8), so 800 steps end well inside the limit on a busy machine too (80 s at load 5, when the demo's
+#:   1000 took 61 s; 1500 steps took 152 s of the 180). README, "A character model of linear recurrences".
 #: * ``mingru-long`` -- three minGRU blocks of 256, dropout 0.25, T=100, lr 3e-3, 4000 steps (the long
 #:   preset's budget). Their validation losses: README, "A character model of linear recurrences"
 #:   (generated from docs/results.json by scripts/readme_results.py).
@@ -151,7 +152,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "cell": "gru", "hidden_size": 512, "num_layers": 2, "dropout": 0.4, "seq_len": 100, "batch_size": 32,
         "steps": 4000, "lr": 3e-3, "eval_every": 250, "save_every": 250, "out": "runs/long",
     },
-    "mingru": {"cell": "mingru", "hidden_size": 128, "num_layers": 2, "lr": 4e-3, "steps": 1000,
+    "mingru": {"cell": "mingru", "hidden_size": 128, "num_layers": 2, "lr": 4e-3, "steps": 800,
                "max_minutes": 3.0, "out": "runs/mingru"},
     "mingru-long": {
         "cell": "mingru", "hidden_size": 256, "num_layers": 3, "dropout": 0.25, "seq_len": 100, "batch_size": 32,
