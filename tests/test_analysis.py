@@ -131,3 +131,61 @@ def test_inspect_checkpoint_checks_its_options(tmp_path):
     with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
         inspect_checkpoint(tmp_path / "missing", out=tmp_path / "r.html", rng=0)
     assert not (tmp_path / "r.html").exists()
+
+
+def test_featured_units_groups_features_by_their_best_unit():
+    from hiddenstate.probe.unitfeatures import UnitCorrelation, featured_units
+
+    def uc(name, r):
+        r = np.asarray(r, dtype=float)
+        top = np.argsort(-np.abs(r), kind="stable")[:3]
+        return UnitCorrelation(name, r, top, r[top])
+
+    units = {"a": uc("a", [0.1, 0.4, -0.2]), "b": uc("b", [0.3, -0.9, 0.0]), "c": uc("c", [0.5, 0.0, 0.1])}
+    # unit 1 is best for a (0.4) and b (0.9): one entry, b first (it tracks b better); then unit 0 for c
+    assert featured_units(units) == [(1, ["b", "a"]), (0, ["c"])]
+    assert featured_units(units, limit=1) == [(1, ["b", "a"])]
+    with pytest.raises(ValueError, match="limit"):
+        featured_units(units, limit=0)
+
+
+def test_explorer_buttons_name_each_features_best_unit(rng):
+    from hiddenstate.probe.textfeatures import text_features
+
+    x, tok = _onehot(TEXT)
+    H = 16
+    layer = hs.GRU(x.shape[2], H, rng=rng)
+    an = analyze_model(layer, x, tokens=tok, text=TEXT, grad_steps=0, n_fixed_point_starts=0, rng=rng)
+    h = an.trace.output[:, 0]  # (T, H)
+    feats = text_features(TEXT)
+    table = an.report_kwargs()["tables"]["Units that track text features"]
+    buttons = {}
+    for label, sig, unit in an.explore["featured"]:
+        if sig == "h":
+            assert unit not in buttons  # one button per unit
+            buttons[unit] = label.split(": unit")[0].split(", ")
+    best_of = {}
+    for row in table:
+        f = feats[row["feature"]]
+        r = np.array([np.corrcoef(h[:, j], f)[0, 1] for j in range(H)])  # Pearson, independently
+        best_of[row["feature"]] = int(np.argmax(np.abs(r)))
+        assert row["best unit"] == best_of[row["feature"]]
+    expected = {}
+    for name, j in best_of.items():
+        expected.setdefault(j, []).append(name)
+    expected = dict(list(expected.items())[:4])
+    assert {j: set(v) for j, v in buttons.items()} == {j: set(v) for j, v in expected.items()}
+    for j, names in buttons.items():
+        title = an.explore["units"]["best feature"][j]  # what the unit's title says it tracks
+        if any(title.startswith(n + " (") for n in names):
+            assert title.startswith(names[0] + " (")
+
+
+def test_empty_input_is_named_at_the_start(rng):
+    layer = hs.GRU(3, 4, rng=rng)
+    with pytest.raises(ValueError, match=r"x must have at least one time step to analyse; got T = 0 \(x of shape \(0, 4, 3\)\)"):
+        analyze_model(layer, np.zeros((0, 4, 3)))
+    with pytest.raises(ValueError, match=r"got T = 0 \(x of shape \(2, 0, 3\), batch_first\)"):
+        analyze_model(hs.GRU(3, 4, batch_first=True, rng=rng), np.zeros((2, 0, 3)))
+    with pytest.raises(ValueError, match="got T = 0"):
+        hs.inspect_model(layer, np.zeros((0, 4, 3)))

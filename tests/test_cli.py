@@ -57,6 +57,28 @@ def test_train_output_last_line_is_the_validation_loss(text_file, tmp_path, caps
     assert last.startswith("validation loss: ") and "nats/char" in last and "bits/char" in last
 
 
+def test_one_step_is_one_step_and_the_bar_shows_no_placeholder_speed(text_file, tmp_path, capsys):
+    assert main(["train", "--data", str(text_file), "--steps", "1", "--out", str(tmp_path / "r"), *TINY]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith(" s") and " after 1 step, " in last, last
+    from hiddenstate.train import TrainConfig
+    from hiddenstate.train.steps import Progress
+
+    cfg = TrainConfig(hidden_size=4, seq_len=16, batch_size=8, steps=10)
+    progress = Progress(cfg, 0, bar=True, verbose=False, budget_s=None)
+    history = {"train_loss": [2.0]}
+    try:
+        progress.stepped(history, None, 0.0)  # before the first 2-second window: no speed yet
+        assert "loss=2.000" in progress.bar.postfix and "chars/s" not in progress.bar.postfix, progress.bar.postfix
+        progress.window_t -= 4.0  # the window has now lasted about 4 s, over 2 steps of 8 x 16 characters
+        progress.stepped(history, None, 0.0)
+        speed = float(progress.bar.postfix.split("chars/s=")[1].split(",")[0].replace(",", ""))
+        assert 2 * 8 * 16 / 4.5 < speed <= 2 * 8 * 16 / 4.0, progress.bar.postfix
+    finally:
+        progress.close()
+    capsys.readouterr()
+
+
 def test_sample_is_reproducible(run_dir, capsys):
     argv = ["sample", str(run_dir), "--prime", "KING:", "--length", "80", "--seed", "5"]
     assert main(argv) == 0
@@ -285,6 +307,10 @@ def test_a_diverging_run_exits_1_naming_the_flags(text_file, tmp_path, capsys):
     (lambda d, t, r: ["inspect", str(r), "--out", str(t)], ["--out must name an HTML file; got", "which is a directory"]),
     (lambda d, t, r: ["inspect", str(r), "--out", str(t / "short.txt")],
      ["--out must be a new file or a previous hiddenstate report; got", "(nothing was written)"]),
+    (lambda d, t, r: ["inspect", str(r), "--out", str(t / "dir_nothere") + os.sep],
+     ["--out must name an HTML file; got", "ends in a path separator", "Give a file name"]),
+    (lambda d, t, r: ["inspect", str(r), "--out", str(t / "nonexistent" / "dir" / "r.html")],
+     ["--out must lie in an existing directory", "nonexistent"]),
     (lambda d, t, r: ["train", "--resume", str(r), "--overwrite"], ["--overwrite cannot be combined with --resume"]),
 ])
 def test_errors_name_the_flag_the_user_typed(make_argv, needles, text_file, run_dir, tmp_path, capsys):
@@ -375,6 +401,15 @@ def test_inspect_works_from_another_folder_and_counts_what_it_dropped(text_file,
     assert "validation text" in (elsewhere / "r.html").read_text(encoding="utf-8")  # a previous report is replaced
 
 
+def test_inspect_fixed_point_starts_reaches_the_search_of_a_run(run_dir, tmp_path, capsys):
+    assert main(["inspect", str(run_dir), "--fixed-point-starts", "2", "--out", str(tmp_path / "a.html")]) == 0
+    page = (tmp_path / "a.html").read_text(encoding="utf-8")
+    assert 'id="fixed"' in page and "from 2 starts" in page
+    assert main(["inspect", str(run_dir), "--fixed-point-starts", "0", "--out", str(tmp_path / "b.html")]) == 0
+    assert 'id="fixed"' not in (tmp_path / "b.html").read_text(encoding="utf-8")
+    assert capsys.readouterr().out.splitlines()[-1] == f"report: {tmp_path / 'b.html'}"
+
+
 def test_inspect_of_an_old_run_with_a_relative_data_path_says_what_to_do(run_dir, tmp_path, monkeypatch):
     import dataclasses
 
@@ -417,6 +452,12 @@ def test_train_sample_and_inspect_a_model_of_linear_recurrences(cell, text_file,
     assert main(["inspect", str(out), "--out", str(tmp_path / "report.html")]) == 0
     assert (tmp_path / "report.html").stat().st_size > 10_000
     capsys.readouterr()
+    for fmt in ("onnx", "torch"):
+        assert main(["export", str(out), "--format", fmt, "--out", str(tmp_path / "m.bin")]) == 2
+        line = assert_one_line_error(capsys, f"a {cell} run cannot be exported as {fmt}",
+                                     str(out / "checkpoint" / "model.safetensors"), "`hiddenstate sample`")
+        assert "save_safetensors" not in line
+        assert not (tmp_path / "m.bin").exists()
     argv = ["train", "--data", str(text_file), "--cell", cell, "--weight-drop", "0.2", "--out", str(tmp_path / "w"),
             *TINY]
     assert run_main(argv) == 2

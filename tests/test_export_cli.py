@@ -51,8 +51,16 @@ def test_onnx_export_runs_in_onnxruntime_with_the_models_logits(runs, cell, tmp_
     ort = pytest.importorskip("onnxruntime")
     out = tmp_path / "model.onnx"
     assert main(["export", str(runs[cell]), "--format", "onnx", "--out", str(out)]) == 0
-    assert f"onnx: {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"onnx: {out}" in printed
     model = load(runs[cell]).model
+    hint = printed.splitlines()[-1]  # this run's names, L = 2, H = 12 (TINY) and dtype
+    if cell == "gru":
+        assert "{'ids': ids, 'h0': h0})" in hint and "h0 (2, N, 12) float32 (NumPy)" in hint, hint
+        assert "c0" not in hint and "c_n" not in hint, hint
+    else:
+        assert "{'ids': ids, 'h0': h0, 'c0': c0})" in hint and "h0, c0 (2, N, 12) float64 each" in hint, hint
+        assert "ReferenceEvaluator" in hint, hint
     ids, h0, c0 = ids_and_state(model, 23, 3)
     expected, state, _ = model.forward(ids, (h0, c0) if cell == "lstm" else h0)
     feeds = {"ids": ids.astype(np.int64), "h0": h0.astype(np.float32)}
@@ -78,7 +86,8 @@ LOAD_WITHOUT_HIDDENSTATE = textwrap.dedent("""
     arrays = np.load(sys.argv[2])
     args = [torch.from_numpy(arrays[k]) for k in ("ids", "h0", "c0") if k in arrays.files]
     outputs = program(*args)
-    np.savez(sys.argv[3], *[o.detach().numpy() for o in outputs])
+    assert not any(o.requires_grad for o in outputs)  # .numpy() works without .detach()
+    np.savez(sys.argv[3], *[o.numpy() for o in outputs])
 """)
 
 
@@ -95,7 +104,10 @@ def test_torch_export_loads_without_hiddenstate_and_gives_the_logits(runs, tmp_p
     require_torch()
     out = tmp_path / "model.pt2"
     assert main(["export", str(runs["lstm"]), "--format", "torch", "--out", str(out)]) == 0
-    assert "torch.export.load" in capsys.readouterr().out
+    hint = capsys.readouterr().out.splitlines()[-1]
+    assert hint == (f"load it with: torch.export.load({str(out)!r}).module()(ids, h0, c0)  # ids (T, N) int64, "
+                    "T >= 1; h0, c0 (2, N, 12) float64 each -> logits (T, N, V=" + str(load(runs["lstm"]).model.vocab_size)
+                    + "), h_n, c_n; torch alone, no hiddenstate"), hint
     model = load(runs["lstm"]).model
     assert model.dtype == np.float64
     ids, h0, c0 = ids_and_state(model, 37, 5)  # neither the export example's T nor its N
@@ -161,6 +173,8 @@ def test_export_errors_are_one_line_exit_2_and_nothing_is_overwritten(runs, tmp_
     assert_one_line_error(capsys, "does not exist")
     assert main(["export", str(runs["gru"]), "--format", "onnx", "--out", str(tmp_path / "no" / "a.onnx")]) == 2
     assert_one_line_error(capsys, "--out must lie in an existing directory")
+    assert main(["export", str(runs["gru"]), "--format", "onnx", "--out", str(tmp_path / "dir_nothere") + "/"]) == 2
+    assert_one_line_error(capsys, "--out must name a file", "ends in a path separator")
     with pytest.raises(SystemExit) as exit_:
         main(["export", str(runs["gru"]), "--format", "tflite", "--out", str(tmp_path / "a")])
     assert exit_.value.code == 2

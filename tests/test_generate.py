@@ -157,6 +157,11 @@ def test_stream_from_a_carried_state_and_by_character():
         Stream(model).feed("a")
     with pytest.raises(RuntimeError, match="feed or read a prime first"):
         Stream(model).generate(3)
+    with pytest.raises(RuntimeError, match=r"nothing has been read yet, so there are no logits: feed a character first"):
+        next_distribution(Stream(model).logits)
+    fed = Stream(model)
+    probs, _ = fed.feed(2)
+    np.testing.assert_allclose(next_distribution(fed.logits), probs, rtol=0, atol=1e-12)  # then it works
 
 
 def test_sample_is_a_stream_that_reads_the_prime_and_feeds_back_its_draws():

@@ -173,6 +173,32 @@ def test_keras_options_our_layers_cannot_compute_are_refused(keras, make, needle
         hs.inspect_model(layer, np.zeros((2, 5, 3)))
 
 
+def test_a_keras_model_of_one_recurrent_layer_is_inspected_as_that_layer(keras):  # noqa: F811
+    keras.utils.set_random_seed(0)
+    N, T, I = 2, 9, 4
+    model = keras.Sequential([keras.Input((None, I), dtype="float64"),
+                              keras.layers.GRU(5, return_sequences=True, dtype="float64"),
+                              keras.layers.Dense(2, dtype="float64")], name="net")
+    x = np.random.default_rng(1).standard_normal((N, T, I))
+    an = hs.inspect_model(model, x, **FAST)
+    np.testing.assert_allclose(an.trace.output, our_keras_output(keras, model.layers[0], x), rtol=0, atol=TOL)
+    assert_same_analysis(an, hs.inspect_model(model.layers[0], x, **FAST))
+    assert an.meta["model"] == "keras GRU (layers[0] of keras Sequential 'net')"
+    with pytest.raises(ValueError, match="I = 4"):  # the layer's input size must match x
+        hs.inspect_model(model, np.zeros((N, T, 3)))
+    inp = keras.Input((None, I), dtype="float64")
+    functional = keras.Model(inp, keras.layers.LSTM(3, dtype="float64")(keras.layers.Dense(6, dtype="float64")(inp)))
+    with pytest.raises(TypeError, match=r"does not read the model's input \(it comes after model.layers\[1\] "
+                                        r"\(Dense\), which change it\): pass model.layers\[2\] itself"):
+        hs.inspect_model(functional, x)
+    two = keras.Sequential([keras.Input((None, I)), keras.layers.GRU(3, return_sequences=True), keras.layers.LSTM(2)])
+    with pytest.raises(TypeError, match=r"holds 2 recurrent layers \(model.layers\[0\] \(GRU\), model.layers\[1\] "
+                                        r"\(LSTM\)\): pass one of them"):
+        hs.inspect_model(two, x)
+    with pytest.raises(TypeError, match="holds no recurrent layer"):
+        hs.inspect_model(keras.Sequential([keras.Input((None, I)), keras.layers.Dense(2)]), x)
+
+
 def test_an_unbuilt_keras_layer_is_refused(keras):  # noqa: F811
     with pytest.raises(ValueError, match="must be built"):
         hs.inspect_model(keras.layers.GRU(4), np.zeros((2, 5, 3)))
@@ -313,7 +339,9 @@ def test_cli_refuses_pickles_unread_and_bad_inputs_in_one_line(tmp_path, capsys,
         assert_one_line_error(capsys, needle)
     assert not (tmp_path / "r.html").exists()
     assert main(["inspect", str(tmp_path), "--kind", "gru"]) == 2
-    assert_one_line_error(capsys, "--kind apply to a .safetensors state dict only")
+    assert_one_line_error(capsys, "--kind applies to a .safetensors state dict only")
+    assert main(["inspect", str(tmp_path), "--kind", "gru", "--prefix", "x."]) == 2
+    assert_one_line_error(capsys, "--kind, --prefix apply to a .safetensors state dict only")
     assert os.listdir(tmp_path)  # nothing removed
 
 
@@ -336,3 +364,52 @@ def test_state_dict_files_of_our_own_carry_their_options_and_a_min_gru_needs_its
     loaded = load_state_dict_file(tmp_path / "bare.safetensors", kind="mingru")
     assert loaded.inferred[0] == "kind mingru (--kind)"
     np.testing.assert_array_equal(loaded.layer(x)[0], mingru(x)[0])
+
+
+def our_gru_file(tmp_path):
+    """A GRU of ours saved as a safetensors state dict (no torch needed)."""
+    path = tmp_path / "gru.safetensors"
+    hs.interop.save_safetensors(hs.GRU(3, 4, rng=np.random.default_rng(0)), path)
+    return path
+
+
+def test_cli_out_ending_in_a_separator_or_in_a_missing_directory_is_refused(tmp_path, capsys, monkeypatch):
+    path = our_gru_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for out in ("dir_nothere/", str(tmp_path / "dir_nothere") + os.sep):
+        assert main(["inspect", str(path), "--out", out]) == 2
+        assert_one_line_error(capsys, "--out must name an HTML file", "ends in a path separator", "Give a file name")
+    for out in (str(tmp_path / "nonexistent" / "dir" / "r.html"), "nodir/r.html"):
+        assert main(["inspect", str(path), "--out", out]) == 2
+        assert_one_line_error(capsys, "--out must lie in an existing directory", "Create it first")
+    assert sorted(os.listdir(tmp_path)) == ["gru.safetensors"]  # nothing written, no directory created
+    with pytest.raises(ValueError, match="ends in a path separator"):
+        hs.inspect_model(hs.GRU(3, 4), np.zeros((5, 1, 3)), out=str(tmp_path / "d") + "/")
+    # the Python API keeps creating the parents, as documented
+    hs.inspect_model(hs.GRU(3, 4), np.zeros((5, 1, 3)), out=tmp_path / "new" / "r.html", n_fixed_point_starts=0)
+    assert (tmp_path / "new" / "r.html").is_file()
+
+
+def test_cli_fixed_point_starts_reaches_the_search(tmp_path, capsys):
+    path = our_gru_file(tmp_path)
+    assert main(["inspect", str(path), "--fixed-point-starts", "3", "--out", str(tmp_path / "a.html")]) == 0
+    page = (tmp_path / "a.html").read_text(encoding="utf-8")
+    assert 'id="fixed"' in page and "from 3 starts" in page
+    assert main(["inspect", str(path), "--fixed-point-starts", "0", "--out", str(tmp_path / "b.html")]) == 0
+    assert 'id="fixed"' not in (tmp_path / "b.html").read_text(encoding="utf-8")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["inspect", str(path), "--fixed-point-starts", "-1", "--out", str(tmp_path / "c.html")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: argument --fixed-point-starts: must be a non-negative integer; got -1" in err[0]
+    assert not (tmp_path / "c.html").exists()
+
+
+def test_cli_inspect_help_states_the_default_out(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["inspect", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: report.html in the current directory; a previous report is replaced, any other file refused" in text
+    assert "--fixed-point-starts N" in text and "0 skips the search" in text

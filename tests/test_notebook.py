@@ -151,3 +151,80 @@ def test_analysis_and_report_reprs(tmp_path):
     frame = report._repr_html_()
     assert _fragment(frame) == ["iframe"] and "&lt;!DOCTYPE html&gt;" in frame
     assert "(no such file)" in Report(tmp_path / "missing.html")._repr_html_()
+
+
+def test_trace_and_analysis_show_figures_under_200_kB():
+    import base64
+    import re
+
+    rng = np.random.default_rng(4)
+    text = 'She said "come here" and he said "no".\nThey (both) left.\n' * 40  # T = 2240
+    chars = sorted(set(text))
+    ids = np.array([chars.index(c) for c in text])
+    x = np.eye(len(chars))[ids][:, None]
+    an = analyze_model(hs.GRU(len(chars), 64, rng=rng), x, tokens=ids[:, None], text=text, grad_steps=40,
+                       n_fixed_point_starts=4, rng=rng)
+    for obj, n_figs in ((an.trace, 1), (an, 3), (an.pca, 1)):  # analysis: gates, gradient, memory
+        html = obj._repr_html_()
+        _fragment(html)
+        pngs = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+        assert len(pngs) == n_figs, type(obj).__name__
+        for b64 in pngs:
+            png = base64.b64decode(b64)
+            assert png[:8] == b"\x89PNG\r\n\x1a\n"
+            assert int.from_bytes(png[16:20], "big") <= 720  # PNG width, at most as wide as it is shown
+        assert len(html) < 200_000, (type(obj).__name__, len(html))
+
+
+def test_state_figure_averages_windows_and_picks_varying_units():
+    from hiddenstate.report.plots import state_figure
+
+    h = np.zeros((10, 70))
+    h[:, 5] = np.arange(10.0)  # the most varying unit
+    h[:, 3] = np.arange(10.0) / 100
+    fig = state_figure(h, max_units=2, max_steps=4)  # windows of 3 steps: 0-2, 3-5, 6-8, 9
+    img = fig.axes[0].images[0].get_array()  # (units, columns)
+    np.testing.assert_allclose(img[1], [1.0, 4.0, 7.0, 9.0])  # unit 5: window means, by hand
+    np.testing.assert_allclose(img[0], [0.01, 0.04, 0.07, 0.09])  # unit 3 comes first (unit order)
+    assert "2 of 70 units" in fig.axes[0].get_ylabel()
+    with pytest.raises(ValueError, match=r"h must be finite states of shape \(T, H\)"):
+        state_figure(np.zeros(5))
+
+
+def test_short_log_axis_and_single_point_loss_are_readable():
+    from hiddenstate.report.figures import style
+    from hiddenstate.report.plots import gates_figure, loss_figure
+
+    class G:  # a duck-typed keep gate with time constants from 1.5 to 12 steps
+        name, low, high, keep = "z", 0.1, 0.9, True
+        left = right = np.zeros(4)
+        time_constant = np.array([1.5, 3.0, 6.0, 12.0])
+
+    fig = gates_figure([G()])
+    ax = fig.axes[1]
+    with style():
+        fig.canvas.draw()
+    labels = {t.get_text() for t in ax.yaxis.get_majorticklabels() + ax.yaxis.get_minorticklabels()
+              if t.get_text() and ax.get_ylim()[0] <= t.get_position()[1] <= ax.get_ylim()[1]}
+    assert {"2", "5", "10"} <= labels  # not only "10"
+    fig = loss_figure({"train": np.array([3.0, 2.5, 2.0]), "validation": (np.array([2.0]), np.array([2.4]))})
+    line = {ln.get_label(): ln for ln in fig.axes[0].lines}["validation"]
+    assert line.get_marker() not in (None, "None", "", " ") and len(line.get_xdata()) == 1
+
+
+def test_stream_repr_names_the_model_and_the_likeliest_next_characters():
+    from hiddenstate.train.corpus import Vocabulary
+    from hiddenstate.train.generate import Stream
+    from hiddenstate.train.model import CharRNN
+
+    vocab = Vocabulary("abcde ")
+    model = CharRNN(vocab.size, 8, 2, cell="lstm", rng=np.random.default_rng(0))
+    s = Stream(model, vocab=vocab)
+    assert repr(s) == "Stream(LSTM 2 × 8, V=6, nothing read yet)"
+    probs, _ = s.feed("a")
+    top = np.argsort(-probs, kind="stable")[:3]
+    want = ", ".join(f"{vocab.chars[i]!r} {probs[i]:.2f}" for i in top)
+    assert repr(s) == f"Stream(LSTM 2 × 8, V=6, next: {want})"
+    s2 = Stream(model)
+    s2.feed(2)
+    assert repr(s2).startswith("Stream(LSTM 2 × 8, V=6, next: id ")

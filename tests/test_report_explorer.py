@@ -140,6 +140,10 @@ window.addEventListener('load', function () {
     document.getElementById('ex-search').value = 'unit ' + K;
     document.getElementById('ex-search').dispatchEvent(new Event('input'));
     res.found = Array.prototype.map.call(document.querySelectorAll('#ex-units li'), function (li) { return +li.dataset.unit; });
+    document.getElementById('ex-search').value = '1';
+    document.getElementById('ex-search').dispatchEvent(new Event('input'));
+    res.found_1 = Array.prototype.map.call(document.querySelectorAll('#ex-units li'), function (li) { return +li.dataset.unit; });
+    res.title_1 = document.getElementById('ex-title').textContent;
   } catch (e) { res.errors.push(String(e)); }
   res.errors = res.errors.concat(window.__hsErrors || []);
   var pre = document.createElement('pre'); pre.id = 'hs-drive'; pre.textContent = JSON.stringify(res);
@@ -223,3 +227,6 @@ def test_explorer_reacts_in_headless_chromium(tmp_path, gru_analysis):
     assert len(hits) >= 2 and res["matches"] == sorted(hits, key=lambda j: (rest[j], j))[:20]
     assert res["match_head"].startswith(f"{len(hits)} unit")
     assert k in res["found"]
+    # a bare number: that unit first (and shown), then every row whose text contains it (10, 11, ...)
+    assert res["found_1"][0] == 1 and res["title_1"].startswith("unit 1 ")
+    assert set(range(10, 20)) <= set(res["found_1"][1:]) and 1 not in res["found_1"][1:]

@@ -135,7 +135,7 @@ def _training_text(trained: Trained) -> str:
 
 
 def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
-                       rng: np.random.Generator | None = None) -> pathlib.Path:
+                       rng: np.random.Generator | None = None, n_fixed_point_starts: int = 32) -> pathlib.Path:
     """Analyse a trained character model and write its HTML report (``hiddenstate inspect``).
 
     Parameters
@@ -153,6 +153,9 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
         Characters of text analysed (one sequence; all of them appear in the coloured view).
     rng : numpy.random.Generator, optional
         Fixed-point starts (default ``default_rng(0)``).
+    n_fixed_point_starts : int, default 32
+        Starting states of the fixed-point search (0 skips it; fewer is faster at large H), passed to
+        :func:`~hiddenstate.probe.analysis.analyze_model`.
 
     Returns
     -------
@@ -191,7 +194,7 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     if cfg.ema is not None:
         meta["weights"] = f"moving average, decay {cfg.ema:g}"
     an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=None if run_dir is None else loss_history(run_dir),
-                       fixed_point_input=fp_input, rng=rng, title_meta=meta)
+                       fixed_point_input=fp_input, rng=rng, title_meta=meta, n_fixed_point_starts=n_fixed_point_starts)
     data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
     layers = f"{model.num_layers} × {model.hidden_size}" if model.num_layers > 1 else f"{model.hidden_size}"
     dropped = (f" ({measured.dropped:,} characters outside the vocabulary dropped)" if measured.dropped else "")

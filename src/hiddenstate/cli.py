@@ -168,7 +168,11 @@ def _build_parser() -> argparse.ArgumentParser:
     ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory), or a "
                      ".safetensors file of a torch RNN/GRU/LSTM state dict")
     ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
-    ins.add_argument("--out", default="report.html", metavar="FILE", help="output HTML file")
+    ins.add_argument("--out", default="report.html", metavar="FILE",
+                     help="output HTML file, in an existing directory (default: report.html in the current directory; "
+                          "a previous report is replaced, any other file refused)")
+    ins.add_argument("--fixed-point-starts", type=_typed("--fixed-point-starts", int, nonnegative_int), default=32,
+                     metavar="N", help="starts of the fixed-point search (default 32; 0 skips the search)")
     sd = ins.add_argument_group("a .safetensors state dict (sizes, layers, directions are read off the names and shapes)")
     sd.add_argument("--kind", choices=("rnn", "gru", "lstm", "mingru", "minlstm"),
                     help="default: from the rows of weight_hh_l0; needed for minGRU/minLSTM")
@@ -199,7 +203,8 @@ def _print_result(result) -> None:
                 if result.stopped == "time" else "")
         print(f"stopped early ({result.stopped}) at step {result.step} of {result.config.steps}{more}")
     print(f"validation loss: {result.val_loss:.4f} nats/char ({result.val_bpc:.4f} bits/char, "
-          f"perplexity {result.val_ppl:.2f}) after {result.step} steps, {result.seconds:.0f} s")
+          f"perplexity {result.val_ppl:.2f}) after {result.step} step{'' if result.step == 1 else 's'}, "
+          f"{result.seconds:.0f} s")
 
 
 def _cmd_train(args) -> int:
@@ -284,9 +289,20 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
+def _check_report_out(out: str) -> None:
+    """``inspect --out``: a report may be written there (:func:`hiddenstate.app.check_report_path`), and its
+    directory exists (the CLI creates none, as ``export`` creates none)."""
+    from hiddenstate.app import check_report_path
+
+    path = check_report_path(out)
+    if not path.parent.is_dir():
+        raise _UsageError(f"--out must lie in an existing directory; got '{path}' ('{path.parent}' is not one). "
+                          "Create it first, or choose another --out.")
+
+
 def _cmd_inspect(args) -> int:
     from hiddenstate import train as _train
-    from hiddenstate.app import check_report_path, inspect_checkpoint, inspected_text
+    from hiddenstate.app import inspect_checkpoint, inspected_text
     from hiddenstate.train.corpus import load_text
 
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
@@ -297,13 +313,16 @@ def _cmd_inspect(args) -> int:
             raise _UsageError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
         from hiddenstate.inspection import inspect_file
 
-        inspect_file(args.checkpoint, args.out, seed=args.seed, echo=print, **flags)
+        _check_report_out(args.out)  # before the work, not after it
+        inspect_file(args.checkpoint, args.out, seed=args.seed, echo=print,
+                     n_fixed_point_starts=args.fixed_point_starts, **flags)
         return 0
     given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
     if given:
-        raise _UsageError(f"{', '.join(given)} apply to a .safetensors state dict only; got the run '{args.checkpoint}'.")
+        raise _UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a .safetensors state "
+                          f"dict only; got the run '{args.checkpoint}'.")
     ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
-    check_report_path(args.out)  # before the work, not after it
+    _check_report_out(args.out)  # before the work, not after it
     if args.text is not None:
         load_text(args.text, name="--text")
     trained = _train.load(ckpt)
@@ -312,18 +331,20 @@ def _cmd_inspect(args) -> int:
         shown = ", ".join(repr(c) for c in measured.unknown)
         print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
               f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
-    print(f"report: {inspect_checkpoint(trained, args.out, text_file=args.text)}")
+    report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=args.fixed_point_starts)
+    print(f"report: {report}")
     return 0
 
 
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
-    from hiddenstate.export import FORMATS, check_new_file, export_checkpoint
+    from hiddenstate.export import check_new_file, export_checkpoint, load_hint
 
     ckpt = _train.resolve_checkpoint(args.checkpoint, name="RUN")  # one-line errors for bad paths
     check_new_file(args.out, name="--out")  # before the work, not after it
-    print(f"{args.format}: {export_checkpoint(ckpt, args.format, args.out)}")
-    print(f"load it with: {FORMATS[args.format].replace('FILE', repr(args.out))}")
+    trained = _train.load(ckpt)
+    print(f"{args.format}: {export_checkpoint(trained, args.format, args.out)}")
+    print(f"load it with: {load_hint(trained.model, args.format, args.out)}")
     return 0
 
 

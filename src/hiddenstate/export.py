@@ -13,18 +13,64 @@ import os
 import pathlib
 import tempfile
 
+import numpy as np
+
 from hiddenstate.files import write_new
 from hiddenstate.interop.onnx_export import charrnn_to_onnx
 from hiddenstate.interop.torch_export import charrnn_to_exported_program
+from hiddenstate.train.blocks import LINEAR_CELLS
+from hiddenstate.train.checkpoint import MODEL_FILE
 from hiddenstate.train.rundir import Trained, load
 
-__all__ = ["FORMATS", "check_new_file", "export_checkpoint"]
+__all__ = ["FORMATS", "check_new_file", "export_checkpoint", "load_hint"]
 
-#: The formats of :func:`export_checkpoint` and what a user loads them with.
+#: The formats of :func:`export_checkpoint` and what a user loads them with (:func:`load_hint` gives
+#: the exact call of one model).
 FORMATS = {
     "onnx": "onnxruntime.InferenceSession(FILE).run(None, {'ids': ids, 'h0': h0})  # (+ 'c0' for an LSTM)",
     "torch": "torch.export.load(FILE).module()(ids, h0)  # (+ c0 for an LSTM); torch alone, no hiddenstate",
 }
+
+
+def load_hint(model, format: str, out) -> str:
+    """The exact call that runs ``model`` exported as ``format`` to ``out``: input names, shapes, dtype.
+
+    Parameters
+    ----------
+    model : hiddenstate.CharRNN
+        The exported model (its L = ``num_layers``, H = ``hidden_size``, dtype and cell).
+    format : {"onnx", "torch"}
+        As for :func:`export_checkpoint`.
+    out : str or os.PathLike
+        The exported file, as the call names it.
+
+    Returns
+    -------
+    str
+        One line, e.g. ``torch.export.load('m.pt2').module()(ids, h0)  # ids (T, N) int64, T >= 1;
+        h0 (2, N, 12) float32 -> logits (T, N, V=65), h_n (2, N, 12)``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``format``.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {sorted(FORMATS)}; got {format!r}.")
+    L, H, V, dtype = model.num_layers, model.hidden_size, model.vocab_size, np.dtype(model.dtype).name
+    lstm = model.cell == "lstm"
+    states = "h0, c0" if lstm else "h0"
+    shapes = (f"ids (T, N) int64, T >= 1; {states} ({L}, N, {H}) {dtype} each" if lstm
+              else f"ids (T, N) int64, T >= 1; h0 ({L}, N, {H}) {dtype}")
+    returns = f"logits (T, N, V={V}), h_n" + (", c_n" if lstm else "")
+    file = repr(os.fspath(out))
+    if format == "torch":
+        return (f"torch.export.load({file}).module()(ids, {states})  # {shapes} -> {returns}; torch alone, "
+                "no hiddenstate")
+    feeds = "{'ids': ids, 'h0': h0" + (", 'c0': c0}" if lstm else "}")
+    note = ("; onnxruntime's CPU kernels of these operators are float32 only: run a float64 graph in "
+            "onnx.reference.ReferenceEvaluator" if dtype == "float64" else "")
+    return f"onnxruntime.InferenceSession({file}).run(None, {feeds})  # {shapes} (NumPy) -> {returns}{note}"
 
 
 def check_new_file(out, *, name: str = "out") -> pathlib.Path:
@@ -46,11 +92,16 @@ def check_new_file(out, *, name: str = "out") -> pathlib.Path:
     TypeError
         ``out`` is not a path.
     ValueError
-        ``out`` exists (nothing is overwritten) or its directory does not.
+        ``out`` ends in a path separator (``"dir/"`` names a directory), exists (nothing is
+        overwritten), or its directory does not.
     """
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path; got {type(out).__name__}.")
-    path = pathlib.Path(os.fspath(out))
+    text = os.fspath(out)
+    path = pathlib.Path(text)
+    if isinstance(text, str) and text.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+        raise ValueError(f"{name} must name a file; got '{text}', which ends in a path separator and so names a "
+                         f"directory. Give a file name, e.g. '{path / 'model.onnx'}'.")
     if path.exists() or path.is_symlink():
         raise ValueError(f"{name} must name a new file; got '{path}', which exists (nothing is overwritten). "
                          "Choose another name or remove it yourself.")
@@ -96,6 +147,13 @@ def export_checkpoint(checkpoint, format: str, out) -> pathlib.Path:
     out = check_new_file(out)
     trained = checkpoint if isinstance(checkpoint, Trained) else load(checkpoint)
     model = trained.model
+    if model.cell in LINEAR_CELLS:
+        where = ("the run's checkpoint" if trained.path is None
+                 else f"'{pathlib.Path(trained.path) / MODEL_FILE}'")
+        raise ValueError(f"a {model.cell} run cannot be exported as {format}: its layers have no weight_hh (their "
+                         "gates read the input only), so no standard operator computes them. Its weights are already "
+                         f"in {where} (safetensors, torch's parameter names); `hiddenstate sample` and `hiddenstate "
+                         "inspect` run it, and hiddenstate.train.load(RUN) loads it in Python.")
     if format == "torch":
         data = charrnn_to_exported_program(model)
     else:

@@ -31,7 +31,7 @@ __all__ = ["RANDOM_INPUT", "as_layer", "inspect_file", "inspect_model", "read_in
 RANDOM_INPUT = {"T": 100, "N": 8, "distribution": "standard normal"}
 
 _ACCEPTED = ("a torch.nn.RNN/GRU/LSTM module (or its state dict), a built Keras 3 SimpleRNN/GRU/LSTM or "
-             "Bidirectional layer, a hiddenstate layer (RNN, GRU, LSTM, MinGRU, MinLSTM) or a hiddenstate CharRNN")
+             "Bidirectional layer (or a Keras Sequential/Model whose one recurrent layer reads its input), a hiddenstate layer (RNN, GRU, LSTM, MinGRU, MinLSTM) or a hiddenstate CharRNN")
 
 
 def _package(obj) -> str:
@@ -43,6 +43,41 @@ def _is_torch_module(obj) -> bool:
     return any(c.__module__.split(".")[0] == "torch" and c.__name__ == "Module" for c in type(obj).__mro__)
 
 
+def _keras_classes(obj) -> set:
+    """The names of the Keras classes ``obj`` is an instance of (``{"GRU", "RNN", "Layer", ...}``)."""
+    return {c.__name__ for c in type(obj).__mro__ if c.__module__.split(".")[0] == "keras"}
+
+
+def _keras_recurrent_layer(model):
+    """``(i, model.layers[i])``: the one recurrent layer of a Keras Sequential/Model that reads the model's input.
+
+    Accepted only when it is safe: exactly one SimpleRNN/GRU/LSTM/Bidirectional layer, whose input
+    is the model's single input (layers before it would change what it reads; layers after it do
+    not change its states). Otherwise a TypeError names the layer to pass.
+    """
+    layers = list(model.layers)
+    rnns = [(i, la) for i, la in enumerate(layers) if _keras_classes(la) & {"RNN", "Bidirectional"}]
+    what = f"the Keras {type(model).__name__} '{getattr(model, 'name', '')}'"
+    listed = ", ".join(f"model.layers[{i}] ({type(la).__name__})" for i, la in rnns)
+    if not rnns:
+        raise TypeError(f"model must be {_ACCEPTED}; got {what}, which holds no recurrent layer.")
+    if len(rnns) > 1:
+        raise TypeError(f"model must be {_ACCEPTED}; got {what}, which holds {len(rnns)} recurrent layers ({listed}): "
+                        "pass one of them itself, with x the input that layer receives.")
+    i, layer = rnns[0]
+    try:
+        inputs, read = list(model.inputs), layer.input
+    except (AttributeError, ValueError):  # an unbuilt model, or a layer called more than once
+        inputs, read = [], None
+    if len(inputs) != 1 or read is not inputs[0]:
+        before = ", ".join(f"model.layers[{j}] ({type(la).__name__})" for j, la in enumerate(layers[:i])
+                           if "InputLayer" not in _keras_classes(la))
+        raise TypeError(f"model must be {_ACCEPTED}; got {what}, whose recurrent layer {listed} does not read the "
+                        f"model's input{f' (it comes after {before}, which change it)' if before else ''}: pass "
+                        f"model.layers[{i}] itself, with x the input it receives (the output of the layers before it).")
+    return i, layer
+
+
 def as_layer(model):
     """Our sequence layer equivalent to ``model``, and what ``model`` was.
 
@@ -52,7 +87,10 @@ def as_layer(model):
         A torch module is converted by :func:`hiddenstate.interop.from_torch` (its
         ``batch_first`` kept), a Keras ``SimpleRNN``/``GRU``/``LSTM``/``Bidirectional`` by
         :func:`hiddenstate.interop.keras3.from_keras` (``batch_first=True``, as Keras reads
-        (N, T, I)); both in float64. A hiddenstate layer is returned as it is; a
+        (N, T, I)); both in float64. A Keras ``Sequential`` or ``Model`` is accepted when it holds
+        exactly one recurrent layer and that layer reads the model's input (layers after it, a
+        ``Dense`` head, do not change its states); otherwise the TypeError names the layer to
+        pass (``model.layers[i]``). A hiddenstate layer is returned as it is; a
         :class:`~hiddenstate.CharRNN` gives its recurrent layers ``model.rnn``.
 
     Returns
@@ -65,7 +103,8 @@ def as_layer(model):
     Raises
     ------
     TypeError
-        ``model`` is none of those (e.g. a ``torch.nn.Linear``).
+        ``model`` is none of those (e.g. a ``torch.nn.Linear``), or a Keras model whose recurrent
+        layer is not its only one or reads the output of other layers.
     ValueError
         From the conversion: options our layers cannot compute (an LSTM with ``proj_size``, a Keras
         layer with ``go_backwards=True``, ...), named in the message.
@@ -77,6 +116,10 @@ def as_layer(model):
     if isinstance(model, Mapping):
         return from_torch(model), "torch state dict"
     if _package(model) == "keras":  # before torch: on Keras's torch backend a layer is a torch Module too
+        if hasattr(model, "layers") and not _keras_classes(model) & {"RNN", "Bidirectional"}:  # Sequential, Model
+            i, inner = _keras_recurrent_layer(model)
+            layer, what = as_layer(inner)
+            return layer, f"{what} (layers[{i}] of keras {type(model).__name__} '{getattr(model, 'name', '')}')"
         layer = from_keras(model)
         inner = getattr(model, "forward_layer", None)
         return layer, (f"keras Bidirectional({type(inner).__name__})" if inner is not None
@@ -182,7 +225,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     ----------
     model : torch.nn.RNN, GRU or LSTM; Keras 3 SimpleRNN, GRU, LSTM or Bidirectional; ours
         Any ``num_layers``, ``bidirectional`` and ``batch_first`` of a torch module; a built Keras
-        layer; a hiddenstate RNN/GRU/LSTM/MinGRU/MinLSTM; or a :class:`~hiddenstate.CharRNN`.
+        layer, or a Keras ``Sequential``/``Model`` whose one recurrent layer reads its input; a
+        hiddenstate RNN/GRU/LSTM/MinGRU/MinLSTM; or a :class:`~hiddenstate.CharRNN`.
         Converted exactly (:func:`as_layer`); what cannot be represented raises.
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
@@ -317,7 +361,7 @@ def read_inputs(path, input_size: int, *, seed: int = 0, name: str = "--inputs")
 
 
 def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, prefix=None, inputs=None, seed: int = 0,
-                 echo=None) -> Analysis:
+                 echo=None, n_fixed_point_starts: int = 32) -> Analysis:
     """``hiddenstate inspect FILE.safetensors``: the report of a layer known only from its state dict.
 
     Parameters
@@ -335,6 +379,8 @@ def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, p
         Seed of the random input.
     echo : callable, optional
         Called with each line saying what was inferred, assumed, ignored and fed (e.g. ``print``).
+    n_fixed_point_starts : int, default 32
+        Starts of the fixed-point search (0 skips it), as for :func:`inspect_model`.
 
     Returns
     -------
@@ -355,7 +401,8 @@ def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, p
     lines.append(fed)
     for line in lines if echo is not None else ():
         echo(line)
-    an = inspect_model(loaded.layer, x, out=out, title=f"Inside the hidden state of {os.path.basename(path)}")
+    an = inspect_model(loaded.layer, x, out=out, title=f"Inside the hidden state of {os.path.basename(path)}",
+                       n_fixed_point_starts=n_fixed_point_starts)
     if echo is not None:
         echo(f"report: {out}")
     return an

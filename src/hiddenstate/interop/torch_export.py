@@ -6,8 +6,9 @@ strict and non-strict), so such a program runs only sequences of that one length
 T steps followed by a ``scan`` over time (torch's higher-order ``scan`` operator, which
 ``torch.export`` keeps as one node with a symbolic length), so the program takes any T >= 1 and
 any batch N. The equations are ours and torch's (GRU r, z, n; LSTM i, f, g, o; the Cho form for
-``reset_after=False``) and the parameters keep the CharRNN's names, "." written "_" (``rnn_weight_ih_l0``,
-``decoder_weight``). torch is imported only here.
+``reset_after=False``) and the weights keep the CharRNN's names, "." written "_" (``rnn_weight_ih_l0``,
+``decoder_weight``), as buffers: the program is for inference, so its outputs do not require grad
+(``.numpy()`` works on them without ``.detach()``). torch is imported only here.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def _module_class():
             self.nonlinearity = getattr(layer, "nonlinearity", "tanh")
             self.reset_after = bool(getattr(layer, "reset_after", True))
             self.bias = bool(layer.bias)
-            for key, value in model.params.items():
-                self.register_parameter(key.replace(".", "_"), torch.nn.Parameter(torch.tensor(np.asarray(value))))
+            for key, value in model.params.items():  # buffers, not parameters: the outputs need no .detach()
+                self.register_buffer(key.replace(".", "_"), torch.tensor(np.asarray(value)))
 
         def _p(self, name):
             return getattr(self, name)

@@ -46,7 +46,7 @@ from hiddenstate.probe.memory import check_lags, memory_curve
 from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import text_features
 from hiddenstate.probe.trace import Trace, sequence_layer, trace
-from hiddenstate.probe.unitfeatures import best_units
+from hiddenstate.probe.unitfeatures import best_units, featured_units
 from hiddenstate.progress import progress
 from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, shape_str
 
@@ -64,7 +64,8 @@ class Analysis:
     gates : list of GateStats
     gradient : dict of str to (lags, norms)
         Curves for the report: BPTT gradient norms per layer and the top layer's Jacobian-product
-        spectral norm.
+        spectral norm, each ``(lags, values)``. The notebook display draws them;
+        ``hiddenstate.report.plots.gradient_figure(an.gradient, an.gradient_refs)`` on their own.
     gradient_refs : dict of str to (lags, values)
         Reference curves, e.g. ``sigma_max(W_hh)**k`` for an Elman RNN.
     gradient_norms : GradientNorms or None
@@ -250,6 +251,11 @@ def analyze_model(
     """
     cell = kind_of(sequence_layer(layer))
     kind = cell.name
+    xs = np.shape(x)
+    t_axis = 1 if (len(xs) == 3 and layer.batch_first) else 0
+    if len(xs) in (2, 3) and xs[t_axis] == 0:
+        raise ValueError(f"x must have at least one time step to analyse; got T = 0 (x of shape {shape_str(xs)}"
+                         f"{', batch_first' if t_axis else ''}).")
     max_lag = nonnegative_int("max_lag", max_lag)
     grad_steps = nonnegative_int("grad_steps", grad_steps)
     grad_sequences = positive_int("grad_sequences", grad_sequences)
@@ -367,9 +373,9 @@ def analyze_model(
             # half the starts are first run forward under the map: that finds the attractors even
             # where saturated gates make q nearly flat (the optimiser then finds saddles/slow points)
             half = pick.size // 2
-            for i in range(half):
-                for _ in range(300):
-                    starts[i] = F(starts[i])
+            if half:
+                for _ in range(300):  # all of them at once: one batched step (K, S) -> (K, S)
+                    starts[:half] = F(starts[:half])
             box = reachable_box(layer)
             lo = np.array([-np.inf if b[0] is None else b[0] for b in box])
             hi = np.array([np.inf if b[1] is None else b[1] for b in box])
@@ -393,15 +399,13 @@ def analyze_model(
         featured = []  # (label, signal, unit) buttons of the explorer
         if feats and n_chars >= 2:
             an.units = best_units(acts, feats, top=3)
-            used = set()
-            for name, u in an.units.items():
-                unit = next((int(j) for j in u.top_units if int(j) not in used), None)
-                if unit is None or len(an.text_units) >= 4:
-                    continue
-                used.add(unit)
-                r = float(u.r[unit])
-                an.text_units[f"unit {unit} · tracks {name} · r = {r:+.2f}"] = acts[:, unit]
-                featured.append((f"{name}: unit {unit}, r = {r:+.2f}", "h", unit))
+            # each feature's best unit, as in the report's table; a unit best for several features once
+            for unit, names in featured_units(an.units, limit=4):
+                rs = [float(an.units[n].r[unit]) for n in names]
+                tracks = ", ".join(f"{n} · r = {r:+.2f}" if len(names) == 1 else f"{n} (r = {r:+.2f})"
+                                   for n, r in zip(names, rs))
+                an.text_units[f"unit {unit} · tracks {tracks}"] = acts[:, unit]
+                featured.append((f"{', '.join(names)}: unit {unit}, r = {', '.join(f'{r:+.2f}' for r in rs)}", "h", unit))
         if cell.keep_gate is not None and n_chars:
             gate = tr[L - 1, 0].gates[cell.keep_gate][:n_chars, 0]  # (T', H)
             j = varying_memory_unit(gate)

@@ -24,7 +24,7 @@ import numpy as np
 
 from hiddenstate.validation import bool_mask, float_array, positive_int
 
-__all__ = ["UnitCorrelation", "best_units", "unit_feature_correlation"]
+__all__ = ["UnitCorrelation", "best_units", "featured_units", "unit_feature_correlation"]
 
 
 @dataclass(frozen=True)
@@ -157,3 +157,38 @@ def best_units(activations, features: Mapping[str, np.ndarray], *, top: int = 3,
         name: unit_feature_correlation(activations, f, top=top, mask=mask, name=name)
         for name, f in features.items()
     }
+
+
+def featured_units(units: Mapping[str, UnitCorrelation], *, limit: int | None = None) -> list[tuple[int, list[str]]]:
+    """Each feature's best unit, one entry per unit: the units a report features, with what they track.
+
+    A unit that is the best of several features appears once with all of them. Its features are
+    ordered by decreasing ``|r|`` of that unit (ties: in the order of ``units``), so the first one
+    is the feature the unit tracks best among them, as a unit's title says.
+
+    Parameters
+    ----------
+    units : mapping of str to UnitCorrelation
+        Feature name -> correlations, e.g. :func:`best_units`.
+    limit : int, optional
+        Keep only the first ``limit`` units (in the order their first feature appears in ``units``).
+
+    Returns
+    -------
+    list of (int, list of str)
+        ``(unit, feature names)`` pairs, in the order of the features in ``units``.
+
+    Raises
+    ------
+    TypeError
+        ``limit`` that is not an integer.
+    ValueError
+        ``limit`` below 1.
+    """
+    limit = None if limit is None else positive_int("limit", limit)
+    groups: dict[int, list[str]] = {}
+    for name, u in units.items():
+        if u.top_units.size:
+            groups.setdefault(int(u.top_units[0]), []).append(name)
+    out = [(j, sorted(names, key=lambda n: -abs(float(units[n].r[j])))) for j, names in groups.items()]
+    return out if limit is None else out[:limit]

@@ -81,14 +81,15 @@ def figure(width: float = 6.0, height: float = 3.4, ncols: int = 1, **subplots):
     return fig, axes
 
 
-def png_base64(fig) -> str:
+def png_base64(fig, *, dpi: float | None = None) -> str:
     """The figure as a PNG, base64-encoded ASCII (for a ``data:`` URI in a self-contained page).
 
     Parameters
     ----------
     fig : matplotlib.figure.Figure
-        The figure, saved on a white background at the current ``savefig.dpi`` (160 inside
-        :func:`style`).
+        The figure, saved on a white background.
+    dpi : float, optional
+        Resolution; default the current ``savefig.dpi`` (160 inside :func:`style`).
 
     Returns
     -------
@@ -97,7 +98,7 @@ def png_base64(fig) -> str:
     """
     buf = io.BytesIO()
     with np.errstate(all="ignore"):  # matplotlib's internals may under/overflow harmlessly
-        fig.savefig(buf, format="png", facecolor="white")
+        fig.savefig(buf, format="png", facecolor="white", **({} if dpi is None else {"dpi": float(dpi)}))
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 

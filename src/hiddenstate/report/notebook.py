@@ -22,7 +22,10 @@ import numpy as np
 
 from hiddenstate.report.figures import png_base64, style
 
-__all__ = ["Report", "analysis_html", "facts_html", "figure_html", "fixed_points_html", "gate_stats_html",
+#: Resolution of the figures a notebook shows inline (the report's pages use 160)
+NOTEBOOK_DPI = 100
+
+__all__ = ["NOTEBOOK_DPI", "Report", "analysis_html", "facts_html", "figure_html", "fixed_points_html", "gate_stats_html",
            "gradient_norms_html", "jacobian_flow_html", "memory_html", "pca_html", "trace_html"]
 
 
@@ -54,7 +57,7 @@ def facts_html(title: str, facts: Mapping[str, object], rows: Sequence[Mapping[s
         Name -> value; numbers are formatted with 4 significant digits.
     rows : sequence of mappings, default ()
         A second table, one row per mapping (columns: the union of the keys, in order).
-    fig : matplotlib.figure.Figure, optional
+    fig : matplotlib.figure.Figure or sequence of them, optional
         Shown under the tables (:func:`figure_html`).
 
     Returns
@@ -70,13 +73,13 @@ def facts_html(title: str, facts: Mapping[str, object], rows: Sequence[Mapping[s
         head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
         trs = "".join("<tr>" + "".join(f"<td>{_esc(_num(r.get(c, '')))}</td>" for c in cols) + "</tr>" for r in rows)
         out += f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>"
-    if fig is not None:
-        out += figure_html(fig)
+    for f in (() if fig is None else fig if isinstance(fig, (list, tuple)) else (fig,)):
+        out += figure_html(f)
     return out + "</div>"
 
 
-def figure_html(fig, alt: str = "figure") -> str:
-    """An ``<img>`` with the figure inline as a PNG (house style and resolution).
+def figure_html(fig, alt: str = "figure", *, dpi: float = NOTEBOOK_DPI) -> str:
+    """An ``<img>`` with the figure inline as a PNG (house style, notebook resolution).
 
     Parameters
     ----------
@@ -84,6 +87,9 @@ def figure_html(fig, alt: str = "figure") -> str:
         The figure.
     alt : str, default "figure"
         The image's alternative text.
+    dpi : float, default NOTEBOOK_DPI (100)
+        Resolution of the PNG, lowered for a figure wider than 7.2 inches so that it is at most
+        the 720 pixels it is shown at (the report's 160 made a PCA figure several hundred kB).
 
     Returns
     -------
@@ -91,7 +97,7 @@ def figure_html(fig, alt: str = "figure") -> str:
         ``<img src="data:image/png;base64,...">``, at most 720 pixels wide.
     """
     with style():
-        b64 = png_base64(fig)
+        b64 = png_base64(fig, dpi=min(float(dpi), 720.0 / fig.get_figwidth()))  # no wider than it is shown
     return f'<img alt="{_esc(alt)}" style="max-width:720px" src="data:image/png;base64,{b64}">'
 
 
@@ -240,7 +246,8 @@ def trace_html(tr) -> str:
     Parameters
     ----------
     tr : Trace
-        Reads ``kind``, ``num_layers``, ``num_directions``, ``mask`` and each layer trace's
+        Reads ``kind``, ``num_layers``, ``num_directions``, ``mask``, ``output`` (the heat map of
+        sequence 0, :func:`~hiddenstate.report.plots.state_figure`) and each layer trace's
         ``label``, ``h``, ``gates``, ``mask``.
 
     Returns
@@ -248,6 +255,8 @@ def trace_html(tr) -> str:
     str
         The fragment.
     """
+    from hiddenstate.report.plots import state_figure
+
     T, N = np.shape(tr.mask)
     rows = []
     for lt in tr:
@@ -259,7 +268,8 @@ def trace_html(tr) -> str:
         rows.append(row)
     facts = {"kind": tr.kind.upper(), "layers × directions": f"{tr.num_layers} × {tr.num_directions}",
              "steps (T) × sequences (N)": f"{T} × {N}", "valid steps": int(np.sum(tr.mask))}
-    return facts_html("Trace", facts, rows)
+    h0 = np.asarray(tr.output)[np.asarray(tr.mask)[:, 0], 0]  # (T', D*H): sequence 0's valid steps
+    return facts_html("Trace", facts, rows, fig=state_figure(h0) if h0.size and np.isfinite(h0).all() else None)
 
 
 def analysis_html(an) -> str:
@@ -268,14 +278,17 @@ def analysis_html(an) -> str:
     Parameters
     ----------
     an : Analysis
-        Reads ``meta``, ``gates``, ``memory``, ``jacobian``, ``gradient_norms``, ``pca``,
-        ``fixed_points``, ``units``, ``skipped``, ``timings``.
+        Reads ``meta``, ``gates``, ``gradient``, ``gradient_refs``, ``memory``, ``jacobian``,
+        ``gradient_norms``, ``pca``, ``fixed_points``, ``units``, ``skipped``, ``timings``.
 
     Returns
     -------
     str
-        The fragment (tables only; ``hiddenstate.build_report(path, an)`` draws the figures).
+        The fragment: the tables, then the report's gate-saturation, gradient-flow and memory
+        figures (those measured); ``hiddenstate.build_report(path, an)`` draws all of them.
     """
+    from hiddenstate.report.plots import gates_figure, gradient_figure, memory_figure
+
     rows = []
     for g in an.gates:
         rows.append({"measurement": f"gate {g.name}", "key number": f"mean {float(np.mean(g.mean)):.3f}"})
@@ -298,7 +311,10 @@ def analysis_html(an) -> str:
     facts = dict(an.meta)
     if an.timings:
         facts["seconds"] = float(sum(an.timings.values()))
-    return facts_html("Analysis", facts, rows)
+    figs = ([gates_figure(an.gates)] if an.gates else []) + (
+        [gradient_figure(an.gradient, an.gradient_refs or None)] if an.gradient else []) + (
+        [memory_figure({"memory": an.memory})] if an.memory is not None else [])
+    return facts_html("Analysis", facts, rows, fig=figs)
 
 
 class Report(type(pathlib.Path())):

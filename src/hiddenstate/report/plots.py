@@ -19,7 +19,7 @@ import numpy as np
 from hiddenstate.report.figures import COLORS, KIND_COLORS, figure, style
 
 __all__ = ["CHAR_CLASSES", "char_class", "eigenvalue_figure", "gates_figure", "gradient_figure", "is_keep_gate", "loss_figure",
-           "memory_figure", "pca_figure"]
+           "memory_figure", "pca_figure", "state_figure"]
 
 _REF_GREYS = ("#5f6368", "#9aa0a6", "#3c4043")  # dashed reference curves of the gradient figure
 
@@ -38,11 +38,20 @@ def _xy(name: str, obj) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _plain_log_ticks(axis) -> None:
-    """Label a log axis 1, 10, 100 rather than 10^0, 10^1, 10^2."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    """Label a log axis 1, 10, 100 rather than 10^0, 10^1, 10^2, and 2, 5, 20, 50 in between when it
+    spans less than two decades (else a range such as 1.5-12 shows only "10" and perhaps "1")."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    def minor(v, _):
+        lo, hi = sorted(axis.get_view_interval())
+        if not (lo > 0 and hi / lo < 100 and v > 0):
+            return ""
+        mant = v / 10 ** np.floor(np.log10(v) + 1e-9)
+        return f"{v:g}" if np.isclose(mant, 2) or np.isclose(mant, 5) else ""
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
+    axis.set_minor_locator(LogLocator(subs=np.arange(2, 10)))
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def is_keep_gate(name: str) -> bool:
@@ -93,7 +102,8 @@ def loss_figure(loss: Mapping[str, object]):
         for name, obj in loss.items():
             x, y = _xy(f"loss[{name!r}]", obj)
             ok = np.isfinite(y)
-            ax.plot(x[ok], y[ok], lw=1.6, label=name)
+            # one point alone is no line: draw it as a marker so its legend entry is visible
+            ax.plot(x[ok], y[ok], lw=1.6, label=name, **({"marker": "o", "ms": 5} if ok.sum() == 1 else {}))
             if ok.any():
                 ax.annotate(f"{y[ok][-1]:.3f}", (x[ok][-1], y[ok][-1]), textcoords="offset points",
                             xytext=(4, 0), va="center", fontsize=8, color="#3c4043")
@@ -426,4 +436,54 @@ def eigenvalue_figure(fixed_points: Sequence):
         ax.set_ylabel("Im λ")
         ax.set_title("Jacobian eigenvalues")
         ax.legend(loc="upper right", fontsize=7.5)
+    return fig
+
+
+def state_figure(h, *, max_units: int = 64, max_steps: int = 400):
+    """Heat map of a trajectory of states: one row per unit, one column per step, diverging colours.
+
+    Parameters
+    ----------
+    h : array_like of shape (T, H)
+        The states, e.g. one sequence of :attr:`~hiddenstate.probe.trace.Trace.output`.
+    max_units : int, default 64
+        With more units, the ``max_units`` whose state varies most (largest standard deviation)
+        are shown, in unit order.
+    max_steps : int, default 400
+        With more steps, consecutive steps are averaged in ``ceil(T / max_steps)``-step windows
+        (the last window may be shorter).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One axes (unit against step, colour scale symmetric about 0) with a colour bar.
+
+    Raises
+    ------
+    ValueError
+        If ``h`` is not of shape (T, H) with T, H >= 1, or has NaN/Inf.
+    """
+    h = np.asarray(h, dtype=np.float64)
+    if h.ndim != 2 or 0 in h.shape or not np.isfinite(h).all():
+        raise ValueError(f"h must be finite states of shape (T, H) with T, H >= 1; got shape {h.shape}.")
+    T, H = h.shape
+    units = np.arange(H)
+    if units.size > max_units:
+        units = np.sort(np.argsort(-h.std(axis=0), kind="stable")[:max_units])
+    w = -(-T // max_steps)  # steps per column
+    starts = np.arange(0, T, w)
+    img = np.add.reduceat(h[:, units], starts, axis=0) / np.diff(np.append(starts, T))[:, None]  # (C, U)
+    m = float(np.max(np.abs(img))) or 1.0
+    with style():
+        fig, ax = figure(6.0, 2.8)
+        im = ax.imshow(img.T, aspect="auto", cmap="RdBu_r", vmin=-m, vmax=m, interpolation="nearest",
+                       extent=(0, T, units.size, 0))
+        ax.grid(False)
+        ax.set_xlabel("step t" + (f" (means over {w} steps)" if w > 1 else ""))
+        ax.set_ylabel("unit" if units.size == H else f"{units.size} of {H} units (most varying)")
+        if units.size != H or H <= 16:
+            ticks = np.linspace(0, units.size - 1, min(units.size, 5)).astype(int)
+            ax.set_yticks(ticks + 0.5, [str(int(units[i])) for i in ticks])
+        ax.set_title("hidden state h_t")
+        fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
     return fig

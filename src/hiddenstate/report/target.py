@@ -13,6 +13,13 @@ _REPORT_MARK = "<footer>hiddenstate "  # every page of hiddenstate.report.build_
 _MAX_REPORT_BYTES = 256 << 20
 
 
+def _names_directory(text) -> bool:
+    """Whether a path's text ends in a separator (``"runs/"``): it names a directory, whatever exists there."""
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return text.endswith(tuple(s for s in (os.sep, os.altsep) if s))
+
+
 def check_report_path(out) -> pathlib.Path:
     """Check, before any work, that a report may be written to ``out``.
 
@@ -20,7 +27,8 @@ def check_report_path(out) -> pathlib.Path:
     ----------
     out : str or os.PathLike
         The HTML file to write. It may be new, or a previous hiddenstate report (replaced); a
-        directory, a file of anything else, or a path under a file are refused.
+        directory (or a path ending in a separator, ``"dir/"``), a file of anything else, or a path
+        under a file are refused.
 
     Returns
     -------
@@ -32,11 +40,16 @@ def check_report_path(out) -> pathlib.Path:
     TypeError
         ``out`` is not a path.
     ValueError
-        ``out`` is a directory, an existing file that is not a hiddenstate report, or lies under a file.
+        ``out`` is a directory or ends in a path separator, an existing file that is not a hiddenstate
+        report, or lies under a file.
     """
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a path; got {type(out).__name__}.")
-    path = pathlib.Path(os.fspath(out))
+    text = os.fspath(out)
+    path = pathlib.Path(text)
+    if _names_directory(text):
+        raise ValueError(f"out must name an HTML file; got '{text}', which ends in a path separator and so names a "
+                         f"directory. Give a file name, e.g. '{path / 'report.html'}'.")
     if path.is_dir():
         raise ValueError(f"out must name an HTML file; got '{path}', which is a directory. Give a file name, "
                          f"e.g. '{path / 'report.html'}'.")

@@ -173,8 +173,9 @@ class Stream:
     state : ndarray or tuple of ndarray, or None
         The state after everything fed so far (None before the first character with no
         ``state`` given).
-    logits : ndarray of shape (V,) or None
-        The last step's logits (the model's dtype); None before the first character.
+    logits : ndarray of shape (V,)
+        The last step's logits (the model's dtype); read before the first character it raises a
+        RuntimeError ("feed a character first").
     model, vocab
         As given.
 
@@ -189,7 +190,34 @@ class Stream:
         self.model = model
         self.vocab = vocab
         self.state = state
-        self.logits = None
+        self._logits = None
+
+    def __repr__(self) -> str:
+        """``Stream(GRU H=128, V=65, next: ' ' 0.31, 'e' 0.12, 't' 0.09)``, or ``..., nothing read yet)``."""
+        m = self.model
+        size = f"{m.num_layers} × {m.hidden_size}" if m.num_layers > 1 else f"H={m.hidden_size}"
+        head = f"Stream({str(m.cell).upper()} {size}, V={m.vocab_size}"
+        if self._logits is None:
+            return head + (", nothing read yet)" if self.state is None else ", from a given state, nothing read yet)")
+        with np.errstate(under="ignore"):
+            p = softmax(np.asarray(self._logits, dtype=np.float64))
+        top = np.argsort(-p, kind="stable")[:3]
+        name = (lambda i: repr(self.vocab.chars[i])) if self.vocab is not None else (lambda i: f"id {i}")
+        return head + ", next: " + ", ".join(f"{name(int(i))} {p[i]:.2f}" for i in top) + ")"
+
+    @property
+    def logits(self) -> np.ndarray:
+        """The last step's logits, shape (V,), the model's dtype.
+
+        Raises
+        ------
+        RuntimeError
+            Nothing has been fed yet, so there are no logits.
+        """
+        if self._logits is None:
+            raise RuntimeError("Stream.logits: nothing has been read yet, so there are no logits: feed a character "
+                               "first (stream.feed(char) or stream.read(ids)).")
+        return self._logits
 
     def _id(self, char) -> int:
         if isinstance(char, str):
@@ -249,8 +277,8 @@ class Stream:
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"ids must be a non-empty sequence of shape (P,); got shape {ids.shape}.")
-        logits, self.state, _ = self.model.forward(ids[:, None], self.state)  # (P, 1, V)
-        self.logits = logits[-1, 0]
+        logits, self.state, _ = self.model.forward(ids[:, None], self.state, need_cache=False)  # (P, 1, V)
+        self._logits = logits[-1, 0]
         with np.errstate(under="ignore"):
             return softmax(self.logits.astype(np.float64)), self.state
 
@@ -282,7 +310,7 @@ class Stream:
         length = SAMPLE_RULES["length"]("length", length)
         temperature, top_k, top_p = check_sampling(temperature, top_k, top_p)
         rng = generator(rng)
-        if self.logits is None:
+        if self._logits is None:
             raise RuntimeError("Stream.generate needs a distribution to start from: feed or read a prime first.")
         out = np.empty(length, dtype=np.int64)
         for i in range(length):

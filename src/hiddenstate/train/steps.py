@@ -273,8 +273,9 @@ class Progress:
         if self.bar is None:
             return
         postfix = {"loss": f"{np.mean(history['train_loss'][-50:]):.3f}",
-                   "val": "-" if val is None else f"{val:.3f}",
-                   "chars/s": f"{self.chars_per_s:,.0f}" if self.chars_per_s else "-"}
+                   "val": "-" if val is None else f"{val:.3f}"}
+        if self.chars_per_s:  # shown from the first measurement on (after 2 s), never as a placeholder
+            postfix["chars/s"] = f"{self.chars_per_s:,.0f}"
         if self.budget_s is not None:
             postfix["budget left"] = _format_time(self.budget_s - elapsed_s)
         self.bar.set_postfix(postfix, refresh=False)

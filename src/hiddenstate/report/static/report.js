@@ -129,10 +129,14 @@
       });
     }
     list.innerHTML = '';
+    // a bare unit number ("7" or "unit 7") lists that unit first and shows it; text matches follow
+    var num = /^(?:unit\s*)?(\d+)$/.exec(q), exact = num && +num[1] < H ? +num[1] : -1;
+    if (exact >= 0) list.appendChild(rows[exact]);
     idx.forEach(function (i) {
-      var hit = !q || String(i) === q || rows[i].textContent.toLowerCase().indexOf(q) >= 0;
-      if (hit) list.appendChild(rows[i]);
+      var hit = !q || rows[i].textContent.toLowerCase().indexOf(q) >= 0;
+      if (hit && i !== exact) list.appendChild(rows[i]);
     });
+    if (exact >= 0 && exact !== state.unit) choose(exact);
   }
   document.getElementById('ex-sort').addEventListener('change', order);
   document.getElementById('ex-search').addEventListener('input', order);
