@@ -221,3 +221,15 @@ def test_cli_bad_top_k_top_p_is_one_line_exit_2(tiny_run, capsys, flag, value, n
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_stream_repr_counts_what_was_read_and_names_the_likeliest_next_characters():
+    vocab = Vocabulary("abcdefg")
+    model = CharRNN(vocab.size, 5, rng=np.random.default_rng(0))
+    stream = Stream(model, vocab=vocab)
+    assert repr(stream) == "Stream(GRU H=5, V=7, nothing read yet)"
+    stream.read(vocab.encode("bad"))
+    probs, _ = stream.feed("c")
+    top = np.argsort(-probs, kind="stable")[:3]
+    expected = ", ".join(f"{vocab.chars[i]!r} {probs[i]:.2f}" for i in top)
+    assert repr(stream) == f"Stream(GRU H=5, V=7, 4 read, next: {expected})"

@@ -176,6 +176,8 @@ class Stream:
     logits : ndarray of shape (V,)
         The last step's logits (the model's dtype); read before the first character it raises a
         RuntimeError ("feed a character first").
+    n_read : int
+        Characters read so far (by :meth:`feed`, :meth:`read` and :meth:`generate`).
     model, vocab
         As given.
 
@@ -191,9 +193,10 @@ class Stream:
         self.vocab = vocab
         self.state = state
         self._logits = None
+        self.n_read = 0
 
     def __repr__(self) -> str:
-        """``Stream(GRU H=128, V=65, next: ' ' 0.31, 'e' 0.12, 't' 0.09)``, or ``..., nothing read yet)``."""
+        """``Stream(GRU H=128, V=65, 12 read, next: ' ' 0.31, 'e' 0.12, 't' 0.09)``, or ``..., nothing read yet)``."""
         m = self.model
         size = f"{m.num_layers} × {m.hidden_size}" if m.num_layers > 1 else f"H={m.hidden_size}"
         head = f"Stream({str(m.cell).upper()} {size}, V={m.vocab_size}"
@@ -203,7 +206,7 @@ class Stream:
             p = softmax(np.asarray(self._logits, dtype=np.float64))
         top = np.argsort(-p, kind="stable")[:3]
         name = (lambda i: repr(self.vocab.chars[i])) if self.vocab is not None else (lambda i: f"id {i}")
-        return head + ", next: " + ", ".join(f"{name(int(i))} {p[i]:.2f}" for i in top) + ")"
+        return head + f", {self.n_read:,} read, next: " + ", ".join(f"{name(int(i))} {p[i]:.2f}" for i in top) + ")"
 
     @property
     def logits(self) -> np.ndarray:
@@ -279,6 +282,7 @@ class Stream:
             raise ValueError(f"ids must be a non-empty sequence of shape (P,); got shape {ids.shape}.")
         logits, self.state, _ = self.model.forward(ids[:, None], self.state, need_cache=False)  # (P, 1, V)
         self._logits = logits[-1, 0]
+        self.n_read += ids.size
         with np.errstate(under="ignore"):
             return softmax(self.logits.astype(np.float64)), self.state
 
