@@ -224,7 +224,7 @@ def test_stream_repr_names_the_model_and_the_likeliest_next_characters():
     probs, _ = s.feed("a")
     top = np.argsort(-probs, kind="stable")[:3]
     want = ", ".join(f"{vocab.chars[i]!r} {probs[i]:.2f}" for i in top)
-    assert repr(s) == f"Stream(LSTM 2 × 8, V=6, next: {want})"
+    assert repr(s) == f"Stream(LSTM 2 × 8, V=6, 1 read, next: {want})"
     s2 = Stream(model)
     s2.feed(2)
-    assert repr(s2).startswith("Stream(LSTM 2 × 8, V=6, next: id ")
+    assert repr(s2).startswith("Stream(LSTM 2 × 8, V=6, 1 read, next: id ")
