@@ -3,7 +3,7 @@
 Why: glibc hands out every block over its mmap threshold (at most 32 MB) as freshly mapped
 memory and unmaps it on free, so a kernel that allocates its (T, N, G*H) buffers anew on
 every call page-faults them in every time: about half of a GRU (T=50, N=256, H=256) float64
-training step was page faults (``/work/shared/papers/performance.md``, "Re-measured").
+training step was page faults (the project's performance notes, "Re-measured").
 :func:`empty` instead returns a buffer of the same shape and dtype that an earlier call
 allocated, **if and only if nobody references it any more**.
 
