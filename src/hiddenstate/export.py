@@ -15,7 +15,7 @@ import tempfile
 
 import numpy as np
 
-from hiddenstate.files import write_new
+from hiddenstate.files import names_directory, write_new
 from hiddenstate.interop.onnx_export import charrnn_to_onnx
 from hiddenstate.interop.torch_export import charrnn_to_exported_program
 from hiddenstate.train.blocks import LINEAR_CELLS
@@ -99,7 +99,7 @@ def check_new_file(out, *, name: str = "out") -> pathlib.Path:
         raise TypeError(f"{name} must be a path; got {type(out).__name__}.")
     text = os.fspath(out)
     path = pathlib.Path(text)
-    if isinstance(text, str) and text.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+    if names_directory(text):
         raise ValueError(f"{name} must name a file; got '{text}', which ends in a path separator and so names a "
                          f"directory. Give a file name, e.g. '{path / 'model.onnx'}'.")
     if path.exists() or path.is_symlink():

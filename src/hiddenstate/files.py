@@ -13,7 +13,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["fsync_dir", "write_atomically", "write_new"]
+__all__ = ["fsync_dir", "names_directory", "write_atomically", "write_new"]
 
 
 def write_new(path: Path, data: bytes) -> None:
@@ -82,3 +82,22 @@ def write_atomically(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def names_directory(path) -> bool:
+    """Whether a path's text ends in a separator (``"runs/"``): it names a directory, whatever exists there.
+
+    Parameters
+    ----------
+    path : str, bytes or os.PathLike
+        The path as the user wrote it (``pathlib.Path`` drops a trailing separator, so pass the
+        text before converting).
+
+    Returns
+    -------
+    bool
+    """
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return text.endswith(tuple(s for s in (os.sep, os.altsep) if s))

@@ -5,19 +5,12 @@ from __future__ import annotations
 import os
 import pathlib
 
-from hiddenstate.files import write_atomically
+from hiddenstate.files import names_directory, write_atomically
 
 __all__ = ["check_report_path", "write_report"]
 
 _REPORT_MARK = "<footer>hiddenstate "  # every page of hiddenstate.report.build_report has it
 _MAX_REPORT_BYTES = 256 << 20
-
-
-def _names_directory(text) -> bool:
-    """Whether a path's text ends in a separator (``"runs/"``): it names a directory, whatever exists there."""
-    if isinstance(text, bytes):
-        text = os.fsdecode(text)
-    return text.endswith(tuple(s for s in (os.sep, os.altsep) if s))
 
 
 def check_report_path(out) -> pathlib.Path:
@@ -47,7 +40,7 @@ def check_report_path(out) -> pathlib.Path:
         raise TypeError(f"out must be a path; got {type(out).__name__}.")
     text = os.fspath(out)
     path = pathlib.Path(text)
-    if _names_directory(text):
+    if names_directory(text):
         raise ValueError(f"out must name an HTML file; got '{text}', which ends in a path separator and so names a "
                          f"directory. Give a file name, e.g. '{path / 'report.html'}'.")
     if path.is_dir():
