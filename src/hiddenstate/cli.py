@@ -22,7 +22,9 @@ Examples
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import io
 import os
 import sys
 import warnings
@@ -211,6 +213,7 @@ def _cmd_train(args) -> int:
     import dataclasses
 
     from hiddenstate import train as _train
+    from hiddenstate.train.distributed import follower
 
     # every TrainConfig field that has a flag and was given
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(_train.TrainConfig)
@@ -224,8 +227,10 @@ def _cmd_train(args) -> int:
         config = dict(_train.PRESETS[args.preset]) if args.preset else {}  # no preset: no time limit
         config.update(given)
         result = _train.train(config, overwrite=args.overwrite, progress=not args.quiet, device=args.device)
-    _print_result(result)
+    if not follower():  # one rank of a distributed run: rank 0 speaks for the run
+        _print_result(result)
     return 0
+
 
 
 def _cmd_sample(args) -> int:
@@ -383,8 +388,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _report(error: BaseException, command: str) -> int:
     """One line on stderr for an error that ends a command; returns the exit status."""
+    from hiddenstate.train.distributed import LostRank, PeerFailed, RendezvousFailed
     from hiddenstate.train.guards import RunWriteError, TrainingDiverged
 
+    if isinstance(error, PeerFailed):  # the rank that refused the run said why
+        return error.status
+    if isinstance(error, (LostRank, RendezvousFailed)):  # every rank says it: which rank, which step
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return 1 if isinstance(error, LostRank) else 2
     if isinstance(error, MemoryError):
         print(f"{PROG}: error: out of memory ({_one_line(error)}). Ask for less (a smaller model, --length, "
               "--batch-size), or close other programs.", file=sys.stderr)
@@ -488,11 +499,18 @@ def main(argv=None) -> int:
             with _blas_threads():
                 return _COMMANDS[args.command](args)
     except KeyboardInterrupt as error:
-        return _interrupted(error)
+        from hiddenstate.train.distributed import follower
+
+        with contextlib.redirect_stderr(io.StringIO()) if follower() else contextlib.nullcontext():
+            return _interrupted(error)  # rank 0 of a distributed run says what was saved
     except Exception as error:  # a user error is one line, never a traceback
         if os.environ.get("HIDDENSTATE_DEBUG"):
             raise
-        return _report(error, args.command)
+        from hiddenstate.train.distributed import LostRank, RendezvousFailed, follower
+
+        quiet = follower() and not isinstance(error, (LostRank, RendezvousFailed))  # rank 0 reports what all refused
+        with contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
+            return _report(error, args.command)
 
 
 if __name__ == "__main__":  # pragma: no cover

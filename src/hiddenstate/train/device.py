@@ -31,8 +31,9 @@ import numpy as np
 
 from hiddenstate.train.blocks import LINEAR_CELLS
 from hiddenstate.train.config import lr_at
+from hiddenstate.train.distributed.world import LOCAL
 from hiddenstate.train.guards import divergence
-from hiddenstate.train.steps import Diverged, Trainer
+from hiddenstate.train.steps import Diverged, Trainer, validation_rows
 from hiddenstate.xp.arrays import to_namespace, to_numpy
 from hiddenstate.xp.layer import XPCache, backward, run_layers
 
@@ -125,6 +126,8 @@ class DeviceTrainer(Trainer):
         Its text as ids.
     accelerator : tuple of (module, object)
         ``(xp, device)`` from :func:`resolve_device`.
+    world : World, default LOCAL
+        This process's share of a distributed run (:mod:`hiddenstate.train.distributed`).
 
     Raises
     ------
@@ -132,11 +135,11 @@ class DeviceTrainer(Trainer):
         A cell this path does not train (``mingru``, ``minlstm``).
     """
 
-    def __init__(self, cfg, corpus, accelerator):
+    def __init__(self, cfg, corpus, accelerator, world=LOCAL):
         if cfg.cell in LINEAR_CELLS:
             raise ValueError(f"cell must be gru, lstm or rnn to train on a device other than cpu; got {cfg.cell!r}. "
                              "Train it with --device cpu.")
-        super().__init__(cfg, corpus)
+        super().__init__(cfg, corpus, world)
         self.xp, self.device = accelerator
         self.push()
 
@@ -251,12 +254,12 @@ class DeviceTrainer(Trainer):
         parts = 2 if rnn.is_lstm else 1
         state0 = state["device"] if state is not None else tuple(
             xp.zeros((LD, N, H), dtype=dtype, device=self.device) for _ in range(parts))
-        hs, finals, directions, masks = run_layers(rnn, p, x, state0, None, (None, None), None, training, self.rng,
+        hs, finals, directions, masks = run_layers(rnn, p, x, state0, None, (None, None), None, training, self.mask_rng,
                                                    xp, self.device)
         final = {"device": tuple(xp.stack([f[i] for f in finals]) for i in range(parts))}
         mask = None
         if training and model.dropout > 0.0:  # CharRNN.forward's output dropout, the same draws
-            keep = self.rng.random((T, N, H), dtype=np.float32) >= model.dropout
+            keep = self.mask_rng.random((T, N, H), dtype=np.float32) >= model.dropout
             mask = to_namespace(keep.astype(model.dtype) / model.dtype.type(1.0 - model.dropout), xp, self.device)
             hs = hs * mask
         top = xp.reshape(hs, (T * N, H))
@@ -332,9 +335,10 @@ class DeviceTrainer(Trainer):
         self.opt.lr = lr_at(cfg, self.step / cfg.steps)
         if self.batcher.at_epoch_start:
             self.carry = None
-        inputs, targets = self.batcher.next_batch()
+        inputs, targets = self.world.shard(self.batcher.next_batch())  # a rank: its rows
         loss_a, grads, self.carry = self.loss_and_grads(inputs, targets, self.carry)
-        loss = float(loss_a)
+        loss, grads = self.world.average(loss_a, grads)  # a rank: the whole batch's
+        loss = float(loss)
         why = divergence(loss, self.model.vocab_size)
         if why:
             raise Diverged(f"the training loss {why}")
@@ -390,12 +394,11 @@ class DeviceTrainer(Trainer):
         """
         xp, model = self.xp, self.model
         weights = self.avg if (self.avg is not None and self.ema.n_averaged) else self.w
-        ids = np.asarray(self.corpus.val_ids, dtype=np.int64)
-        N = max(1, min(32, ids.size // 2))
-        R = ids.size // N
-        rows = np.ascontiguousarray(ids[: N * R].reshape(N, R).T)
+        rows = validation_rows(self.corpus.val_ids)  # (R, N)
+        rows = rows[:, self.world.val_rows(rows.shape[1]) or slice(None)]  # a rank: its streams
+        R = rows.shape[0]
         total, count, state = 0.0, 0, None
-        for start in range(0, R - 1, 256):
+        for start in range(0, R - 1 if rows.shape[1] else 0, 256):
             stop = min(start + 256, R - 1)
             x, y = rows[start:stop], rows[start + 1: stop + 1]
             logits, state, _ = self.forward(weights, x, state, training=False)
@@ -404,4 +407,5 @@ class DeviceTrainer(Trainer):
                                xp.float64)
             total -= float(xp.sum(logp * onehot))
             count += y.size
+        total, count = self.world.sum(total, count)  # a rank: over every rank's streams
         return total / count

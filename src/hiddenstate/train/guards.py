@@ -18,6 +18,7 @@ import contextlib
 import math
 import signal
 import threading
+import time
 
 from hiddenstate.layers import BY_KIND
 
@@ -147,6 +148,14 @@ class DeferredSignals:
     Installed only in the main thread (elsewhere, or where a signal is ignored, nothing changes);
     the previous handlers come back on exit.
 
+    Parameters
+    ----------
+    relay_grace_s : float, default 0
+        A second signal that arrives within this many seconds of the first is taken as the same
+        one. A rank of a distributed run uses 10 s: torchrun passes the signal it receives on to
+        every worker, so Ctrl-C in a terminal reaches a worker twice (from the terminal and from
+        torchrun) and must still save the step in flight.
+
     Attributes
     ----------
     received : int or None
@@ -155,15 +164,18 @@ class DeferredSignals:
         A second signal, which raised ``KeyboardInterrupt`` where the program was.
     """
 
-    def __init__(self):
+    def __init__(self, relay_grace_s: float = 0.0):
         self.received = None
         self.forced = None
         self._previous = {}
+        self._grace_s, self._first_at = relay_grace_s, None
 
     def _handle(self, signum, frame) -> None:
         if self.received is None:
-            self.received = signum
+            self.received, self._first_at = signum, time.monotonic()
             return
+        if self._grace_s and time.monotonic() - self._first_at < self._grace_s:
+            return  # the launcher's relay of the first signal
         self.forced = signum
         raise KeyboardInterrupt
 

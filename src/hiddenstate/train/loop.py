@@ -45,6 +45,7 @@ from hiddenstate.resources import check_memory
 from hiddenstate.train.config import TrainConfig, make_config
 from hiddenstate.train.corpus import Vocabulary
 from hiddenstate.train.device import DeviceTrainer, resolve_device
+from hiddenstate.train.distributed import World, check_cores, join
 from hiddenstate.train.guards import (
     DeferredSignals,
     TrainingInterrupted,
@@ -237,26 +238,58 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: b
     """
     t_start = time.perf_counter()
     overwrite = boolean("overwrite", overwrite)
-    accelerator = resolve_device(device)  # before anything is claimed: no GPU is one message, nothing written
-    with DeferredSignals() as signals:
+    world = join(device)  # LOCAL, unless torchrun started this process as one rank of a run
+    try:
+        return _train(world, config, resume, overwrite, t_start, progress=progress and world.leader,
+                      callback=callback, verbose=verbose and world.leader, device=device)
+    finally:
+        world.leave()
+
+
+def _train(world: World, config, resume, overwrite: bool, t_start: float, *, progress: bool, callback, verbose: bool,
+           device: str) -> TrainResult:
+    """:func:`train` in this process's world: the leader (the only process of a one-process run) owns ``out``."""
+    accelerator = resolve_device(world.run_device(device))  # before anything is claimed: no GPU is one message
+    world.check_request({"config": config if isinstance(config, (dict, type(None))) else dataclasses.asdict(config),
+                         "resume": None if resume is None else str(resume), "overwrite": overwrite, "device": device})
+    with DeferredSignals(relay_grace_s=10.0 if world.size > 1 else 0.0) as signals:
         lock, wrote_log = None, False
         try:
-            lock, state, loaded, cfg, same = _claim(config, resume, overwrite)
-            out = lock.path
-            corpus = Corpus.read(cfg, loaded)
-            estimate = training_memory(cfg, corpus.vocab.size)
-            check_memory(f"training a {cfg.cell.upper()} of --hidden-size {cfg.hidden_size} x --num-layers "
-                         f"{cfg.num_layers} ({estimate['parameters']:,} parameters)", estimate["bytes"],
-                         "Lower --hidden-size or --num-layers (or --batch-size and --seq-len).")
-            trainer = Trainer(cfg, corpus) if accelerator is None else DeviceTrainer(cfg, corpus, accelerator)
-            if loaded is not None:
-                trainer.restore(loaded.snapshot)
-            kept = [] if loaded is None else kept_log_lines(loaded.run_dir / LOG_FILE, trainer.step)
-            if state.kind in ("run", "unfinished") and not same:
-                lock.clear()  # a previous run (overwrite) or a killed one's leftovers: never other files
-            wrote_log = True
-            # atomically: a kill while the log is cut back to the checkpoint must not lose its first part
-            write_atomically(out / LOG_FILE, "".join(line + "\n" for line in kept).encode("utf-8"))
+            if world.leader:
+                try:
+                    lock, state, loaded, cfg, same = _claim(config, resume, overwrite)
+                except Exception as error:
+                    world.share(failed=error)  # the other ranks stop quietly; this one says why
+                world.share((cfg, loaded))
+                out = lock.path
+            else:
+                (cfg, loaded), state, same = world.share(), None, True
+                out = Path(cfg.out)
+                if _given_value(config, "data") is not None:  # this machine's copy of the text (checked below)
+                    cfg = dataclasses.replace(cfg, data=os.path.abspath(_given_value(config, "data")))
+            trainer, error, sha256 = None, None, ""
+            try:
+                corpus = Corpus.read(cfg, loaded)
+                sha256 = corpus.info["sha256"]
+                estimate = training_memory(cfg, corpus.vocab.size)
+                check_memory(f"training a {cfg.cell.upper()} of --hidden-size {cfg.hidden_size} x --num-layers "
+                             f"{cfg.num_layers} ({estimate['parameters']:,} parameters)", estimate["bytes"],
+                             "Lower --hidden-size or --num-layers (or --batch-size and --seq-len).")
+                trainer = (Trainer(cfg, corpus, world) if accelerator is None
+                           else DeviceTrainer(cfg, corpus, accelerator, world))
+                if loaded is not None:
+                    trainer.restore(loaded.snapshot)
+            except (ValueError, TypeError, OSError, MemoryError) as failure:
+                error = failure
+            world.check_ready(error, text_sha256=sha256, batch_size=cfg.batch_size)  # ranks: all ready, or none steps
+            check_cores(world)
+            if world.leader:
+                kept = [] if loaded is None else kept_log_lines(loaded.run_dir / LOG_FILE, trainer.step)
+                if state.kind in ("run", "unfinished") and not same:
+                    lock.clear()  # a previous run (overwrite) or a killed one's leftovers: never other files
+                wrote_log = True
+                # atomically: a kill while the log is cut back to the checkpoint must not lose its first part
+                write_atomically(out / LOG_FILE, "".join(line + "\n" for line in kept).encode("utf-8"))
             if loaded is not None and verbose:
                 budget = (f"; --max-minutes {cfg.max_minutes:g}: a new time budget for this part"
                           if cfg.max_minutes is not None else "")
@@ -324,7 +357,8 @@ def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: Deferr
 
     first_step = trainer.step
     budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
-    with open(out / LOG_FILE, "a", encoding="utf-8") as log_file:
+    leader = trainer.world.leader  # only the leader (rank 0 of a distributed run) writes the run directory
+    with open(out / LOG_FILE if leader else os.devnull, "a", encoding="utf-8") as log_file:
         meter = Progress(cfg, first_step, bar=progress, verbose=verbose, budget_s=budget_s)
         run = StepLoop(trainer, out, log_file, clock=clock, part_clock=part_clock, budget_s=budget_s, progress=meter,
                    callback=callback, signals=signals, saved_step=None if loaded is None else trainer.step)
@@ -339,7 +373,7 @@ def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: Deferr
     model = trainer.final_model()
     chars_per_s = (trainer.step - first_step) * cfg.batch_size * cfg.seq_len / loop_s if trainer.step > first_step else 0.0
     try:
-        plot = plot_history(trainer.history, out / PLOT_FILE, vocab_size=corpus.vocab.size,
+        plot = None if not leader else plot_history(trainer.history, out / PLOT_FILE, vocab_size=corpus.vocab.size,
                             title=_plot_title(cfg, last_val))
     except (OSError, ValueError, RuntimeError, MemoryError) as error:  # the run itself is complete and saved
         warnings.warn(f"could not write the loss plot '{out / PLOT_FILE}' ({' '.join(str(error).split())}); the run "

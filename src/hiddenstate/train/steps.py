@@ -36,6 +36,7 @@ from hiddenstate.functional import log_softmax
 from hiddenstate.train.checkpoint import load_checkpoint
 from hiddenstate.train.config import TrainConfig, lr_at
 from hiddenstate.train.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
+from hiddenstate.train.distributed.world import LOCAL, World
 from hiddenstate.train.guards import (
     DeferredSignals,
     RunWriteError,
@@ -78,13 +79,67 @@ def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -
     ValueError
         ``ids`` not 1-D or shorter than 2 tokens.
     """
+    total, count = nll_sum(model, ids, batch_size=batch_size, seq_len=seq_len)
+    return total / count
+
+
+def validation_rows(ids, batch_size: int = 32) -> np.ndarray:
+    """The (R, N) layout :func:`evaluate` reads a stream in: N contiguous rows side by side.
+
+    Parameters
+    ----------
+    ids : ndarray of shape (M,), integer, M >= 2
+    batch_size : int, default 32
+        N (fewer if the stream is short).
+
+    Returns
+    -------
+    ndarray of shape (R, N), int64
+        Column n is tokens ``[n R, (n+1) R)``; the last ``M mod N`` tokens are left out.
+
+    Raises
+    ------
+    ValueError
+        ``ids`` not 1-D or shorter than 2 tokens.
+    """
     ids = np.asarray(ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size < 2:
         raise ValueError(f"ids must be a 1-D stream of at least 2 tokens; got shape {ids.shape}.")
     N = max(1, min(batch_size, ids.size // 2))
     R = ids.size // N
-    rows = np.ascontiguousarray(ids[: N * R].reshape(N, R).T)  # (R, N)
+    return np.ascontiguousarray(ids[: N * R].reshape(N, R).T)  # (R, N)
+
+
+def nll_sum(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256, rows: slice | None = None) -> tuple:
+    """The summed cross-entropy (nats) and the number of predictions of :func:`evaluate`, for some rows.
+
+    Parameters
+    ----------
+    model : CharRNN
+    ids : ndarray of shape (M,), integer, M >= 2
+    batch_size, seq_len : int
+        As in :func:`evaluate`.
+    rows : slice, optional
+        The streams (columns of :func:`validation_rows`) to read; None: all. A process of a
+        distributed run reads its share and the sums are added up over the processes.
+
+    Returns
+    -------
+    total : float
+        Nats, summed over the predictions.
+    count : int
+        The predictions made (0 for no rows).
+
+    Raises
+    ------
+    ValueError
+        ``ids`` not 1-D or shorter than 2 tokens.
+    """
+    rows = validation_rows(ids, batch_size) if rows is None else validation_rows(ids, batch_size)[:, rows]  # (R, n)
+    R = rows.shape[0]
     total, count, state = 0.0, 0, None
+    if rows.shape[1] == 0:
+        return total, count
     for start in range(0, R - 1, seq_len):
         stop = min(start + seq_len, R - 1)
         x, y = rows[start:stop], rows[start + 1: stop + 1]  # (T, N) each
@@ -93,7 +148,7 @@ def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -
             logp = log_softmax(logits.reshape(-1, model.vocab_size).astype(np.float64))  # (T*N, V)
         total -= float(logp[np.arange(logp.shape[0]), y.reshape(-1)].sum())
         count += y.size
-    return total / count
+    return total, count
 
 
 @dataclass
@@ -146,10 +201,11 @@ Diverged = _Diverged
 class Trainer:
     """The state of a run between steps: model, optimizer, moving average, batcher, RNG, carry, history."""
 
-    def __init__(self, cfg: TrainConfig, corpus: Corpus):
-        self.cfg, self.corpus = cfg, corpus
+    def __init__(self, cfg: TrainConfig, corpus: Corpus, world: World = LOCAL):
+        self.cfg, self.corpus, self.world = cfg, corpus, world
         self.batcher = StreamBatcher(corpus.train_ids, cfg.batch_size, cfg.seq_len)
         self.rng = np.random.default_rng(cfg.seed)  # the initial weights, then the dropout masks
+        self.mask_rng = world.mask_generator(self.rng, cfg.batch_size)  # this process's rows of the masks
         self.model = CharRNN(corpus.vocab.size, cfg.hidden_size, cfg.num_layers, cell=cfg.cell,
                              embedding_dim=cfg.embedding_dim, dropout=cfg.dropout, weight_drop=cfg.weight_drop,
                              dtype=np.dtype(cfg.dtype), rng=self.rng)
@@ -170,7 +226,7 @@ class Trainer:
         self.opt.load_state_dict(snap.adam)
         self.batcher.load_state_dict(snap.batcher)
         self.rng.bit_generator.state = snap.rng
-        self.step, self.carry = int(snap.step), snap.carry
+        self.step, self.carry = int(snap.step), self.world.shard_state(snap.carry)
         self.history = {key: list(snap.history[key]) for key in HISTORY}
         if self.step > self.cfg.steps:
             raise ValueError(f"steps must be at least the checkpoint's step {self.step} to resume; "
@@ -184,7 +240,8 @@ class Trainer:
         return Snapshot(model=self.model.config(), train=self.cfg.to_dict(), vocab=self.corpus.vocab.to_json(),
                         step=self.step, val_loss=val_loss, batcher=self.batcher.state_dict(),
                         rng=self.rng.bit_generator.state, elapsed_s=elapsed_s, text=self.corpus.info,
-                        weights=weights, adam=self.opt.state_dict(), history=self.history, carry=self.carry,
+                        weights=weights, adam=self.opt.state_dict(), history=self.history,
+                        carry=self.world.gather_state(self.carry),
                         raw_weights=raw, ema_steps=None if self.ema is None else self.ema.n_averaged)
 
     def train_step(self) -> dict:
@@ -193,8 +250,10 @@ class Trainer:
         self.opt.lr = lr_at(cfg, self.step / cfg.steps)  # by step only, so a run is repeatable on any machine
         if self.batcher.at_epoch_start:
             self.carry = None  # a new pass over the text: the carried state no longer follows on
-        inputs, targets = self.batcher.next_batch()  # (T, N) each
-        loss, grads, self.carry = self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.rng)
+        inputs, targets = self.world.shard(self.batcher.next_batch())  # (T, N) each (a rank: its rows)
+        loss, grads, self.carry = self.model.loss_and_grads(inputs, targets, self.carry, training=True,
+                                                            rng=self.mask_rng)
+        loss, grads = self.world.average(loss, grads)  # a rank: the whole batch's
         why = divergence(loss, self.model.vocab_size)
         if why:
             raise _Diverged(f"the training loss {why}")
@@ -214,14 +273,18 @@ class Trainer:
 
     def evaluate(self) -> float:
         """:func:`evaluate` on the validation text, with the averaged weights when there are any."""
+        rows = self.world.val_rows(validation_rows(self.corpus.val_ids).shape[1])
         if self.ema is None or self.ema.n_averaged == 0:
-            return evaluate(self.model, self.corpus.val_ids)
-        raw = self.model.state_dict()
-        self.model.load_state_dict(self.ema.average)
-        try:
-            return evaluate(self.model, self.corpus.val_ids)
-        finally:
-            self.model.load_state_dict(raw)
+            total, count = nll_sum(self.model, self.corpus.val_ids, rows=rows)
+        else:
+            raw = self.model.state_dict()
+            self.model.load_state_dict(self.ema.average)
+            try:
+                total, count = nll_sum(self.model, self.corpus.val_ids, rows=rows)
+            finally:
+                self.model.load_state_dict(raw)
+        total, count = self.world.sum(total, count)  # a rank: the sums over every rank's rows
+        return total / count
 
     def validate(self) -> float:
         """:meth:`evaluate`, recorded in the history at the current step."""
@@ -343,7 +406,9 @@ class StepLoop:
         except OSError as error:
             raise self.write_failed(error, f"writing '{self.out / LOG_FILE}' at step {step}") from None
         try:
-            self.trainer.snapshot(last_val, self.clock()).save(self.checkpoint)
+            snapshot = self.trainer.snapshot(last_val, self.clock())  # a rank: every row's state, gathered
+            if self.trainer.world.leader:  # only the leader (rank 0) writes the run directory
+                snapshot.save(self.checkpoint)
         except OSError as error:
             raise self.write_failed(error, f"saving the checkpoint of step {step} to '{self.checkpoint}'") from None
         self.saved_step = step
@@ -371,6 +436,7 @@ class StepLoop:
             record["elapsed_s"] = round(self.clock(), 3)
             out_of_time = self.budget_s is not None and self.part_clock() >= self.budget_s
             stop = bool(self.callback(dict(record))) if self.callback is not None else False
+            out_of_time, stop, signum = trainer.world.agree(out_of_time, stop, self.signals.received)  # ranks: all stop
             final = trainer.step == cfg.steps or out_of_time or stop
             if trainer.step % cfg.eval_every == 0 or final:
                 last_val = self.guarded(validate, "the validation pass", trainer.step)
@@ -381,10 +447,11 @@ class StepLoop:
             if saved:
                 self.save(last_val)
             self.progress.stepped(history, last_val, self.part_clock())
-            if self.signals.received is not None and not final:
+            signum = trainer.world.signal(signum, self.signals.received)  # ranks: the one agreed on above
+            if signum is not None and not final:
                 if not saved:
                     self.save(last_val)
-                raise self.interrupted(saved=True)
+                raise TrainingInterrupted(signum, step=self.saved_step, checkpoint=self.checkpoint, saved=True)
             if final and trainer.step < cfg.steps:
                 return ("time" if out_of_time else "callback"), last_val
         return "steps", last_val

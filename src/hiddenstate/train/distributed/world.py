@@ -1,0 +1,315 @@
+"""A run's world: one process (:data:`LOCAL`, every method the identity) and the errors of many.
+
+:class:`World` is the interface the trainer and its loop call at the points where a rank of a
+distributed run differs from a single process (:mod:`hiddenstate.train.distributed`); the
+single-process run gets :data:`LOCAL`, whose methods return what they are given, so it reads and
+computes as it always did.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["DEFAULT_TIMEOUT_S", "LOCAL", "LostRank", "PeerFailed", "RendezvousFailed", "World", "env_int", "timeout_s"]
+
+#: Seconds a collective may wait for the other ranks before the run stops (HIDDENSTATE_DIST_TIMEOUT).
+DEFAULT_TIMEOUT_S = 60.0
+
+#: The launcher's variables that make a process one rank of a run.
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class LostRank(RuntimeError):
+    """A collective failed or timed out: another rank died, hung, or the network failed.
+
+    Every surviving rank raises it (the CLI prints one line each and exits 1); the last checkpoint
+    written by rank 0 is intact.
+    """
+
+
+class RendezvousFailed(RuntimeError):
+    """The process group could not be formed (an unreachable address, a port in use, a timeout)."""
+
+
+class PeerFailed(Exception):
+    """Another rank refused the run before its first step; that rank reported why.
+
+    Parameters
+    ----------
+    message : str
+    status : int, default 2
+        The exit status the CLI gives (2: a user error on the rank that reported it).
+    """
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+class World:
+    """One process: every method is the identity (the single-process run, unchanged).
+
+    The methods are the points where a rank of a distributed run differs from a single process
+    (:class:`~hiddenstate.train.distributed.TorchWorld` documents what each does there).
+
+    Attributes
+    ----------
+    rank, size, local_rank, local_size : int
+        0, 1, 0, 1.
+    leader : bool
+        True: this process owns the run directory, logs, saves and prints.
+    """
+
+    rank, size, local_rank, local_size, leader = 0, 1, 0, 1, True
+
+    def run_device(self, device: str) -> str:
+        """The ``--device`` this process trains on.
+
+        Parameters
+        ----------
+        device : str
+
+        Returns
+        -------
+        str
+            ``device``.
+        """
+        return device
+
+    def mask_generator(self, rng: np.random.Generator, batch_size: int) -> np.random.Generator:
+        """The generator this process draws its dropout masks from.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+        batch_size : int
+
+        Returns
+        -------
+        numpy.random.Generator
+            ``rng`` itself.
+        """
+        return rng
+
+    def shard(self, chunk):
+        """This process's rows of a step's chunk.
+
+        Parameters
+        ----------
+        chunk : tuple of ndarray of shape (T, N)
+
+        Returns
+        -------
+        tuple of ndarray of shape (T, N)
+            ``chunk``.
+        """
+        return chunk
+
+    def shard_state(self, state):
+        """This process's rows of a carried state.
+
+        Parameters
+        ----------
+        state : ndarray of shape (L, N, H), a pair, or None
+
+        Returns
+        -------
+        ndarray of shape (L, N, H), a pair, or None
+            ``state``.
+        """
+        return state
+
+    def gather_state(self, state):
+        """Every row's carried state.
+
+        Parameters
+        ----------
+        state : ndarray of shape (L, N, H), a pair, or None
+
+        Returns
+        -------
+        ndarray of shape (L, N, H), a pair, or None
+            ``state``.
+        """
+        return state
+
+    def average(self, loss, grads: dict):
+        """The loss and gradient of the whole batch.
+
+        Parameters
+        ----------
+        loss : float
+        grads : dict of str to ndarray
+
+        Returns
+        -------
+        tuple of (float, dict)
+            ``(loss, grads)``.
+        """
+        return loss, grads
+
+    def val_rows(self, n_rows: int) -> slice | None:
+        """The validation streams this process reads.
+
+        Parameters
+        ----------
+        n_rows : int
+
+        Returns
+        -------
+        None
+            All of them.
+        """
+        return None
+
+    def sum(self, *values: float) -> tuple:
+        """``values`` summed over the processes.
+
+        Parameters
+        ----------
+        *values : float
+
+        Returns
+        -------
+        tuple of float
+            ``values``.
+        """
+        return values
+
+    def agree(self, out_of_time: bool, stop: bool, signum) -> tuple:
+        """The stop decision of every process.
+
+        Parameters
+        ----------
+        out_of_time, stop : bool
+        signum : int or None
+
+        Returns
+        -------
+        tuple of (bool, bool, int or None)
+            The arguments.
+        """
+        return out_of_time, stop, signum
+
+    def signal(self, agreed, received):
+        """The signal that stops the run after this step.
+
+        Parameters
+        ----------
+        agreed, received : int or None
+
+        Returns
+        -------
+        int or None
+            ``received``: the one this process received, up to now.
+        """
+        return received
+
+    def check_request(self, request: dict) -> None:
+        """Refuse processes started with different flags (one process: nothing to compare).
+
+        Parameters
+        ----------
+        request : dict
+        """
+
+    def share(self, value=None, *, failed: BaseException | None = None):
+        """The leader's ``value`` on every process.
+
+        Parameters
+        ----------
+        value : object, optional
+        failed : BaseException, optional
+            Raised.
+
+        Returns
+        -------
+        object
+            ``value``.
+        """
+        if failed is not None:
+            raise failed
+        return value
+
+    def check_ready(self, error: BaseException | None, *, text_sha256: str, batch_size: int) -> None:
+        """Refuse the run unless every process is ready.
+
+        Parameters
+        ----------
+        error : BaseException or None
+            Re-raised.
+        text_sha256 : str
+        batch_size : int
+        """
+        if error is not None:
+            raise error
+
+    def check_same_weights(self, params: dict) -> None:
+        """Refuse weights that differ between processes (one process: nothing to compare).
+
+        Parameters
+        ----------
+        params : dict of str to ndarray
+        """
+
+    def leave(self) -> None:
+        """Leave the process group (one process: nothing to leave)."""
+
+
+#: The world of a process that no launcher started.
+LOCAL = World()
+
+
+def timeout_s() -> float:
+    """Seconds a collective may wait (``HIDDENSTATE_DIST_TIMEOUT``, default :data:`DEFAULT_TIMEOUT_S`).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        A value that is not a positive number.
+    """
+    text = os.environ.get("HIDDENSTATE_DIST_TIMEOUT", "")
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"HIDDENSTATE_DIST_TIMEOUT must be a positive number of seconds; got {text!r}.")
+    return value
+
+
+def env_int(name: str) -> int:
+    """A launcher variable as a non-negative integer.
+
+    Parameters
+    ----------
+    name : str
+        ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        Not a non-negative integer.
+    """
+    text = os.environ.get(name, "")
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a non-negative integer (set by torchrun); got {text!r}.") from None
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer (set by torchrun); got {text!r}.")
+    return value
+
+
