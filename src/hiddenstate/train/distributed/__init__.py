@@ -99,6 +99,8 @@ def join(device: str = "cpu") -> World:
     if not launched():
         return LOCAL
     rank, size = env_int("RANK"), env_int("WORLD_SIZE")
+    if not os.environ.get("HIDDENSTATE_DEBUG"):  # c10d's own C++ log lines would break the one-line errors
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         import torch
         import torch.distributed as dist
