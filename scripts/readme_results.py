@@ -22,8 +22,10 @@ Entries: ``reproduce:NAME`` (``hiddenstate reproduce NAME``, seed 0), ``demo`` (
 training, as ``hiddenstate demo`` runs it), ``train:NAME`` (one training run of :data:`TRAININGS`:
 ``hiddenstate train`` with that configuration; the long ones take up to 80 minutes each),
 ``bench:mingru`` (``benchmarks/bench_mingru.py --clock cpu``), ``bench:mingru-small`` (the same at
-N H = 64), ``bench:threads`` (``benchmarks/bench_threads.py``, one BLAS thread against two) and
-``corpus`` (sizes of the bundled text). Everything runs with one BLAS thread, as the command line
+N H = 64), ``bench:threads`` (``benchmarks/bench_threads.py``, one BLAS thread against two),
+``bench:distributed`` (``benchmarks/bench_distributed.py``: 2 processes against 1), ``distributed:long``
+(the long preset's model on 2 processes, :data:`DISTRIBUTED_LONG`; 30 minutes) and ``corpus`` (sizes of
+the bundled text). Everything runs with one BLAS thread, as the command line
 does (``bench:threads`` sets its own). Records whose ``measured_by`` starts with ``hand`` were typed
 into the README from real runs before this script existed: they keep the commit that brought them
 (``source``) and what is known of the machine and load; ``run --only ENTRY`` replaces one with a
@@ -116,7 +118,8 @@ SHORT_ENTRIES = tuple(f"reproduce:{n}" for n in EXPERIMENTS) + ("demo", "train:m
 #: Figures without a command that regenerates them (kept with their source; see the module docstring).
 HAND_ONLY = ("hand:threads", "hand:long-segments", "hand:array-api")
 ENTRIES = (tuple(f"reproduce:{n}" for n in EXPERIMENTS) + ("demo",) + tuple(f"train:{n}" for n in TRAININGS)
-           + ("bench:mingru", "bench:mingru-small", "bench:threads", "bench:layers", "bench:train", "corpus"))
+           + ("bench:mingru", "bench:mingru-small", "bench:threads", "bench:layers", "bench:train", "corpus",
+              "bench:distributed", "distributed:long"))
 MARKERS = re.compile(r"<!-- results:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /results -->\n", re.S)
 FIGURES = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->(?P<body>.*?)<!-- /figure -->", re.S)
 
@@ -240,6 +243,37 @@ def run_bench_threads() -> dict:
     return {"lines": lines, "ms_one_thread": ms[1], "ms_two_threads": ms[2]}
 
 
+#: The long-preset run on 2 processes that the README's "More than one process" section reports.
+DISTRIBUTED_LONG = ["--preset", "long", "--batch-size", "64", "--steps", "1600", "--lr", "4e-3", "--ema", "0.998",
+                    "--weight-drop", "0.1", "--eval-every", "200", "--save-every", "200", "--max-minutes", "30"]
+
+
+def distributed_command(flags=DISTRIBUTED_LONG) -> str:
+    return "torchrun --nproc-per-node 2 -m hiddenstate train " + " ".join(flags)
+
+
+def run_log_record(run_dir) -> dict:
+    """What a finished run directory says of itself: steps, time, the validation curve (its log.jsonl)."""
+    lines = [json.loads(line) for line in (Path(run_dir) / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    vals = [[r["step"], round(r["val_loss"], 4)] for r in lines if "val_loss" in r]
+    return {"steps": lines[-1]["step"], "train_seconds": round(lines[-1]["elapsed_s"], 1),
+            "val_loss": vals[-1][1], "val_curve": vals}
+
+
+def run_distributed_long() -> dict:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "hiddenstate", "train",
+                        *DISTRIBUTED_LONG, "--quiet", "--out", str(Path(out) / "run")],
+                       check=True, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+        return run_log_record(Path(out) / "run")
+
+
 def run_corpus() -> dict:
     from hiddenstate.train.corpus import load_text
 
@@ -275,6 +309,10 @@ def measure(entry: str, quick: bool) -> dict:
                          lambda: run_bench("bench_train.py", *BENCH_TRAIN))
     if entry == "bench:threads":
         return _measured("python benchmarks/bench_threads.py --preset long", load, run_bench_threads)
+    if entry == "bench:distributed":
+        return _measured("python benchmarks/bench_distributed.py", load, lambda: run_bench("bench_distributed.py"))
+    if entry == "distributed:long":
+        return _measured(distributed_command(), load, run_distributed_long)
     if entry == "corpus":
         return _measured("the bundled corpus (hiddenstate.train.corpus.load_text)", load, run_corpus)
     raise ValueError(f"entry must be one of {', '.join(ENTRIES)}; got {entry!r}.")
@@ -406,9 +444,23 @@ def render_mingru_runs(results: dict) -> str:
     return "\n".join([_TRAINING_CAPTION, "", *_TRAINING_HEAD, *lines]) + "\n" if lines else ""
 
 
+def render_distributed_long(results: dict) -> str:
+    rec = results.get("distributed:long")
+    if rec is None:
+        return ""
+    curve = " | ".join(f"{v:.4f}" for _, v in rec["val_curve"])
+    return "\n".join([f"Measured by `python scripts/readme_results.py` ({_when(rec)}): `{rec['command']}`", "",
+                      "| step | " + " | ".join(str(s) for s, _ in rec["val_curve"]) + " |",
+                      "|---" * (1 + len(rec["val_curve"])) + "|",
+                      f"| validation nats/char | {curve} |", "",
+                      f"{rec['steps']:,} steps in {_duration(rec['train_seconds'])} of training: **{rec['val_loss']:.4f}** "
+                      f"nats/char at the end."]) + "\n"
+
+
 RENDERERS = {"reproduce": render_reproduce, "demo": render_demo, "bench-mingru": render_bench_mingru,
              "speed": _render_lines("bench:layers"), "speed-train": _render_lines("bench:train"),
-             "calibration": render_calibration, "mingru-runs": render_mingru_runs}
+             "calibration": render_calibration, "mingru-runs": render_mingru_runs,
+             "distributed": _render_lines("bench:distributed"), "distributed-long": render_distributed_long}
 
 
 # -- figures inside sentences --------------------------------------------------------------------

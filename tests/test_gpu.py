@@ -87,3 +87,22 @@ def test_cupy_arrays_equal_the_numpy_kernels():
         np.testing.assert_allclose(to_numpy(cdx), dx, **TOL)
         for k in g:
             np.testing.assert_allclose(to_numpy(cg[k]), g[k], **TOL, err_msg=k)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs 2 GPUs for 2 ranks: fewer are visible")
+def test_two_ranks_on_nccl_equal_one_process(tmp_path):
+    """``torchrun --nproc-per-node 2 ... --device cuda``: one GPU per rank, NCCL; float64 to 1e-10 of one process."""
+    import subprocess
+    import sys
+
+    from tests.test_distributed import ENV, SMALL, assert_same_run, free_port
+
+    flags = ["train", *SMALL, "--steps", "20", "--dropout", "0.2", "--device", "cuda"]
+    one = subprocess.run([sys.executable, "-m", "hiddenstate", *flags, "--out", str(tmp_path / "one")], env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "hiddenstate", *flags,
+                          "--out", str(tmp_path / "two")], env=ENV, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr
+    assert_same_run(tmp_path / "one", tmp_path / "two")

@@ -1,0 +1,130 @@
+"""Two processes (torchrun, gloo) against one, and against one process with two BLAS threads.
+
+Runs ``hiddenstate train`` on a preset's model (default ``long``: two GRU layers of 512, T=100,
+N=32, float32) for a fixed number of steps in three modes, interleaved round by round so that
+the machine's load falls on all of them alike:
+
+* ``1 process x 1 thread``  -- ``hiddenstate train`` (the default);
+* ``2 processes x 1 thread`` -- ``torchrun --nproc-per-node 2 -m hiddenstate train`` (each rank
+  reads N/2 rows; one all-reduce of the gradient a step);
+* ``1 process x 2 threads`` -- ``OMP_NUM_THREADS=2 hiddenstate train``.
+
+Steps/s is read from the run's own log (``elapsed_s`` of each step), from the ``--skip``-th step to
+the last, so start-up, the rendezvous and the final validation pass are left out. Then the
+gradient all-reduce alone is timed on 2 ranks (the model's parameter count in one float32 bucket,
+as the trainer sends it), which is what the distribution costs per step. The 1-minute load
+average is printed before and after: the ratios mean something only together with it.
+
+Usage::
+
+    python benchmarks/bench_distributed.py [--preset long] [--steps 30] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ALLREDUCE = r"""
+import sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+flat = torch.zeros(n, dtype=torch.float32)
+for _ in range(5):
+    dist.all_reduce(flat)
+times = []
+for _ in range(reps):
+    dist.barrier()
+    t = time.perf_counter()
+    dist.all_reduce(flat)
+    times.append(time.perf_counter() - t)
+if dist.get_rank() == 0:
+    times.sort()
+    print(times[len(times) // 2])
+dist.destroy_process_group()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(threads: int) -> dict:
+    e = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    e.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="lo",
+             PYTHONWARNINGS="ignore")
+    return e
+
+
+def run_mode(mode: str, preset: str, steps: int, out: Path) -> list[float]:
+    flags = ["train", "--preset", preset, "--steps", str(steps), "--eval-every", str(10 * steps), "--save-every",
+             str(10 * steps), "--max-minutes", "60", "--quiet", "--out", str(out)]
+    if mode.startswith("2 processes"):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "hiddenstate", *flags]
+        threads = 1
+    else:
+        cmd = [sys.executable, "-m", "hiddenstate", *flags]
+        threads = 2 if "2 threads" in mode else 1
+    subprocess.run(cmd, env=env(threads), check=True, capture_output=True, text=True, timeout=3600)
+    return [json.loads(line)["elapsed_s"] for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="long")
+    p.add_argument("--steps", type=int, default=30, help="steps per run (default 30)")
+    p.add_argument("--skip", type=int, default=5, help="steps left out at the start of each run (default 5)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    args = p.parse_args(argv)
+    from hiddenstate.train import PRESETS
+    from hiddenstate.train.config import make_config
+    from hiddenstate.train.model import CharRNN
+
+    cfg = make_config(dict(PRESETS[args.preset]) | {"max_minutes": None})
+    params = CharRNN(63, cfg.hidden_size, cfg.num_layers, cell=cfg.cell, dropout=cfg.dropout).num_params
+    modes = ["1 process x 1 thread", "2 processes x 1 thread", "1 process x 2 threads"]
+    load0 = os.getloadavg()[0]
+    print(f"preset {args.preset!r}: {cfg.cell} H={cfg.hidden_size} L={cfg.num_layers} T={cfg.seq_len} "
+          f"N={cfg.batch_size} {cfg.dtype}, {params:,} parameters; {args.steps} steps a run, the first {args.skip} "
+          f"left out; load average {load0:.2f} on {os.cpu_count()} CPUs", flush=True)
+    rates = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for i, mode in enumerate(modes[r % 3:] + modes[:r % 3]):
+                elapsed = run_mode(mode, args.preset, args.steps, Path(tmp) / f"r{r}-{i}")
+                rate = (len(elapsed) - args.skip) / (elapsed[-1] - elapsed[args.skip - 1])
+                rates[mode].append(rate)
+                print(f"  round {r + 1}/{args.rounds}  {mode:24s} {rate:6.3f} steps/s", flush=True)
+        script = Path(tmp) / "allreduce.py"
+        script.write_text(ALLREDUCE)
+        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                              "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script),
+                              str(params), "50"], env=env(1), check=True, capture_output=True, text=True, timeout=600)
+        allreduce_s = float(res.stdout.strip().splitlines()[-1])
+    load1 = os.getloadavg()[0]
+    base = float(np.median(rates[modes[0]]))
+    print(f"\n| mode | steps/s (median of {args.rounds}) | ms a step | speed-up over 1 process x 1 thread |")
+    print("|---|---|---|---|")
+    for m in modes:
+        med = float(np.median(rates[m]))
+        print(f"| {m} | {med:.3f} | {1e3 / med:.0f} | {med / base:.2f}x |")
+    print(f"\ngradient all-reduce on 2 ranks (gloo, 127.0.0.1, {params:,} float32 in one bucket): "
+          f"{1e3 * allreduce_s:.1f} ms a step (median of 50)")
+    print(f"load average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
