@@ -409,3 +409,28 @@ def test_a_rank_draws_the_whole_batch_of_masks_and_keeps_its_rows():
             g.random((5, 3, 3))
     assert [stream_rows(r, 3, 32) for r in range(3)] == [slice(0, 11), slice(11, 21), slice(21, 32)]
     assert [stream_rows(r, 2, 1) for r in range(2)] == [slice(0, 0), slice(0, 1)]
+
+
+# -- hiddenstate train --processes K: torchrun's launcher in the CLI ----------------------------------
+def test_processes_flag_runs_the_same_run_and_refuses_in_one_line(text_file, tmp_path):
+    flags = ["train", "--data", str(text_file), *SMALL, "--steps", "20", "--dropout", "0.2"]
+    single = one_process(*flags, "--out", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stderr
+    double = one_process(*flags, "--processes", "2", "--out", str(tmp_path / "two"))
+    assert double.returncode == 0, double.stderr
+    assert double.stdout.count("validation loss:") == 1
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+    odd = one_process(*flags, "--batch-size", "9", "--processes=2", "--out", str(tmp_path / "odd"))
+    assert odd.returncode == 2
+    errors = [line for line in odd.stderr.splitlines() if "warning" not in line]
+    assert errors == ["hiddenstate: error: --batch-size must be a multiple of the number of processes (2) so that "
+                      "each reads the same number of rows; got 9. Use --batch-size 8 or another multiple of 2."]
+    assert not (tmp_path / "odd").exists()
+
+
+def test_the_workers_get_the_command_line_without_the_processes_flag():
+    from hiddenstate.train.distributed.launch import without_processes_flag
+
+    assert without_processes_flag(["train", "--processes", "2", "--steps", "5"]) == ["train", "--steps", "5"]
+    assert without_processes_flag(["train", "--processes=4", "--out", "x"]) == ["train", "--out", "x"]
+    assert without_processes_flag(["train", "--prime", "--processes"]) == ["train", "--prime", "--processes"]

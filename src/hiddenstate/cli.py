@@ -6,15 +6,14 @@ empty file, a directory given as a file, a prime with unknown characters, a bad 
 ``--out`` that holds a run or other files) are one line on stderr, ``hiddenstate: error: ...``,
 naming the flag, and exit status 2, like argparse's own usage errors. A run that fails (it
 diverged, the disk is full, memory ran out) is one line too, with status 1. Nothing prints a
-traceback (set ``HIDDENSTATE_DEBUG=1`` to see one); warnings are one line each. SIGINT and
-SIGTERM during ``train`` save the current step and exit 130 / 143.
+traceback (``HIDDENSTATE_DEBUG=1`` shows one); warnings are one line each; SIGINT/SIGTERM in ``train`` save the step.
 
 Examples
 --------
 ::
 
     hiddenstate train --data input.txt --cell lstm --hidden-size 256 --steps 3000 --out runs/lstm
-    hiddenstate train --resume runs/lstm --steps 6000
+    hiddenstate train --resume runs/lstm --steps 6000 --processes 2   # 2 processes: torchrun's launcher
     hiddenstate sample runs/lstm --prime "ROMEO:" --length 400 --temperature 0.8 --seed 1
     hiddenstate demo
 """
@@ -84,7 +83,7 @@ def _config_flag(parser, field: str, convert, **kwargs) -> None:
 def _build_parser() -> argparse.ArgumentParser:
     from hiddenstate.train.config import DTYPES, PRESETS
     from hiddenstate.train.model import CELLS, SAMPLE_RULES
-    from hiddenstate.validation import nonnegative_int
+    from hiddenstate.validation import nonnegative_int, positive_int
 
     parser = _Parser(
         prog=PROG,
@@ -127,6 +126,8 @@ def _build_parser() -> argparse.ArgumentParser:
                  help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.998)")
     _config_flag(tr, "embedding_dim", int, metavar="E", help="learned embedding instead of one-hot")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr.add_argument("--processes", type=_typed("--processes", int, positive_int), metavar="K",
+                    help="K processes on this machine, one run (torchrun's launcher; needs hiddenstate[distributed])")
     tr.add_argument("--device", default="cpu", metavar="DEV",
                     help="where the steps run: cpu (NumPy, default), torch:cpu, cuda (cuda:K, torch:cuda, cupy): "
                          "the array-API path on torch or CuPy")
@@ -213,8 +214,12 @@ def _cmd_train(args) -> int:
     import dataclasses
 
     from hiddenstate import train as _train
-    from hiddenstate.train.distributed import follower
+    from hiddenstate.train.distributed import follower, launched
 
+    if args.processes is not None and args.processes > 1 and not launched():  # torchrun's launcher, in this process
+        from hiddenstate.train.distributed.launch import launch
+
+        return launch(args.argv, args.processes)
     # every TrainConfig field that has a flag and was given
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(_train.TrainConfig)
              if getattr(args, f.name, None) is not None}
@@ -388,14 +393,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _report(error: BaseException, command: str) -> int:
     """One line on stderr for an error that ends a command; returns the exit status."""
-    from hiddenstate.train.distributed import LostRank, PeerFailed, RendezvousFailed
+    from hiddenstate.train.distributed import exit_status
     from hiddenstate.train.guards import RunWriteError, TrainingDiverged
 
-    if isinstance(error, PeerFailed):  # the rank that refused the run said why
-        return error.status
-    if isinstance(error, (LostRank, RendezvousFailed)):  # every rank says it: which rank, which step
-        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
-        return 1 if isinstance(error, LostRank) else 2
+    if (status := exit_status(error, PROG)) is not None:  # a lost rank, a rendezvous, another rank's refusal
+        return status
     if isinstance(error, MemoryError):
         print(f"{PROG}: error: out of memory ({_one_line(error)}). Ask for less (a smaller model, --length, "
               "--batch-size), or close other programs.", file=sys.stderr)
@@ -492,6 +494,7 @@ def main(argv=None) -> int:
     """
     parser = _build_parser()
     args = parser.parse_args(argv)  # exits with status 2 on unknown flags or bad values
+    args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", UserWarning)  # shown, once each, on one line

@@ -42,6 +42,7 @@ Examples
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 from hiddenstate.train.distributed.rows import RowGenerator
@@ -49,7 +50,7 @@ from hiddenstate.train.distributed.torchworld import TorchWorld
 from hiddenstate.train.distributed.world import LOCAL, LostRank, PeerFailed, RendezvousFailed, World, env_int
 
 __all__ = ["LOCAL", "LostRank", "PeerFailed", "RendezvousFailed", "RowGenerator", "TorchWorld", "World", "check_cores",
-           "follower", "join", "launched"]
+           "exit_status", "follower", "join", "launched"]
 
 
 def launched() -> bool:
@@ -61,6 +62,30 @@ def launched() -> bool:
     """
     text = os.environ.get("WORLD_SIZE", "")
     return text not in ("", "1", "0")
+
+
+def exit_status(error: BaseException, prog: str) -> int | None:
+    """The CLI's exit status for an error of a distributed run, after its one line (None: not one).
+
+    A lost rank (1) and a failed rendezvous (2) are printed by every rank that meets them; a
+    :class:`PeerFailed` is silent (the rank that refused the run said why).
+
+    Parameters
+    ----------
+    error : BaseException
+    prog : str
+        The program name the line starts with.
+
+    Returns
+    -------
+    int or None
+    """
+    if isinstance(error, PeerFailed):
+        return error.status
+    if isinstance(error, (LostRank, RendezvousFailed)):
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1 if isinstance(error, LostRank) else 2
+    return None
 
 
 def follower() -> bool:
@@ -131,5 +156,5 @@ def check_cores(world: World) -> None:
     if world.local_size > cpus - load + 0.5:
         warnings.warn(f"{world.local_size} processes on this machine but the load average is {load:.1f} on {cpus} "
                       f"CPUs: fewer CPUs are free than processes, so every step waits for the slowest one (use "
-                      f"--nproc-per-node {max(1, int(cpus - load + 0.5))} or wait for the machine to be idle).",
+                      f"{max(1, int(cpus - load + 0.5))} with --nproc-per-node or --processes, or wait for an idle machine).",
                       UserWarning, stacklevel=2)
