@@ -190,7 +190,7 @@ def run_training(config: dict) -> dict:
     import numpy
 
     from hiddenstate.train import train
-    from hiddenstate.train.snapshot import Snapshot
+    from hiddenstate.train.rundir.snapshot import Snapshot
     from hiddenstate.train.steps import Corpus, evaluate
 
     config = dict(config)

@@ -162,6 +162,28 @@ def test_imports_follow_the_layering():
     assert not bad, "\n".join(bad)
 
 
+# Inside train/: the run directory (checkpoint files, the snapshot and its schema, ownership) and the
+# distributed machinery are subpackages of their own, and each may import only these.
+TRAIN_SUBPACKAGES = {
+    "train.rundir": {CORE, "train.rundir", "train.config", "train.corpus", "train.model", "train.guards"},
+    "train.distributed": {CORE, "train.distributed"},  # torch only inside join() and launch()
+}
+
+
+def test_the_train_subpackages_keep_to_their_layer():
+    bad = []
+    for m in MODULES:
+        sub = next((s for s in TRAIN_SUBPACKAGES if m == f"{PACKAGE}.{s}" or m.startswith(f"{PACKAGE}.{s}.")), None)
+        if sub is None:
+            continue
+        for t, _, line in imports_of(m):
+            dotted = ".".join(t.split(".")[1:])
+            ok = group_of(t) == CORE or any(dotted == r or dotted.startswith(r + ".") for r in TRAIN_SUBPACKAGES[sub])
+            if t in MODULES and not ok:
+                bad.append(f"{MODULES[m].relative_to(SRC)}:{line} ({sub}) imports {t}")
+    assert not bad, "\n".join(bad)
+
+
 def test_no_module_is_much_longer_than_500_lines():
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 520}
     assert not long, long

@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 
 from _torch import require_torch
-from hiddenstate.train import checkpoint
-from hiddenstate.train.checkpoint import (
+from hiddenstate.train.config import TrainConfig
+from hiddenstate.train.corpus import StreamBatcher, Vocabulary, train_val_split
+from hiddenstate.train.model import CharRNN
+from hiddenstate.train.optim import Adam
+from hiddenstate.train.rundir import checkpoint, load
+from hiddenstate.train.rundir.checkpoint import (
     MAX_META_BYTES,
     META_FILE,
     MODEL_FILE,
@@ -21,12 +25,7 @@ from hiddenstate.train.checkpoint import (
     record_digest,
     save_checkpoint,
 )
-from hiddenstate.train.config import TrainConfig
-from hiddenstate.train.corpus import StreamBatcher, Vocabulary, train_val_split
-from hiddenstate.train.model import CharRNN
-from hiddenstate.train.optim import Adam
-from hiddenstate.train.rundir import load
-from hiddenstate.train.snapshot import Snapshot
+from hiddenstate.train.rundir.snapshot import Snapshot
 
 
 def make_params(rng):

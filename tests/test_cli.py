@@ -241,7 +241,7 @@ def test_train_into_a_folder_of_other_files_is_refused(text_file, tmp_path, caps
 def test_a_second_train_on_one_directory_exits_2_naming_the_holder(run_dir, tmp_path, capsys):
     import socket
 
-    from hiddenstate.train.ownership import RunLock
+    from hiddenstate.train.rundir.ownership import RunLock
 
     copy = copy_run(run_dir, tmp_path)
     with RunLock(copy).acquire("train"):
@@ -348,7 +348,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_surviving_checkpoint(te
                                                                               capsys):
     import errno
 
-    from hiddenstate.train.snapshot import Snapshot
+    from hiddenstate.train.rundir.snapshot import Snapshot
 
     save, calls = Snapshot.save, []
 
@@ -428,7 +428,7 @@ def test_inspect_of_an_old_run_with_a_relative_data_path_says_what_to_do(run_dir
 def test_demo_replaces_its_own_previous_run_but_no_other(text_file, tmp_path, capsys):
     from hiddenstate.cli import _is_demo_run
     from hiddenstate.train import TrainConfig, train
-    from hiddenstate.train.ownership import describe
+    from hiddenstate.train.rundir.ownership import describe
 
     demo = tmp_path / "demo"
     train({"steps": 1, "max_minutes": 3.0, "out": str(demo), "eval_every": 1}, progress=False, verbose=False)

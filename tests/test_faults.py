@@ -15,7 +15,7 @@ import pytest
 from hiddenstate.cli import main
 from hiddenstate.train import load, sample
 from hiddenstate.train.corpus import load_text
-from hiddenstate.train.ownership import checkpoint_step
+from hiddenstate.train.rundir.ownership import checkpoint_step
 
 KILLS = 24  # at least 20, a third of each signal on average
 STEPS = 400  # enough that the 24 kills never reach the end, however fast the machine

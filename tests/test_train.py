@@ -7,11 +7,11 @@ import pytest
 
 from _torch import require_torch
 from hiddenstate.train import TrainConfig, evaluate, load, lr_at, resolve_checkpoint, sample, train
-from hiddenstate.train.checkpoint import load_checkpoint, save_checkpoint
 from hiddenstate.train.config import check_config, make_config
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.history import kept_log_lines, plot_history, read_history
-from hiddenstate.train.snapshot import ARRAYS, HISTORY, KIND, META, Snapshot
+from hiddenstate.train.rundir.checkpoint import load_checkpoint, save_checkpoint
+from hiddenstate.train.rundir.snapshot import ARRAYS, HISTORY, KIND, META, Snapshot
 
 
 @pytest.fixture(scope="module")
@@ -432,7 +432,7 @@ def test_out_with_other_files_is_refused_even_with_overwrite(text_file, tmp_path
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_again(text_file, tmp_path):
-    from hiddenstate.train.ownership import LOCK_FILE
+    from hiddenstate.train.rundir.ownership import LOCK_FILE
 
     out = tmp_path / "killed"
     (out / ".checkpoint.saving-0123456789ab").mkdir(parents=True)  # a save the kill cut short
@@ -450,7 +450,7 @@ def test_a_second_process_is_refused_naming_the_holder(text_file, tmp_path):
     import os
     import socket
 
-    from hiddenstate.train.ownership import RunLock
+    from hiddenstate.train.rundir.ownership import RunLock
 
     first = train(small_config(text_file, tmp_path / "run", steps=4, save_every=2), progress=False, verbose=False)
     holder = rf"is in use by another training process \(pid {os.getpid()} on {socket.gethostname()}, since "

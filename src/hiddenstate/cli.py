@@ -272,7 +272,7 @@ def _cmd_demo(args) -> int:
         config["steps"] = args.steps
     if args.max_minutes is not None:
         config["max_minutes"] = args.max_minutes
-    from hiddenstate.train.ownership import describe
+    from hiddenstate.train.rundir.ownership import describe
 
     overwrite = args.overwrite or _is_demo_run(describe(args.out))  # the demo replaces its own previous run
     result = _train.train(config, overwrite=overwrite, progress=not args.quiet)

@@ -19,8 +19,8 @@ from hiddenstate.files import names_directory, write_new
 from hiddenstate.interop.onnx_export import charrnn_to_onnx
 from hiddenstate.interop.torch_export import charrnn_to_exported_program
 from hiddenstate.train.blocks import LINEAR_CELLS
-from hiddenstate.train.checkpoint import MODEL_FILE
 from hiddenstate.train.rundir import Trained, load
+from hiddenstate.train.rundir.checkpoint import MODEL_FILE
 
 __all__ = ["FORMATS", "check_new_file", "export_checkpoint", "load_hint"]
 

@@ -1,6 +1,6 @@
 """Writing files so that a crash never leaves a half-written one where a good one was.
 
-Shared by checkpoints (:mod:`hiddenstate.train.checkpoint`) and safetensors files
+Shared by checkpoints (:mod:`hiddenstate.train.rundir.checkpoint`) and safetensors files
 (:mod:`hiddenstate.interop`): a new file is written and fsynced before anything refers to it,
 and a replacement is an ``os.replace`` of a complete temporary file, made durable by fsyncing
 the directory.

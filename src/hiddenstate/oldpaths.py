@@ -30,7 +30,7 @@ MOVED = {
     "hiddenstate.model": "hiddenstate.train.model",
     "hiddenstate.corpus": "hiddenstate.train.corpus",
     "hiddenstate.optim": "hiddenstate.train.optim",
-    "hiddenstate.checkpoint": "hiddenstate.train.checkpoint",
+    "hiddenstate.checkpoint": "hiddenstate.train.rundir.checkpoint",
     "hiddenstate.reproduce": "hiddenstate.experiments.reproduce",
     "hiddenstate.tasks": "hiddenstate.experiments.tasks",
 }

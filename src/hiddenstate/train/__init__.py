@@ -6,15 +6,15 @@
 * :mod:`~hiddenstate.train.model` -- :class:`CharRNN`, one-hot/embedding -> recurrent layers -> ``W_hy``;
 * :mod:`~hiddenstate.train.corpus` -- vocabulary, the embedded text, the truncated-BPTT batcher;
 * :mod:`~hiddenstate.train.optim` -- Adam, SGD, the moving average of the weights, gradient clipping;
-* :mod:`~hiddenstate.train.checkpoint` -- safetensors + JSON directories, saved atomically, loaded
-  after size and digest checks (:mod:`~hiddenstate.train.checkpoint_record`: the strict JSON record);
+* :mod:`~hiddenstate.train.rundir.checkpoint` -- safetensors + JSON directories, saved atomically, loaded
+  after size and digest checks (:mod:`~hiddenstate.train.rundir.checkpoint_record`: the strict JSON record);
 * :mod:`~hiddenstate.train.config` -- :class:`TrainConfig`, its rules, :data:`PRESETS`, :func:`lr_at`;
-* :mod:`~hiddenstate.train.snapshot` -- what a run's checkpoint holds (:class:`Snapshot`), checked by
-  :mod:`~hiddenstate.train.snapshot_schema`;
+* :mod:`~hiddenstate.train.rundir.snapshot` -- what a run's checkpoint holds (:class:`Snapshot`), checked by
+  :mod:`~hiddenstate.train.rundir.snapshot_schema`;
 * :mod:`~hiddenstate.train.rundir` -- a run directory: :func:`resolve_checkpoint`, :func:`load`,
   :class:`Trained`, :func:`sample`;
 * :mod:`~hiddenstate.train.history` -- ``log.jsonl`` and :func:`plot_history`;
-* :mod:`~hiddenstate.train.ownership` -- who may write a run directory (refusals, ``--overwrite``, the lock);
+* :mod:`~hiddenstate.train.rundir.ownership` -- who may write a run directory (refusals, ``--overwrite``, the lock);
 * :mod:`~hiddenstate.train.guards` -- signals saved at the end of a step, divergence, disk errors;
 * :mod:`~hiddenstate.train.steps` -- one training step, validation, the carried state;
 * :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`.
@@ -29,7 +29,7 @@ _EXPORTS = {
     "PRESETS": "hiddenstate.train.config",
     "TrainConfig": "hiddenstate.train.config",
     "lr_at": "hiddenstate.train.config",
-    "Snapshot": "hiddenstate.train.snapshot",
+    "Snapshot": "hiddenstate.train.rundir.snapshot",
     "Trained": "hiddenstate.train.rundir",
     "load": "hiddenstate.train.rundir",
     "resolve_checkpoint": "hiddenstate.train.rundir",

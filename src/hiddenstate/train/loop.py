@@ -15,7 +15,7 @@ The char-rnn job (Karpathy 2015) with this package's own layers and BPTT:
 * every step is logged to ``<out>/log.jsonl`` (:mod:`hiddenstate.train.history`); the validation
   loss (nats/char, also bits/char and perplexity) every ``eval_every`` steps; ``<out>/loss.png``
   is drawn at the end;
-* ``<out>/checkpoint`` holds a :class:`~hiddenstate.train.snapshot.Snapshot`: the weights under
+* ``<out>/checkpoint`` holds a :class:`~hiddenstate.train.rundir.snapshot.Snapshot`: the weights under
   torch's names plus everything that makes ``resume`` continue the very same run (optimizer
   moments, batcher position, the carried hidden state, the RNG state, the elapsed time, the history).
 
@@ -53,7 +53,6 @@ from hiddenstate.train.guards import (
 )
 from hiddenstate.train.history import kept_log_lines, loss_metrics, plot_history
 from hiddenstate.train.model import CharRNN
-from hiddenstate.train.ownership import check_not_in_use, checkpoint_step, claim, describe
 from hiddenstate.train.rundir import (
     CHECKPOINT_DIR,
     LOG_FILE,
@@ -65,6 +64,7 @@ from hiddenstate.train.rundir import (
     sample,
     training_text_path,
 )
+from hiddenstate.train.rundir.ownership import check_not_in_use, checkpoint_step, claim, describe
 from hiddenstate.train.steps import Corpus, Progress, StepLoop, Trainer, evaluate
 from hiddenstate.validation import boolean
 
@@ -179,7 +179,7 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: b
           callback: Callable[[dict], bool | None] | None = None, verbose: bool = True, device: str = "cpu") -> TrainResult:
     """Train a :class:`~hiddenstate.train.model.CharRNN` on a text with truncated BPTT.
 
-    The run directory (``out``) is claimed first (:func:`~hiddenstate.train.ownership.claim`): it
+    The run directory (``out``) is claimed first (:func:`~hiddenstate.train.rundir.ownership.claim`): it
     must be new or empty (or hold the leftovers of a run killed before its first checkpoint), or,
     with ``overwrite``, a previous run; other files are never written over. A lock on it keeps a
     second process out while this one trains. SIGINT (Ctrl-C) and SIGTERM are held until the end

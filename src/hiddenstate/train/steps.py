@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 from hiddenstate.functional import log_softmax
-from hiddenstate.train.checkpoint import load_checkpoint
 from hiddenstate.train.config import TrainConfig, lr_at
 from hiddenstate.train.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
 from hiddenstate.train.distributed.world import LOCAL, World
@@ -48,7 +47,8 @@ from hiddenstate.train.history import LN2, loss_metrics
 from hiddenstate.train.model import CharRNN
 from hiddenstate.train.optim import Adam, ExponentialMovingAverage, clip_grad_norm
 from hiddenstate.train.rundir import CHECKPOINT_DIR, LOG_FILE, Trained
-from hiddenstate.train.snapshot import HISTORY, Snapshot
+from hiddenstate.train.rundir.checkpoint import load_checkpoint
+from hiddenstate.train.rundir.snapshot import HISTORY, Snapshot
 
 __all__ = ["evaluate"]
 

@@ -2,7 +2,7 @@
 
 ``hiddenstate train --out DIR`` writes::
 
-    DIR/checkpoint/    the Snapshot (see hiddenstate.train.snapshot), saved atomically
+    DIR/checkpoint/    the Snapshot (see hiddenstate.train.rundir.snapshot), saved atomically
     DIR/log.jsonl      one JSON record per step (see hiddenstate.train.history)
     DIR/loss.png       the loss curves
 
@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from hiddenstate.resources import check_memory
-from hiddenstate.train.checkpoint import META_FILE
 from hiddenstate.train.config import TrainConfig
 from hiddenstate.train.corpus import Vocabulary
 from hiddenstate.train.guards import sampling_memory
 from hiddenstate.train.model import CharRNN
-from hiddenstate.train.snapshot import Snapshot
+from hiddenstate.train.rundir.checkpoint import META_FILE
+from hiddenstate.train.rundir.snapshot import Snapshot
 from hiddenstate.validation import nonnegative_int
 
 __all__ = ["CHECKPOINT_DIR", "LOG_FILE", "PLOT_FILE", "Trained", "load", "resolve_checkpoint", "run_dir_of", "sample",
@@ -168,12 +168,12 @@ class Trained:
 
     @property
     def meta(self) -> dict:
-        """The checkpoint's ``meta.json`` document (see :data:`hiddenstate.train.snapshot.META`)."""
+        """The checkpoint's ``meta.json`` document (see :data:`hiddenstate.train.rundir.snapshot.META`)."""
         return self.snapshot.to_files()[1]
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
-        """The checkpoint's other arrays by name (see :data:`hiddenstate.train.snapshot.ARRAYS`)."""
+        """The checkpoint's other arrays by name (see :data:`hiddenstate.train.rundir.snapshot.ARRAYS`)."""
         return self.snapshot.to_files()[2]
 
     @property

@@ -1,6 +1,6 @@
 """The rules of a run checkpoint's contents: every entry of its ``meta.json`` and its arrays.
 
-:class:`~hiddenstate.train.snapshot.Snapshot` reads a checkpoint through :func:`check_meta` and
+:class:`~hiddenstate.train.rundir.snapshot.Snapshot` reads a checkpoint through :func:`check_meta` and
 :func:`check_weights` before anything is built from it, so a checkpoint that is not what
 :func:`~hiddenstate.train.train` writes is refused with one ``ValueError`` naming the file and the
 entry (``"'runs/gru/checkpoint/meta.json': field 'step' must be a non-negative integer; got str
@@ -22,10 +22,10 @@ import re
 
 import numpy as np
 
-from hiddenstate.train.checkpoint_record import check_field
 from hiddenstate.train.config import DTYPES, RULES, TrainConfig
 from hiddenstate.train.corpus import Vocabulary
 from hiddenstate.train.model import CELLS
+from hiddenstate.train.rundir.checkpoint_record import check_field
 from hiddenstate.validation import choice, drop_probability, nonnegative_int, positive_int, real
 
 __all__ = ["BATCHER", "INT64_MAX", "MODEL", "RNG", "TEXT", "check_meta", "check_weights"]
@@ -148,7 +148,7 @@ def check_meta(meta: dict, where: str) -> None:
     Parameters
     ----------
     meta : dict
-        The document (:data:`hiddenstate.train.snapshot.META` lists its entries), with every
+        The document (:data:`hiddenstate.train.rundir.snapshot.META` lists its entries), with every
         required entry present.
     where : str
         The file, for messages (e.g. ``"'runs/gru/checkpoint/meta.json'"``).

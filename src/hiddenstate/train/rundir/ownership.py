@@ -30,9 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hiddenstate.train.checkpoint import META_FILE, previous_name, staging_prefix
 from hiddenstate.train.rundir import CHECKPOINT_DIR, LOG_FILE, PLOT_FILE
-from hiddenstate.train.snapshot import KIND
+from hiddenstate.train.rundir.checkpoint import META_FILE, previous_name, staging_prefix
+from hiddenstate.train.rundir.snapshot import KIND
 
 try:
     import fcntl

@@ -65,7 +65,7 @@ import safetensors
 import safetensors.numpy
 
 from hiddenstate.files import fsync_dir, write_new
-from hiddenstate.train.checkpoint_record import (
+from hiddenstate.train.rundir.checkpoint_record import (
     MAX_META_BYTES,
     check_record,
     encode_record,

@@ -1,6 +1,6 @@
 """What the checkpoint of a training run holds, defined once for the save and the load side.
 
-:func:`~hiddenstate.train.checkpoint.save_checkpoint` stores weights, a JSON document and other
+:func:`~hiddenstate.train.rundir.checkpoint.save_checkpoint` stores weights, a JSON document and other
 arrays; for a run of :func:`~hiddenstate.train.train` they are a :class:`Snapshot`, whose fields
 are the entries below. :meth:`Snapshot.save` writes them and :meth:`Snapshot.read` reads them back,
 both through the same tables (:data:`META`, :data:`ARRAYS`, :data:`HISTORY`): every key is spelled
@@ -14,7 +14,7 @@ once, in a table, with its meaning.
 ``optimizer.safetensors``
     The arrays :data:`ARRAYS` describes (optimizer moments, raw weights, carried state, history).
 
-Reading checks all of it first (:mod:`hiddenstate.train.snapshot_schema`): every entry of
+Reading checks all of it first (:mod:`hiddenstate.train.rundir.snapshot_schema`): every entry of
 ``meta.json`` against its rule, and the weights, raw weights and carried state for finiteness in
 the model's dtype, so a bad checkpoint is one ``ValueError`` naming the file and the entry.
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from hiddenstate.layers import BY_KIND
-from hiddenstate.train.checkpoint import META_FILE, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
-from hiddenstate.train.snapshot_schema import check_meta, check_weights
+from hiddenstate.train.rundir.checkpoint import META_FILE, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
+from hiddenstate.train.rundir.snapshot_schema import check_meta, check_weights
 
 __all__ = ["ARRAYS", "HISTORY", "KIND", "META", "Snapshot"]
 
@@ -168,7 +168,7 @@ class Snapshot:
                 f"num_layers={m['num_layers']}) loads the 'rnn.' weights (prefix stripped)")
 
     def to_files(self) -> tuple[dict, dict, dict]:
-        """The three parts :func:`~hiddenstate.train.checkpoint.save_checkpoint` writes.
+        """The three parts :func:`~hiddenstate.train.rundir.checkpoint.save_checkpoint` writes.
 
         Returns
         -------
@@ -202,7 +202,7 @@ class Snapshot:
         Parameters
         ----------
         params, meta, arrays
-            As :func:`~hiddenstate.train.checkpoint.load_checkpoint` returns them.
+            As :func:`~hiddenstate.train.rundir.checkpoint.load_checkpoint` returns them.
         name : str, default "checkpoint"
             What the messages call the checkpoint (e.g. ``"checkpoint 'runs/gru/checkpoint'"``).
         path : str or os.PathLike, optional
@@ -248,7 +248,7 @@ class Snapshot:
                    ema_steps=int(arrays[_EMA_STEP]) if ema else None)
 
     def save(self, directory) -> None:
-        """Write the checkpoint to ``directory`` (atomically; see :mod:`hiddenstate.train.checkpoint`).
+        """Write the checkpoint to ``directory`` (atomically; see :mod:`hiddenstate.train.rundir.checkpoint`).
 
         Parameters
         ----------
@@ -273,7 +273,7 @@ class Snapshot:
         Raises
         ------
         FileNotFoundError, ValueError
-            From :func:`~hiddenstate.train.checkpoint.load_checkpoint` (missing, truncated or
+            From :func:`~hiddenstate.train.rundir.checkpoint.load_checkpoint` (missing, truncated or
             modified files) and :meth:`from_files` (not a run checkpoint, or an entry that breaks
             its rule); the messages name the file.
         """

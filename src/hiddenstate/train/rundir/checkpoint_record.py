@@ -8,7 +8,7 @@ A checkpoint's ``meta.json`` is the record::
      "sha256": <record_digest(record)>}
 
 written by :func:`encode_record` and checked by :func:`parse_json` and :func:`check_record`
-(:mod:`hiddenstate.train.checkpoint` calls them). The rules, each with the file and the entry in
+(:mod:`hiddenstate.train.rundir.checkpoint` calls them). The rules, each with the file and the entry in
 its message:
 
 * strict JSON: UTF-8, no ``NaN``/``Infinity`` literal, no number that overflows to infinity
@@ -335,7 +335,7 @@ def check_record(record, where: str, file_names: tuple[str, ...]) -> dict:
         raise ValueError(
             f"{where} must match the sha256 recorded in it (of its canonical JSON); it does not. The "
             "file was edited or corrupted: restore it, or save the checkpoint again (see "
-            "hiddenstate.train.checkpoint_record.record_digest for a deliberate edit)."
+            "hiddenstate.train.rundir.checkpoint_record.record_digest for a deliberate edit)."
         )
     unknown = sorted(set(record) - set(_ENTRIES))
     if unknown:
