@@ -434,3 +434,11 @@ def test_the_workers_get_the_command_line_without_the_processes_flag():
     assert without_processes_flag(["train", "--processes", "2", "--steps", "5"]) == ["train", "--steps", "5"]
     assert without_processes_flag(["train", "--processes=4", "--out", "x"]) == ["train", "--out", "x"]
     assert without_processes_flag(["train", "--prime", "--processes"]) == ["train", "--prime", "--processes"]
+
+
+def test_a_diverging_run_stops_every_rank_at_the_same_step_with_one_line(text_file, tmp_path):
+    run = torchrun("train", "--data", str(text_file), *SMALL, "--dtype", "float32", "--steps", "200", "--lr", "1e4",
+                   "--clip", "1e9", "--out", str(tmp_path / "run"))
+    ours = [line for line in run.stderr.splitlines() if line.startswith("hiddenstate: error:")]
+    assert len(ours) == 1 and "training diverged at step" in ours[0] and "--lr" in ours[0], run.stderr
+    assert "was lost" not in run.stderr

@@ -234,6 +234,7 @@ class Trainer:
 
     def snapshot(self, val_loss: float | None, elapsed_s: float) -> Snapshot:
         """Everything the checkpoint of this moment holds."""
+        self.world.check_same_weights(self.model.params)  # ranks: still one model
         weights, raw = self.model.state_dict(), None
         if self.ema is not None:
             raw, weights = weights, {k: v.copy() for k, v in self.ema.average.items()}
@@ -251,8 +252,9 @@ class Trainer:
         if self.batcher.at_epoch_start:
             self.carry = None  # a new pass over the text: the carried state no longer follows on
         inputs, targets = self.world.shard(self.batcher.next_batch())  # (T, N) each (a rank: its rows)
-        loss, grads, self.carry = self.model.loss_and_grads(inputs, targets, self.carry, training=True,
-                                                            rng=self.mask_rng)
+        loss, grads, self.carry = self.world.local(  # a rank: an overflow in its rows becomes a NaN loss for all
+            lambda: self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.mask_rng),
+            self.model.params)
         loss, grads = self.world.average(loss, grads)  # a rank: the whole batch's
         why = divergence(loss, self.model.vocab_size)
         if why:

@@ -307,6 +307,28 @@ class TorchWorld(World):
         return np.concatenate(parts, axis=1)
 
     # -- the step --------------------------------------------------------------------------------------
+    def local(self, compute, params: dict):
+        """This rank's part of a step; a floating-point error in it becomes a NaN loss and zero gradients.
+
+        The step's all-reduce then carries the NaN to every rank, which all stop as diverged at the
+        same step (a rank that raised alone would leave the others waiting for it).
+
+        Parameters
+        ----------
+        compute : callable
+            Returns ``(loss, grads, carry)``.
+        params : dict of str to ndarray
+            The model's parameters (the shapes of the gradients).
+
+        Returns
+        -------
+        tuple of (float, dict, object)
+        """
+        try:
+            return compute()
+        except FloatingPointError:
+            return float("nan"), {k: np.zeros_like(v) for k, v in params.items()}, None
+
     def average(self, loss, grads: dict):
         """The whole batch's mean loss and gradient: ``(1/K) sum_r`` of every rank's, in one all-reduce.
 

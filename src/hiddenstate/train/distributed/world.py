@@ -135,6 +135,23 @@ class World:
         """
         return state
 
+    def local(self, compute, params: dict):
+        """This process's part of a step: ``compute()``.
+
+        Parameters
+        ----------
+        compute : callable
+            Returns ``(loss, grads, carry)``.
+        params : dict of str to ndarray
+            The model's parameters (the shapes of the gradients).
+
+        Returns
+        -------
+        tuple
+            What ``compute`` returns (its errors propagate).
+        """
+        return compute()
+
     def average(self, loss, grads: dict):
         """The loss and gradient of the whole batch.
 
