@@ -6,15 +6,16 @@
 * :mod:`~hiddenstate.train.model` -- :class:`CharRNN`, one-hot/embedding -> recurrent layers -> ``W_hy``;
 * :mod:`~hiddenstate.train.corpus` -- vocabulary, the embedded text, the truncated-BPTT batcher;
 * :mod:`~hiddenstate.train.optim` -- Adam, SGD, the moving average of the weights, gradient clipping;
-* :mod:`~hiddenstate.train.rundir.checkpoint` -- safetensors + JSON directories, saved atomically, loaded
-  after size and digest checks (:mod:`~hiddenstate.train.rundir.checkpoint_record`: the strict JSON record);
 * :mod:`~hiddenstate.train.config` -- :class:`TrainConfig`, its rules, :data:`PRESETS`, :func:`lr_at`;
-* :mod:`~hiddenstate.train.rundir.snapshot` -- what a run's checkpoint holds (:class:`Snapshot`), checked by
-  :mod:`~hiddenstate.train.rundir.snapshot_schema`;
 * :mod:`~hiddenstate.train.rundir` -- a run directory: :func:`resolve_checkpoint`, :func:`load`,
-  :class:`Trained`, :func:`sample`;
+  :class:`Trained`, :func:`sample`; its subpackage holds the machinery of the directory:
+  ``checkpoint`` (safetensors + JSON, saved atomically, loaded after size and digest checks;
+  ``checkpoint_record``: the strict JSON record), ``snapshot`` (what a run's checkpoint holds,
+  :class:`Snapshot`, checked by ``snapshot_schema``) and ``ownership`` (who may write a run
+  directory: refusals, ``--overwrite``, the lock);
+* :mod:`~hiddenstate.train.distributed` -- one run over several processes on ``torch.distributed``
+  (torchrun, ``--processes``): what a rank does, how rows are sharded, the collectives;
 * :mod:`~hiddenstate.train.history` -- ``log.jsonl`` and :func:`plot_history`;
-* :mod:`~hiddenstate.train.rundir.ownership` -- who may write a run directory (refusals, ``--overwrite``, the lock);
 * :mod:`~hiddenstate.train.guards` -- signals saved at the end of a step, divergence, disk errors;
 * :mod:`~hiddenstate.train.steps` -- one training step, validation, the carried state;
 * :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`.
