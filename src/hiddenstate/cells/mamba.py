@@ -100,6 +100,8 @@ class MambaRecord(NamedTuple):
         ``silu(z_t)``, the output gate.
     y : ndarray of shape (T, N, Di)
         ``C_t . h_t + D a_t``, before the gate.
+    z : ndarray of shape (T, N, Di)
+        The gate's pre-activation (``silu(z) = z sigmoid(z)``).
     """
 
     ssm: np.ndarray
@@ -111,6 +113,7 @@ class MambaRecord(NamedTuple):
     x: np.ndarray
     gate: np.ndarray
     y: np.ndarray
+    z: np.ndarray
 
 
 def silu(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -329,6 +332,8 @@ def recorded(cache) -> MambaRecord:
     p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan = cache
     T = u.shape[0]
     K1 = xpad.shape[0] - T
-    conv = np.stack([xpad[t + 1:t + 1 + K1] for t in range(T)], axis=0) if T else xpad[:0, None]
-    conv = conv.transpose(0, 2, 3, 1) if T else np.zeros((0,) + xpad.shape[1:] + (K1,), dtype=xpad.dtype)
-    return MambaRecord(ssm=hs, conv=np.ascontiguousarray(conv), dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y)
+    if T:
+        conv = np.stack([xpad[t + 1:t + 1 + K1] for t in range(T)], axis=0).transpose(0, 2, 3, 1)  # (T, N, Di, K-1)
+    else:
+        conv = np.zeros((0,) + xpad.shape[1:] + (K1,), dtype=xpad.dtype)
+    return MambaRecord(ssm=hs, conv=np.ascontiguousarray(conv), dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y, z=z)

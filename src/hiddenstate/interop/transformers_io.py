@@ -18,14 +18,24 @@ from hiddenstate.cells.mamba import MambaState
 from hiddenstate.mamba_lm import MambaLM
 from hiddenstate.validation import choice, float_dtype
 
-__all__ = ["from_transformers", "states_from_cache", "to_transformers"]
+__all__ = ["from_transformers", "is_transformers_mamba", "states_from_cache", "to_transformers"]
 
 _PREFIX = "backbone."
 
 
-def _is_mamba_lm(model) -> bool:
+def is_transformers_mamba(model) -> bool:
+    """Whether ``model`` is a transformers ``MambaForCausalLM`` (told by its class, without importing transformers).
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
     cls = type(model)
-    return cls.__name__ == "MambaForCausalLM" and cls.__module__.startswith("transformers")
+    return cls.__name__ == "MambaForCausalLM" and cls.__module__.split(".")[0] == "transformers"
 
 
 def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM:
@@ -53,7 +63,7 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
     ValueError
         A configuration this package does not compute (an activation other than SiLU).
     """
-    if not _is_mamba_lm(model):
+    if not is_transformers_mamba(model):
         raise TypeError(f"model must be a transformers MambaForCausalLM; got {type(model).__name__}.")
     dtype = float_dtype("dtype", dtype)
     scan = choice("scan", scan, ("parallel", "sequential"))
