@@ -235,3 +235,47 @@ def test_lm_gradients_equal_finite_differences_and_carry_states():
     b, s2 = lm(ids[:, 3:], s)
     np.testing.assert_allclose(np.concatenate([a, b], axis=1), full, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(s2[1].ssm, fin[1].ssm, rtol=1e-12, atol=1e-13)
+
+
+# ---------------------------------------------------------------------------- the array-API reference step
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_array_api_reference_loop_equals_the_kernels(config):
+    import array_api_compat.numpy as xnp
+
+    from hiddenstate.xp import mamba as xp_mamba
+
+    b = block(**config)
+    u, h0, c0 = inputs(b, 8, 2)
+    out, final, _ = b.forward(u, (h0, c0))
+    o, h, c = xp_mamba.run(xnp, b.params, u, h0, c0)
+    assert rel(o, out) < 1e-13 and rel(h, final.ssm) < 1e-13
+    np.testing.assert_array_equal(c, final.conv)
+
+
+def test_torch_tensors_run_in_torch_and_autograd_through_the_reference_equals_our_bptt():
+    torch = require_torch()
+    b = block(5, d_state=4, d_conv=3, batch_first=True)
+    u, h0, c0 = inputs(b, 6, 2)
+    ub = u.transpose(1, 0, 2)
+    out, final, cache = b.forward(ub, (h0, c0))
+    got, st, none = b.forward(torch.tensor(ub), (torch.tensor(h0), torch.tensor(c0)))
+    assert none is None and isinstance(got, torch.Tensor) and got.dtype == torch.float64
+    assert rel(got.numpy(), out) < 1e-13 and rel(st.ssm.numpy(), final.ssm) < 1e-13
+    assert rel(st.conv.numpy(), final.conv) < 1e-13  # torch's matmul rounds its own way
+    # autograd through the readable one-step form: the same gradients as the kernels' BPTT
+    import array_api_compat.torch as xt
+
+    from hiddenstate.xp import mamba as xp_mamba
+
+    P = {k: torch.tensor(v, requires_grad=True) for k, v in b.params.items()}
+    ut, h0t, c0t = (torch.tensor(a, requires_grad=True) for a in (u, h0, c0))
+    o, h, c = xp_mamba.run(xt, P, ut, h0t, c0t)
+    (o.sum() + (h ** 2).sum()).backward()
+    grads, d_u, d0 = b.backward(cache, np.ones_like(out), (2 * final.ssm, None))
+    for k in P:
+        assert rel(grads[k], P[k].grad.numpy()) < TOL, k
+    assert rel(d_u.transpose(1, 0, 2), ut.grad.numpy()) < TOL
+    assert rel(d0.ssm, h0t.grad.numpy()) < TOL and rel(d0.conv, c0t.grad.numpy()) < TOL
+    with pytest.raises(ValueError, match="record must be False for an input of another array library"):
+        b.forward(torch.tensor(ub), record=True)

@@ -30,6 +30,8 @@ from hiddenstate.cells.mamba import MambaRecord, MambaState
 from hiddenstate.functional import FloatGuard
 from hiddenstate.params import check_params, load_into
 from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, shape_str
+from hiddenstate.xp import mamba as xp_mamba
+from hiddenstate.xp.arrays import converted, float_input, is_foreign, namespace, state_input
 
 __all__ = ["Mamba", "MambaCache", "MambaRecord", "MambaState"]
 
@@ -253,8 +255,9 @@ class Mamba:
         out : ndarray shaped like ``u``
         state_n : MambaState
             The final SSM state (N, Di, S) and conv state (N, Di, K-1).
-        cache : MambaCache
-            Pass it to :meth:`backward`.
+        cache : MambaCache or None
+            Pass it to :meth:`backward`; None for an array of another library (a torch tensor, a
+            CuPy array: computed in that library by :mod:`hiddenstate.xp.mamba`, forward only).
         record : MambaRecord
             Only with ``record=True``: time-major arrays (T, N, ...), whatever ``batch_first``.
 
@@ -266,6 +269,11 @@ class Mamba:
             Non-float input, a state that is not a pair, a non-bool ``record``.
         """
         record = boolean("record", record)
+        if is_foreign(u):  # a torch tensor, a CuPy array, ...: the reference step in its library
+            if record:
+                raise ValueError("record must be False for an input of another array library (the array-API path "
+                                 "keeps no record); got True. Pass a NumPy array to record every step.")
+            return self._forward_xp(u, state)
         x = float_array("u", u, dtype=self.dtype)
         legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
         if x.ndim != 3 or x.shape[2] != self.d_model:
@@ -282,6 +290,30 @@ class Mamba:
         if record:
             return out, final, cache, kernel.recorded(kc)
         return out, final, cache
+
+    def _forward_xp(self, u, state):
+        """:meth:`forward` of an array of another library (:mod:`hiddenstate.xp.mamba`): output, states, no cache."""
+        xp, device = namespace(u)
+        x = float_input("u", u, xp, device, self.dtype)
+        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
+        if x.ndim != 3 or x.shape[2] != self.d_model:
+            raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(tuple(x.shape))}.")
+        if self.batch_first:
+            x = xp.permute_dims(x, (1, 0, 2))
+        N, Di = x.shape[1], self.d_inner
+        shapes = ((N, Di, self.d_state), "(N, Di, S)"), ((N, Di, self.d_conv - 1), "(N, Di, K-1)")
+        if state is None:
+            s = [xp.zeros(w, dtype=x.dtype, device=device) for w, _ in shapes]
+        elif isinstance(state, tuple) and len(state) == 2:
+            s = [state_input(f"state.{n}", v, w, leg, xp, device, self.dtype)
+                 for n, v, (w, leg) in zip(("ssm", "conv"), state, shapes)]
+        else:
+            raise TypeError(f"state must be a pair (ssm, conv) (a MambaState); got {type(state).__name__}.")
+        check_params(self.params, self.shapes(), self.dtype, "Mamba")
+        out, ssm, conv = xp_mamba.run(xp, converted(self, xp, device), x, *s)
+        if self.batch_first:
+            out = xp.permute_dims(out, (1, 0, 2))
+        return out, MambaState(ssm, conv), None
 
     def __call__(self, u, state=None):
         """``out, state_n = block(u, state)`` (see :meth:`forward`).

@@ -25,7 +25,9 @@ The recurrence is diagonal and linear in ``h`` with a decay ``exp(dt A)`` in (0,
 through :mod:`hiddenstate.cells.scan` over the flattened (N, Di*S) state, either as the
 per-step loop (``scan="sequential"``) or as the chunked Brent-Kung scan (``"parallel"``); its
 adjoint is the same scan backwards in time. Everything else is per step and runs as
-whole-sequence matrix products.
+whole-sequence matrix products. The readable form, one step of the equations per loop
+iteration in array-API functions, is :mod:`hiddenstate.xp.mamba` (held equal to these kernels by
+the tests; it is also the path of torch tensors and CuPy arrays).
 
 Kernel contract (the block's own: it reads its input, not an input projection)
 -------------------------------------------------------------------------------
