@@ -279,3 +279,37 @@ def test_torch_tensors_run_in_torch_and_autograd_through_the_reference_equals_ou
     assert rel(d0.ssm, h0t.grad.numpy()) < TOL and rel(d0.conv, c0t.grad.numpy()) < TOL
     with pytest.raises(ValueError, match="record must be False for an input of another array library"):
         b.forward(torch.tensor(ub), record=True)
+
+
+# ---------------------------------------------------------------------------- ragged batches
+
+@pytest.mark.parametrize("scan", ["parallel", "sequential"])
+def test_a_ragged_batch_equals_each_row_run_alone_to_its_length_with_its_gradients(scan):
+    b = block(4, d_state=3, d_conv=4, scan=scan)
+    T, lengths = 7, [7, 2, 0, 5]
+    u, h0, c0 = inputs(b, T, 4)
+    out, final, cache, rec = b.forward(u, (h0, c0), lengths=lengths, record=True)
+    rng = np.random.default_rng(6)
+    d_out, d_h, d_c = rng.standard_normal(out.shape), rng.standard_normal(final.ssm.shape), rng.standard_normal(final.conv.shape)
+    grads, d_u, d0 = b.backward(cache, d_out, (d_h, d_c))
+    total = {k: np.zeros_like(v) for k, v in b.params.items()}
+    for n, L in enumerate(lengths):
+        sl = slice(n, n + 1)
+        o, st, k1, r1 = b.forward(u[:L, sl], (h0[sl], c0[sl]), record=True)
+        np.testing.assert_allclose(out[:L, n], o[:, 0], rtol=1e-12, atol=1e-13)
+        assert not out[L:, n].any()  # zero past the length
+        np.testing.assert_allclose(final.ssm[n], st.ssm[0], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(final.conv[n], st.conv[0], rtol=1e-13, atol=1e-14)  # one row's matmul rounds alike
+        np.testing.assert_allclose(rec.ssm[L:, n], np.broadcast_to(st.ssm[0], rec.ssm[L:, n].shape), rtol=1e-12, atol=1e-13)
+        np.testing.assert_array_equal(rec.conv[L:, n], np.broadcast_to(final.conv[n], rec.conv[L:, n].shape))
+        g, du, d = b.backward(k1, d_out[:L, sl], (d_h[sl], d_c[sl]))
+        for k in total:
+            total[k] += g[k]
+        np.testing.assert_allclose(d_u[:L, n], du[:, 0], rtol=1e-11, atol=1e-12)
+        assert not d_u[L:, n].any()
+        np.testing.assert_allclose(d0.ssm[n], d.ssm[0], rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(d0.conv[n], d.conv[0], rtol=1e-11, atol=1e-12)
+    for k in total:
+        np.testing.assert_allclose(grads[k], total[k], rtol=1e-11, atol=1e-12)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=7\]"):
+        b.forward(u, lengths=[8, 1, 1, 1])

@@ -30,6 +30,7 @@ from hiddenstate.cells.mamba import MambaRecord, MambaState
 from hiddenstate.functional import FloatGuard
 from hiddenstate.params import check_params, load_into
 from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, shape_str
+from hiddenstate.validation import lengths as valid_lengths
 from hiddenstate.xp import mamba as xp_mamba
 from hiddenstate.xp.arrays import converted, float_input, is_foreign, namespace, state_input
 
@@ -238,7 +239,7 @@ class Mamba:
             raise TypeError(f"{name} must be a pair (ssm, conv) (a MambaState); got {type(state).__name__}.")
         return MambaState(self._part(f"{name}.ssm", state[0], N, 0), self._part(f"{name}.conv", state[1], N, 1))
 
-    def forward(self, u, state=None, *, record=False):
+    def forward(self, u, state=None, *, lengths=None, record=False):
         """Run the block over a sequence and keep what :meth:`backward` needs.
 
         Parameters
@@ -247,6 +248,10 @@ class Mamba:
             The input; cast to the layer's dtype.
         state : MambaState or pair (ssm (N, Di, S), conv (N, Di, K-1)), optional
             The initial states; None: zeros. Pass the previous call's ``state_n`` to carry it.
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each row of a right-padded batch, each in [0, T]: outputs past a row's
+            length are 0 and ``state_n`` is its state at its own last valid step (a length-0 row
+            keeps its initial states). NumPy input only.
         record : bool, default False
             Also return every step's states and selective parameters.
 
@@ -264,12 +269,15 @@ class Mamba:
         Raises
         ------
         ValueError
-            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf.
+            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, lengths out of range.
         TypeError
-            Non-float input, a state that is not a pair, a non-bool ``record``.
+            Non-float input, a state that is not a pair, a non-bool ``record``, non-integer lengths.
         """
         record = boolean("record", record)
         if is_foreign(u):  # a torch tensor, a CuPy array, ...: the reference step in its library
+            if lengths is not None:
+                raise ValueError("lengths must be None for an input of another array library; got lengths. Pass a "
+                                 "NumPy array for a ragged batch.")
             if record:
                 raise ValueError("record must be False for an input of another array library (the array-API path "
                                  "keeps no record); got True. Pass a NumPy array to record every step.")
@@ -280,10 +288,11 @@ class Mamba:
             raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
         x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
         s = self._state(state, x.shape[1])
+        lengths = None if lengths is None else valid_lengths(lengths, x.shape[0], x.shape[1])
         check_params(self.params, self.shapes(), self.dtype, "Mamba")
         p = {k: v.copy() for k, v in self.params.items()}
         with FloatGuard() as guard:
-            out, final, kc = kernel.scan_forward(p, x, s.ssm, s.conv, scan=self.scan)
+            out, final, kc = kernel.scan_forward(p, x, s.ssm, s.conv, lengths=lengths, scan=self.scan)
         guard.check("the forward pass", (("out", out), ("ssm", final.ssm)), "Scale the input or the weights down.")
         cache = MambaCache(kc, self.batch_first, self)
         out = out.transpose(1, 0, 2) if self.batch_first else out

@@ -176,7 +176,7 @@ def rms_norm_backward(x, weight, inv, d_out) -> tuple[np.ndarray, np.ndarray]:
     return d_x, d_weight
 
 
-def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, scan: str = "parallel"):
+def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, lengths=None, scan: str = "parallel"):
     """The Mamba block over all T steps (the equations of the module docstring): the forward kernel.
 
     Parameters
@@ -190,6 +190,10 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, s
         The initial SSM state.
     conv0 : ndarray of shape (N, Di, K-1)
         The initial convolution state (the K - 1 inputs before step 0, oldest first).
+    lengths : ndarray of int, shape (N,), optional
+        Valid steps of each row of a right-padded batch, each in [0, T]: past its length a row's
+        output is 0 and its states are carried unchanged (the SSM decay is 1 and its input 0 at
+        padded steps; the convolution's final state is the K - 1 inputs before the length).
     scan : {"parallel", "sequential"}, default "parallel"
         How the SSM recurrence runs: a chunked Brent-Kung scan or the per-step loop.
 
@@ -197,7 +201,7 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, s
     -------
     out : ndarray of shape (T, N, M)
     final : MambaState
-        The states after the last step (copies of ``h0``, ``conv0`` when T = 0).
+        The states after each row's last valid step (copies of ``h0``, ``conv0`` when T = 0).
     cache : tuple
         Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
     """
@@ -223,7 +227,8 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, s
     with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
         decay = np.exp(dt[..., None] * A)  # (T, N, Di, S)
     b = (dt * a)[..., None] * B[:, :, None, :]  # (T, N, Di, S)
-    hs = recurrence_forward(decay.reshape(T, N, Di * S), b.reshape(T, N, Di * S), h0.reshape(N, Di * S),
+    keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
+    hs = recurrence_forward(decay.reshape(T, N, Di * S), b.reshape(T, N, Di * S), h0.reshape(N, Di * S), keep,
                             parallel=scan == "parallel").reshape(T, N, Di, S)
     y = (hs @ C[..., None])[..., 0] + p["D"] * a  # (T, N, Di)
     sz, dsz = silu(z)
@@ -231,9 +236,18 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, s
     out = g @ p["out_proj.weight"].T  # (T, N, M)
     if p.get("out_proj.bias") is not None:
         out += p["out_proj.bias"]
-    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
-    cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan)
+    if keep is not None:
+        out *= keep
+    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(xpad[_conv_rows(lengths, T, K, N)].transpose(1, 2, 0)))
+    cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths)
     return out, final, cache
+
+
+def _conv_rows(lengths, T, K, N):
+    """The index of the final convolution state in the padded input ``xpad`` (K-1+T, N, Di): rows and columns."""
+    if lengths is None:
+        return slice(T, None)
+    return lengths[None, :] + np.arange(K - 1)[:, None], np.arange(N)[None, :]  # (K-1, N) each
 
 
 def scan_backward(cache, d_out, d_final):
@@ -262,12 +276,14 @@ def scan_backward(cache, d_out, d_final):
     d_state : MambaState
         Gradients with respect to ``h0`` and ``conv0``.
     """
-    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan = cache
+    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths = cache
     T, N, M = u.shape
     Di, S = A.shape
     K = p["conv1d.weight"].shape[-1]
     d_h_T, d_conv_T = (None, None) if d_final is None else d_final
     d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
+    if keep is not None:
+        d_out = d_out * keep  # padded outputs are constants (0)
     grads = {}
     grads["out_proj.weight"] = d_out.reshape(-1, M).T @ g.reshape(-1, Di)
     if p.get("out_proj.bias") is not None:
@@ -280,7 +296,7 @@ def scan_backward(cache, d_out, d_final):
     grads["D"] = (d_y * a).reshape(-1, Di).sum(axis=0)
     d_a = d_y * p["D"]
     d_dec, d_b, d_h0 = recurrence_backward(decay.reshape(T, N, Di * S), hs.reshape(T, N, Di * S), h0.reshape(N, Di * S),
-                                           None, None, d_hs.reshape(T, N, Di * S),
+                                           keep, None, d_hs.reshape(T, N, Di * S),
                                            None if d_h_T is None else d_h_T.reshape(N, Di * S), parallel=scan == "parallel")
     d_dec = d_dec.reshape(T, N, Di, S) * decay  # dL/d(dt A)
     d_b = d_b.reshape(T, N, Di, S)
@@ -307,7 +323,7 @@ def scan_backward(cache, d_out, d_final):
         d_xpad[k:k + T] += w[:, k] * d_c
     grads["conv1d.weight"] = d_w[:, None, :]
     if d_conv_T is not None:
-        d_xpad[T:] += d_conv_T.transpose(2, 0, 1)
+        d_xpad[_conv_rows(lengths, T, K, N)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
     d_xz = np.concatenate([d_xpad[K - 1:], d_z], axis=-1)  # (T, N, 2 Di)
     grads["in_proj.weight"] = d_xz.reshape(-1, 2 * Di).T @ u.reshape(-1, M)
     if p.get("in_proj.bias") is not None:
@@ -331,11 +347,14 @@ def recorded(cache) -> MambaRecord:
     MambaRecord
         Time-major arrays (see :class:`MambaRecord`).
     """
-    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan = cache
+    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths = cache
     T = u.shape[0]
     K1 = xpad.shape[0] - T
     if T:
         conv = np.stack([xpad[t + 1:t + 1 + K1] for t in range(T)], axis=0).transpose(0, 2, 3, 1)  # (T, N, Di, K-1)
     else:
         conv = np.zeros((0,) + xpad.shape[1:] + (K1,), dtype=xpad.dtype)
+    if keep is not None and T:  # past its length a row's conv state is carried
+        last = xpad[_conv_rows(lengths, T, K1 + 1, u.shape[1])].transpose(1, 2, 0)  # (N, Di, K-1)
+        conv = np.where(keep[:, :, :, None], conv, last[None])
     return MambaRecord(ssm=hs, conv=np.ascontiguousarray(conv), dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y, z=z)
