@@ -313,3 +313,18 @@ def test_a_ragged_batch_equals_each_row_run_alone_to_its_length_with_its_gradien
         np.testing.assert_allclose(grads[k], total[k], rtol=1e-11, atol=1e-12)
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=7\]"):
         b.forward(u, lengths=[8, 1, 1, 1])
+
+
+def test_the_lm_refuses_bad_ids_and_gradients_with_the_rule():
+    m = MambaLM(7, 4, 1, d_state=2, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, V=7\); got values in \[0, 7\]"):
+        m(np.array([[0, 7]]))
+    with pytest.raises(TypeError, match="ids must be an array of integer token ids; got dtype float64"):
+        m(np.zeros((1, 2)))
+    with pytest.raises(ValueError, match=r"ids must have shape \(N, T\); got \(3,\)"):
+        m(np.zeros(3, dtype=int))
+    with pytest.raises(ValueError, match="states must hold one state per layer"):
+        m(np.zeros((1, 2), dtype=int), [None, None])
+    _, _, cache = m.forward(np.zeros((2, 3), dtype=int))
+    with pytest.raises(ValueError, match=r"d_logits must have the logits' shape \(2, 3, 7\); got \(3, 2, 7\)"):
+        m.backward(cache, np.zeros((3, 2, 7)))

@@ -15,7 +15,7 @@ import numpy as np
 
 from hiddenstate.cells import mamba as kernel
 from hiddenstate.mamba import Mamba
-from hiddenstate.validation import boolean, float_dtype, generator, positive_int, real, shape_str
+from hiddenstate.validation import boolean, float_array, float_dtype, generator, positive_int, real, shape_str
 
 __all__ = ["MambaLM"]
 
@@ -126,10 +126,11 @@ class MambaLM:
         """
         record = boolean("record", record)
         ids = np.asarray(ids)
-        if ids.dtype.kind not in "iu" or ids.ndim != 2:
-            raise TypeError(f"ids must be a 2-D array of integer token ids; got dtype {ids.dtype}, shape "
-                            f"{shape_str(ids.shape)}.") if ids.dtype.kind not in "iu" else \
-                ValueError(f"ids must have shape {'(N, T)' if self.batch_first else '(T, N)'}; got {shape_str(ids.shape)}.")
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"ids must be an array of integer token ids; got dtype {ids.dtype}.")
+        if ids.ndim != 2:
+            raise ValueError(f"ids must have shape {'(N, T)' if self.batch_first else '(T, N)'}; got "
+                             f"{shape_str(ids.shape)}.")
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise ValueError(f"ids must lie in [0, V={self.vocab_size}); got values in [{ids.min()}, {ids.max()}].")
         if states is not None and len(states) != self.num_layers:
@@ -186,9 +187,17 @@ class MambaLM:
             Same keys as :attr:`params`.
         d_states : list of MambaState
             Gradients with respect to each layer's initial states.
+
+        Raises
+        ------
+        ValueError, TypeError
+            ``d_logits`` not of the logits' shape, or not finite floats.
         """
         tm, steps, x, inv_f, xf = cache
-        d_logits = np.asarray(d_logits, dtype=self.dtype)
+        d_logits = float_array("d_logits", d_logits, dtype=self.dtype)
+        want = (tm.shape[1], tm.shape[0], self.vocab_size) if self.batch_first else tm.shape + (self.vocab_size,)
+        if d_logits.shape != want:
+            raise ValueError(f"d_logits must have the logits' shape {shape_str(want)}; got {shape_str(d_logits.shape)}.")
         d_logits = d_logits.transpose(1, 0, 2) if self.batch_first else d_logits  # (T, N, V)
         V, M = self.vocab_size, self.d_model
         grads = {k: np.zeros_like(v) for k, v in self.params.items()}
