@@ -5,6 +5,8 @@ float64 (one loop over time, differentiated by autograd), finite differences
 (:mod:`hiddenstate.gradcheck`), and prefix re-runs for the per-step states.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -99,17 +101,20 @@ def test_forward_and_every_gradient_equal_torch_autograd_float64(scan, config, T
         assert rel(got, np.zeros(t.shape) if t.grad is None else t.grad.numpy()) < TOL
 
 
-def test_gradcheck_every_parameter_the_input_and_both_initial_states():
+@pytest.mark.parametrize("ragged", [False, True])
+def test_gradcheck_every_parameter_the_input_and_both_initial_states(ragged):
     b = block(4, d_state=3, d_conv=3, expand=2, bias=True)
     u, h0, c0 = inputs(b, 6, 2)
     rng = np.random.default_rng(3)
     w_out, w_h, w_c = rng.standard_normal((6, 2, 4)), rng.standard_normal(h0.shape), rng.standard_normal(c0.shape)
+    extra = dict(lengths=[6, 4], reset=np.array([[0, 0], [0, 0], [0, 1], [1, 0], [0, 0], [0, 0]], dtype=bool)) \
+        if ragged else {}
 
     def loss():
-        out, (h, c), _ = b.forward(u, (h0, c0))
+        out, (h, c), _ = b.forward(u, (h0, c0), **extra)
         return float((out * w_out).sum() + (h * w_h).sum() + (c * w_c).sum())
 
-    _, _, cache = b.forward(u, (h0, c0))
+    _, _, cache = b.forward(u, (h0, c0), **extra)
     grads, d_u, (d_h0, d_c0) = b.backward(cache, w_out, (w_h, w_c))
     errs = check_grads(loss, {**b.params, "u": u, "h0": h0, "conv0": c0}, {**grads, "u": d_u, "h0": d_h0, "conv0": d_c0},
                        rtol=1e-6, max_entries=None)
@@ -328,3 +333,41 @@ def test_the_lm_refuses_bad_ids_and_gradients_with_the_rule():
     _, _, cache = m.forward(np.zeros((2, 3), dtype=int))
     with pytest.raises(ValueError, match=r"d_logits must have the logits' shape \(2, 3, 7\); got \(3, 2, 7\)"):
         m.backward(cache, np.zeros((3, 2, 7)))
+
+
+@pytest.mark.parametrize("scan", ["parallel", "sequential"])
+def test_resets_restart_both_states_and_equal_separate_runs_with_their_gradients(scan):
+    b = block(4, d_state=3, d_conv=4, scan=scan)
+    T = 9
+    u, h0, c0 = inputs(b, T, 3)
+    reset = np.zeros((T, 3), dtype=bool)
+    reset[[3, 0, 5, 8], [0, 1, 1, 2]] = True  # row 2's reset lies past its length: ignored
+    lengths = [9, 8, 6]
+    out, final, cache, rec = b.forward(u, (h0, c0), lengths=lengths, reset=reset, record=True)
+    rng = np.random.default_rng(7)
+    d_out, d_h, d_c = rng.standard_normal(out.shape), rng.standard_normal(final.ssm.shape), rng.standard_normal(final.conv.shape)
+    grads, d_u, d0 = b.backward(cache, d_out, (d_h, d_c))
+    total = {k: np.zeros_like(v) for k, v in b.params.items()}
+    for n, L in enumerate(lengths):
+        cuts = [0] + [t for t in range(1, L) if reset[t, n]] + [L]
+        sl = slice(n, n + 1)
+        dh0, dc0 = np.zeros_like(h0[sl]), np.zeros_like(c0[sl])
+        for i, (s0, s1) in enumerate(itertools.pairwise(cuts)):
+            o, st, k1, r1 = b.forward(u[s0:s1, sl], (h0[sl], c0[sl]), record=True)
+            np.testing.assert_allclose(out[s0:s1, n], o[:, 0], rtol=1e-12, atol=1e-13)
+            np.testing.assert_allclose(rec.conv[s0:s1, n], r1.conv[:, 0], rtol=1e-13, atol=1e-14)
+            last = i == len(cuts) - 2
+            g, du, d = b.backward(k1, d_out[s0:s1, sl], (d_h[sl], d_c[sl]) if last else None)
+            for k in total:
+                total[k] += g[k]
+            np.testing.assert_allclose(d_u[s0:s1, n], du[:, 0], rtol=1e-11, atol=1e-12)
+            dh0 += d.ssm
+            dc0 += d.conv
+        np.testing.assert_allclose(final.ssm[n], st.ssm[0], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(final.conv[n], st.conv[0], rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(d0.ssm[n], dh0[0], rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(d0.conv[n], dc0[0], rtol=1e-11, atol=1e-12)
+    for k in total:
+        np.testing.assert_allclose(grads[k], total[k], rtol=1e-11, atol=1e-12)
+    with pytest.raises(TypeError, match="reset"):
+        b.forward(u, reset=np.zeros((T, 3)))

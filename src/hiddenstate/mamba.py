@@ -29,7 +29,16 @@ from hiddenstate.cells import mamba as kernel
 from hiddenstate.cells.mamba import MambaRecord, MambaState
 from hiddenstate.functional import FloatGuard
 from hiddenstate.params import check_params, load_into
-from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, shape_str
+from hiddenstate.validation import (
+    bool_mask,
+    boolean,
+    choice,
+    float_array,
+    float_dtype,
+    generator,
+    positive_int,
+    shape_str,
+)
 from hiddenstate.validation import lengths as valid_lengths
 from hiddenstate.xp import mamba as xp_mamba
 from hiddenstate.xp.arrays import converted, float_input, is_foreign, namespace, state_input
@@ -239,7 +248,7 @@ class Mamba:
             raise TypeError(f"{name} must be a pair (ssm, conv) (a MambaState); got {type(state).__name__}.")
         return MambaState(self._part(f"{name}.ssm", state[0], N, 0), self._part(f"{name}.conv", state[1], N, 1))
 
-    def forward(self, u, state=None, *, lengths=None, record=False):
+    def forward(self, u, state=None, *, lengths=None, reset=None, record=False):
         """Run the block over a sequence and keep what :meth:`backward` needs.
 
         Parameters
@@ -252,6 +261,10 @@ class Mamba:
             Valid steps of each row of a right-padded batch, each in [0, T]: outputs past a row's
             length are 0 and ``state_n`` is its state at its own last valid step (a length-0 row
             keeps its initial states). NumPy input only.
+        reset : ndarray of bool, shape (T, N) ((N, T) with ``batch_first``), optional
+            Where ``reset[t, n]`` is True, row n starts step t from its initial states (both the
+            SSM state and the convolution's inputs) instead of its previous ones, and no gradient
+            flows back across that boundary (ignored on padded steps). NumPy input only.
         record : bool, default False
             Also return every step's states and selective parameters.
 
@@ -275,9 +288,9 @@ class Mamba:
         """
         record = boolean("record", record)
         if is_foreign(u):  # a torch tensor, a CuPy array, ...: the reference step in its library
-            if lengths is not None:
-                raise ValueError("lengths must be None for an input of another array library; got lengths. Pass a "
-                                 "NumPy array for a ragged batch.")
+            if lengths is not None or reset is not None:
+                raise ValueError("lengths and reset must be None for an input of another array library; got "
+                                 f"{'lengths' if lengths is not None else 'reset'}. Pass a NumPy array.")
             if record:
                 raise ValueError("record must be False for an input of another array library (the array-API path "
                                  "keeps no record); got True. Pass a NumPy array to record every step.")
@@ -289,10 +302,14 @@ class Mamba:
         x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
         s = self._state(state, x.shape[1])
         lengths = None if lengths is None else valid_lengths(lengths, x.shape[0], x.shape[1])
+        if reset is not None:
+            reset = bool_mask("reset", reset, (x.shape[1], x.shape[0]) if self.batch_first else x.shape[:2])
+            reset = np.ascontiguousarray(reset.T if self.batch_first else reset)  # (T, N)
         check_params(self.params, self.shapes(), self.dtype, "Mamba")
         p = {k: v.copy() for k, v in self.params.items()}
         with FloatGuard() as guard:
-            out, final, kc = kernel.scan_forward(p, x, s.ssm, s.conv, lengths=lengths, scan=self.scan)
+            out, final, kc = kernel.scan_forward(p, x, s.ssm, s.conv, lengths=lengths, reset=reset,
+                                                 scan=self.scan)
         guard.check("the forward pass", (("out", out), ("ssm", final.ssm)), "Scale the input or the weights down.")
         cache = MambaCache(kc, self.batch_first, self)
         out = out.transpose(1, 0, 2) if self.batch_first else out

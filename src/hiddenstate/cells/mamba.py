@@ -176,7 +176,8 @@ def rms_norm_backward(x, weight, inv, d_out) -> tuple[np.ndarray, np.ndarray]:
     return d_x, d_weight
 
 
-def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, lengths=None, scan: str = "parallel"):
+def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, lengths=None, reset=None,
+                 scan: str = "parallel"):
     """The Mamba block over all T steps (the equations of the module docstring): the forward kernel.
 
     Parameters
@@ -194,6 +195,9 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
         Valid steps of each row of a right-padded batch, each in [0, T]: past its length a row's
         output is 0 and its states are carried unchanged (the SSM decay is 1 and its input 0 at
         padded steps; the convolution's final state is the K - 1 inputs before the length).
+    reset : ndarray of bool, shape (T, N), optional
+        True where row ``n`` starts step ``t`` from ``(h0, conv0)`` instead of its previous states
+        (no gradient crosses that boundary; ignored at padded steps).
     scan : {"parallel", "sequential"}, default "parallel"
         How the SSM recurrence runs: a chunked Brent-Kung scan or the per-step loop.
 
@@ -216,8 +220,11 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
     xpad = np.concatenate([conv0.transpose(2, 0, 1), x], axis=0)  # (K-1+T, N, Di)
     w = p["conv1d.weight"][:, 0, :]  # (Di, K)
     c = np.zeros((T, N, Di), dtype=u.dtype) if p.get("conv1d.bias") is None else np.tile(p["conv1d.bias"], (T, N, 1))
+    keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
+    rm = None if reset is None else (reset if keep is None else reset & keep[:, :, 0])  # (T, N)
+    origin = None if rm is None else np.maximum.accumulate(np.where(rm, np.arange(T)[:, None], 0), axis=0)  # (T, N)
     for k in range(K):
-        c += w[:, k] * xpad[k:k + T]  # (T, N, Di)
+        c += w[:, k] * _tap_values(xpad, k, K, origin)  # (T, N, Di)
     a, da = silu(c)
     dbc = a @ p["x_proj.weight"].T  # (T, N, R + 2S)
     r, B, C = dbc[:, :, :R], dbc[:, :, R:R + S], dbc[:, :, R + S:]
@@ -227,9 +234,8 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
     with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
         decay = np.exp(dt[..., None] * A)  # (T, N, Di, S)
     b = (dt * a)[..., None] * B[:, :, None, :]  # (T, N, Di, S)
-    keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
     hs = recurrence_forward(decay.reshape(T, N, Di * S), b.reshape(T, N, Di * S), h0.reshape(N, Di * S), keep,
-                            parallel=scan == "parallel").reshape(T, N, Di, S)
+                            None if rm is None else rm[:, :, None], parallel=scan == "parallel").reshape(T, N, Di, S)
     y = (hs @ C[..., None])[..., 0] + p["D"] * a  # (T, N, Di)
     sz, dsz = silu(z)
     g = y * sz
@@ -238,16 +244,37 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
         out += p["out_proj.bias"]
     if keep is not None:
         out *= keep
-    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(xpad[_conv_rows(lengths, T, K, N)].transpose(1, 2, 0)))
-    cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths)
+    final_conv = xpad[_final_taps(lengths, origin, T, K, N)].transpose(1, 2, 0)  # (N, Di, K-1)
+    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(final_conv))
+    cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin)
     return out, final, cache
 
 
-def _conv_rows(lengths, T, K, N):
-    """The index of the final convolution state in the padded input ``xpad`` (K-1+T, N, Di): rows and columns."""
-    if lengths is None:
+def _tap(t, k, K, origin):
+    """Where in ``xpad`` (K-1+T rows: conv0, then x) tap ``k`` of step ``t`` reads, for a run that began at ``origin``.
+
+    Tap ``k`` reads the input of step ``t + k - (K-1)``; before the step its run began at, that is
+    ``conv0``'s entry ``t + k - origin`` (a row restarted from its initial states reads them again).
+    """
+    i = t + k
+    return np.where(i - (K - 1) >= origin, i, i - origin)
+
+
+def _tap_values(xpad, k, K, origin):
+    """What tap ``k`` reads at every step, (T, N, Di)."""
+    T = xpad.shape[0] - (K - 1)
+    if origin is None:
+        return xpad[k:k + T]
+    return xpad[_tap(np.arange(T)[:, None], k, K, origin), np.arange(xpad.shape[1])[None, :]]
+
+
+def _final_taps(lengths, origin, T, K, N):
+    """The index of the final convolution state (K-1, N) in ``xpad``: what the last valid step's window ends with."""
+    if lengths is None and origin is None:
         return slice(T, None)
-    return lengths[None, :] + np.arange(K - 1)[:, None], np.arange(N)[None, :]  # (K-1, N) each
+    last = np.full(N, T - 1) if lengths is None else lengths - 1  # (N,): each row's last valid step (-1: none)
+    org = np.zeros(N, dtype=np.int64) if origin is None else np.where(last >= 0, origin[np.maximum(last, 0), np.arange(N)], 0)
+    return _tap(last[None, :], np.arange(1, K)[:, None], K, org[None, :]), np.arange(N)[None, :]
 
 
 def scan_backward(cache, d_out, d_final):
@@ -276,7 +303,7 @@ def scan_backward(cache, d_out, d_final):
     d_state : MambaState
         Gradients with respect to ``h0`` and ``conv0``.
     """
-    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths = cache
+    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin = cache
     T, N, M = u.shape
     Di, S = A.shape
     K = p["conv1d.weight"].shape[-1]
@@ -296,7 +323,7 @@ def scan_backward(cache, d_out, d_final):
     grads["D"] = (d_y * a).reshape(-1, Di).sum(axis=0)
     d_a = d_y * p["D"]
     d_dec, d_b, d_h0 = recurrence_backward(decay.reshape(T, N, Di * S), hs.reshape(T, N, Di * S), h0.reshape(N, Di * S),
-                                           keep, None, d_hs.reshape(T, N, Di * S),
+                                           keep, None if rm is None else rm[:, :, None], d_hs.reshape(T, N, Di * S),
                                            None if d_h_T is None else d_h_T.reshape(N, Di * S), parallel=scan == "parallel")
     d_dec = d_dec.reshape(T, N, Di, S) * decay  # dL/d(dt A)
     d_b = d_b.reshape(T, N, Di, S)
@@ -319,11 +346,15 @@ def scan_backward(cache, d_out, d_final):
     d_w = np.empty_like(w)
     d_xpad = np.zeros_like(xpad)
     for k in range(K):
-        d_w[:, k] = (d_c * xpad[k:k + T]).reshape(-1, Di).sum(axis=0)
-        d_xpad[k:k + T] += w[:, k] * d_c
+        d_w[:, k] = (d_c * _tap_values(xpad, k, K, origin)).reshape(-1, Di).sum(axis=0)
+        if origin is None:
+            d_xpad[k:k + T] += w[:, k] * d_c
+        else:  # a restarted row's taps read conv0 again: accumulate
+            idx = _tap(np.arange(T)[:, None], k, K, origin)  # (T, N)
+            np.add.at(d_xpad, (idx, np.broadcast_to(np.arange(N)[None, :], idx.shape)), w[:, k] * d_c)
     grads["conv1d.weight"] = d_w[:, None, :]
     if d_conv_T is not None:
-        d_xpad[_conv_rows(lengths, T, K, N)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
+        d_xpad[_final_taps(lengths, origin, T, K, N)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
     d_xz = np.concatenate([d_xpad[K - 1:], d_z], axis=-1)  # (T, N, 2 Di)
     grads["in_proj.weight"] = d_xz.reshape(-1, 2 * Di).T @ u.reshape(-1, M)
     if p.get("in_proj.bias") is not None:
@@ -347,14 +378,13 @@ def recorded(cache) -> MambaRecord:
     MambaRecord
         Time-major arrays (see :class:`MambaRecord`).
     """
-    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths = cache
-    T = u.shape[0]
-    K1 = xpad.shape[0] - T
-    if T:
-        conv = np.stack([xpad[t + 1:t + 1 + K1] for t in range(T)], axis=0).transpose(0, 2, 3, 1)  # (T, N, Di, K-1)
-    else:
-        conv = np.zeros((0,) + xpad.shape[1:] + (K1,), dtype=xpad.dtype)
+    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin = cache
+    T, N = u.shape[:2]
+    K = xpad.shape[0] - T + 1
+    org = 0 if origin is None else origin[:, None, :]
+    idx = _tap(np.arange(T)[:, None, None], np.arange(1, K)[None, :, None], K, org)  # (T, K-1, N): after step t
+    conv = xpad[np.broadcast_to(idx, (T, K - 1, N)), np.arange(N)[None, None, :]].transpose(0, 2, 3, 1)  # (T, N, Di, K-1)
     if keep is not None and T:  # past its length a row's conv state is carried
-        last = xpad[_conv_rows(lengths, T, K1 + 1, u.shape[1])].transpose(1, 2, 0)  # (N, Di, K-1)
+        last = xpad[_final_taps(lengths, origin, T, K, N)].transpose(1, 2, 0)  # (N, Di, K-1)
         conv = np.where(keep[:, :, :, None], conv, last[None])
     return MambaRecord(ssm=hs, conv=np.ascontiguousarray(conv), dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y, z=z)
