@@ -31,9 +31,11 @@ the tests; it is also the path of torch tensors and CuPy arrays).
 
 Kernel contract (the block's own: it reads its input, not an input projection)
 -------------------------------------------------------------------------------
-``scan_forward(p, u, h0, conv0, *, scan="parallel") -> (out, (h_T, conv_T), cache)``
+``scan_forward(p, u, h0, conv0, *, lengths=None, reset=None, scan="parallel") -> (out, (h_T, conv_T), cache)``
     ``p`` the parameters by name (:data:`PARAMS`), ``u`` (T, N, M), ``h0`` (N, Di, S),
-    ``conv0`` (N, Di, K-1). Nothing is validated; every array has the dtype of ``u``.
+    ``conv0`` (N, Di, K-1); ``lengths`` (N,) of a right-padded batch (padded steps carry both
+    states), ``reset`` (T, N) bool (a row restarts both states from ``h0``, ``conv0``). Nothing
+    is validated; every array has the dtype of ``u``.
 ``scan_backward(cache, d_out, d_final) -> (grads, d_u, (d_h0, d_conv0))``
     ``d_out`` (T, N, M) or None, ``d_final`` a pair ``(d_h_T, d_conv_T)`` (either part None)
     or None; ``grads`` has the keys of ``p``.
