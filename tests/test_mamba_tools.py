@@ -90,3 +90,13 @@ def test_inspect_model_of_a_transformers_model_in_one_call(tmp_path):
 def test_tools_refuse_other_models():
     with pytest.raises(TypeError, match="model must be a hiddenstate MambaLM or Mamba; got GRU"):
         trace_mamba(hs.GRU(2, 3), np.zeros((2, 1, 2)))
+
+
+def test_inspect_model_of_one_block():
+    rng = np.random.default_rng(4)
+    b = Mamba(4, d_state=3, rng=rng)
+    u = rng.standard_normal((10, 2, 4))
+    an = hs.inspect_model(b, u, max_lag=4)
+    _, st = b(u)
+    assert len(an.layers) == 1 and an.meta["model"] == "hiddenstate Mamba"
+    np.testing.assert_array_equal(an.layers[0].record.ssm[-1], st.ssm)

@@ -106,3 +106,16 @@ def test_importing_hiddenstate_and_its_interop_loads_no_transformers():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_our_float32_model_matches_transformers_to_float32_round_off():
+    m = hf_model(d_state=8)
+    ids = torch.randint(0, 40, (2, 17), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = m(ids, use_cache=True)
+    lm = from_transformers(m, dtype=np.float32)
+    logits, states, _ = lm.forward(ids.numpy())
+    assert logits.dtype == np.float32 and states[0].ssm.dtype == np.float32
+    assert rel(logits, out.logits.numpy()) <= RTOL
+    for ours, ref in zip(states, states_from_cache(out.cache, 3)):
+        assert rel(ours.ssm, ref.ssm) <= RTOL
