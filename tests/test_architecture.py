@@ -191,7 +191,7 @@ def test_no_module_is_much_longer_than_500_lines():
 
 def test_import_hiddenstate_loads_no_scipy_matplotlib_or_safetensors():
     code = ("import sys, hiddenstate; heavy = sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'scipy', 'matplotlib', 'safetensors', 'torch', 'keras'}); print(','.join(heavy))")
+            "{'scipy', 'matplotlib', 'safetensors', 'torch', 'keras', 'transformers'}); print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
     # ... and the lazy names still resolve

@@ -43,6 +43,8 @@ def test_readme_example_runs(index, tmp_path):
         require_torch()
     if _needs(code, "keras") and importlib.util.find_spec("keras") is None and not torch_required():
         pytest.skip("keras is not installed")
+    if _needs(code, "transformers") and importlib.util.find_spec("transformers") is None and not torch_required():
+        pytest.skip("transformers is not installed")
     env = {**os.environ, "MPLBACKEND": "Agg"}
     out = subprocess.run([sys.executable, "-c", _with_what_it_builds_on(code)], cwd=tmp_path, capture_output=True,
                          text=True, env=env, timeout=300)

@@ -29,6 +29,9 @@ oldpaths.install()
 
 __getattr__, __dir__ = attach(__name__, {
     "CharRNN": "hiddenstate.train.model",
+    "Mamba": "hiddenstate.mamba",
+    "MambaLM": "hiddenstate.mamba_lm",
+    "MambaState": "hiddenstate.cells.mamba",
     "analyze_model": "hiddenstate.probe.analysis",
     "build_report": "hiddenstate.report.page",
     "find_fixed_points": "hiddenstate.probe.fixedpoints",
@@ -48,6 +51,9 @@ __all__ = [
     "DirectionalState",
     "GRUCell",
     "LSTMCell",
+    "Mamba",
+    "MambaLM",
+    "MambaState",
     "MinGRU",
     "MinGRUCell",
     "MinLSTM",

@@ -19,9 +19,14 @@ from hiddenstate.app import check_report_path
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
+from hiddenstate.interop.transformers_io import from_transformers, is_transformers_mamba
+from hiddenstate.mamba import Mamba
+from hiddenstate.mamba_lm import MambaLM
 from hiddenstate.probe.analysis import Analysis, analyze_model
+from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.report import build_report
+from hiddenstate.report.mamba_page import build_mamba_report
 from hiddenstate.train.model import CharRNN
 from hiddenstate.validation import float_array, shape_str
 
@@ -227,7 +232,12 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         Any ``num_layers``, ``bidirectional`` and ``batch_first`` of a torch module; a built Keras
         layer, or a Keras ``Sequential``/``Model`` whose one recurrent layer reads its input; a
         hiddenstate RNN/GRU/LSTM/MinGRU/MinLSTM; or a :class:`~hiddenstate.CharRNN`.
-        Converted exactly (:func:`as_layer`); what cannot be represented raises.
+        Converted exactly (:func:`as_layer`); what cannot be represented raises. A transformers
+        ``MambaForCausalLM``, a :class:`~hiddenstate.MambaLM` or a :class:`~hiddenstate.Mamba`
+        block is measured by :func:`hiddenstate.probe.mamba.analyze_mamba` instead (``x``: token
+        ids (N, T) as transformers takes them, or the block's input; ``h0``: the initial states;
+        only ``out``, ``title`` and ``max_lag`` of the options below apply) and its report is
+        :func:`hiddenstate.report.mamba_page.build_mamba_report`.
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
@@ -262,9 +272,10 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
 
     Returns
     -------
-    Analysis
+    Analysis or MambaAnalysis
         As :func:`hiddenstate.analyze_model` (``analysis.trace`` holds every step's state of every
-        layer and direction); ``meta["model"]`` names what ``model`` was.
+        layer and direction); ``meta["model"]`` names what ``model`` was. For a Mamba model a
+        :class:`~hiddenstate.probe.mamba.MambaAnalysis` (``layers[l].record`` every step's states).
 
     Raises
     ------
@@ -279,6 +290,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     out = None if out is None else check_report_path(out)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None; got {type(title).__name__}.")
+    if is_transformers_mamba(model) or isinstance(model, (Mamba, MambaLM)):
+        return _inspect_mamba(model, x, h0, out, title, max_lag)
     layer, source = as_layer(model)
     fp = None
     if isinstance(model, CharRNN):
@@ -306,6 +319,20 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
                      max_chars=len(an.text) if an.text else 2000)
     return an
 
+
+
+def _inspect_mamba(model, x, states, out, title, max_lag) -> MambaAnalysis:
+    """:func:`inspect_model` of a Mamba model: a transformers ``MambaForCausalLM`` or ours."""
+    source = f"hiddenstate {type(model).__name__}"
+    if is_transformers_mamba(model):
+        model, source = from_transformers(model), "transformers MambaForCausalLM"
+    if type(x).__module__.split(".")[0] == "torch":
+        x = x.detach().cpu().numpy()
+    an = analyze_mamba(model, x, states, max_lag=max_lag, model_name=source)
+    if out is not None:
+        build_mamba_report(out, an, title=title or "Inside a Mamba model",
+                           subtitle=f"{source}, converted exactly; every layer's state measured on every step.")
+    return an
 
 
 def read_inputs(path, input_size: int, *, seed: int = 0, name: str = "--inputs") -> tuple[np.ndarray, str]:

@@ -8,8 +8,10 @@ One module per format, all through the torch-named state dict of
 :func:`charrnn_to_onnx`) writes ONNX graphs of the standard RNN/GRU/LSTM operators;
 :mod:`~hiddenstate.interop.torch_export` (:func:`charrnn_to_exported_program`) a ``torch.export``
 program; :mod:`~hiddenstate.interop.statedict_file` (:func:`load_state_dict_file`) reads a
-safetensors file of a torch state dict, saying what it inferred. torch and onnx
-are imported only by the functions that need them; Keras never.
+safetensors file of a torch state dict, saying what it inferred;
+:mod:`~hiddenstate.interop.transformers_io` (:func:`from_transformers`, :func:`to_transformers`)
+converts Hugging Face Mamba models. torch, transformers and onnx are imported only by the
+functions that need them; Keras never.
 """
 
 from hiddenstate.interop.keras3 import from_keras, from_keras_weights, to_keras_weights
@@ -18,6 +20,7 @@ from hiddenstate.interop.pytorch import charrnn_from_torch, charrnn_to_torch, fr
 from hiddenstate.interop.safetensors_io import load_safetensors, save_safetensors
 from hiddenstate.interop.statedict_file import load_state_dict_file
 from hiddenstate.interop.torch_export import charrnn_to_exported_program
+from hiddenstate.interop.transformers_io import from_transformers, to_transformers
 
 __all__ = [
     "charrnn_from_torch",
@@ -27,10 +30,12 @@ __all__ = [
     "from_keras",
     "from_keras_weights",
     "from_torch",
+    "from_transformers",
     "load_safetensors",
     "load_state_dict_file",
     "save_safetensors",
     "to_keras_weights",
     "to_onnx",
     "to_torch",
+    "to_transformers",
 ]

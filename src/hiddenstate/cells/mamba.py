@@ -1,0 +1,392 @@
+"""Mamba's selective state space block (Gu & Dao 2023, Algorithm 2): scan kernels, forward and exact backward side by side.
+
+The block maps a sequence ``u`` (T, N, M) (M = ``d_model``) to a sequence of the same shape
+through a state of its own, in the parameter names and layouts of transformers' ``MambaMixer``
+(Di = ``expand * d_model`` inner channels, S = ``d_state``, K = ``d_conv``, R = ``dt_rank``)::
+
+    x_t, z_t  = split(in_proj(u_t))                     in_proj.weight (2 Di, M): blocks x, z
+    c_t       = sum_k w[:, k] * x_{t-K+1+k} + b_conv      causal depthwise conv, conv1d.weight (Di, 1, K)
+    a_t       = silu(c_t)                                 (SiLU: c sigmoid(c))
+    r_t, B_t, C_t = split(x_proj(a_t))                    x_proj.weight (R + 2S, Di): blocks dt, B, C
+    dt_t      = softplus(dt_proj(r_t))                    dt_proj.weight (Di, R), dt_proj.bias (Di,)
+    A         = -exp(A_log)                               A_log (Di, S)
+    h_t       = exp(dt_t A) * h_{t-1} + dt_t B_t a_t      state (N, Di, S): per channel d and state s
+    y_t       = C_t . h_t + D * a_t                       D (Di,)
+    out_t     = out_proj(y_t * silu(z_t))                 out_proj.weight (M, Di)
+
+(the zero-order-hold discretisation of ``A`` and Euler's of ``B``, as the reference kernels
+compute it: ``dA = exp(dt A)``, ``dB = dt B``). The block has *two* states: the SSM state
+``h`` (N, Di, S) and the convolution's state, the last K - 1 values of ``x`` it has read
+(N, Di, K-1), oldest first (transformers' cache keeps K, the oldest of which the next step
+never reads). Both are inputs (:func:`scan_forward`'s ``h0``, ``conv0``) with exact gradients,
+and both final states take a gradient.
+
+The recurrence is diagonal and linear in ``h`` with a decay ``exp(dt A)`` in (0, 1]: it runs
+through :mod:`hiddenstate.cells.scan` over the flattened (N, Di*S) state, either as the
+per-step loop (``scan="sequential"``) or as the chunked Brent-Kung scan (``"parallel"``); its
+adjoint is the same scan backwards in time. Everything else is per step and runs as
+whole-sequence matrix products. The readable form, one step of the equations per loop
+iteration in array-API functions, is :mod:`hiddenstate.xp.mamba` (held equal to these kernels by
+the tests; it is also the path of torch tensors and CuPy arrays).
+
+Kernel contract (the block's own: it reads its input, not an input projection)
+-------------------------------------------------------------------------------
+``scan_forward(p, u, h0, conv0, *, lengths=None, reset=None, scan="parallel") -> (out, (h_T, conv_T), cache)``
+    ``p`` the parameters by name (:data:`PARAMS`), ``u`` (T, N, M), ``h0`` (N, Di, S),
+    ``conv0`` (N, Di, K-1); ``lengths`` (N,) of a right-padded batch (padded steps carry both
+    states), ``reset`` (T, N) bool (a row restarts both states from ``h0``, ``conv0``). Nothing
+    is validated; every array has the dtype of ``u``.
+``scan_backward(cache, d_out, d_final) -> (grads, d_u, (d_h0, d_conv0))``
+    ``d_out`` (T, N, M) or None, ``d_final`` a pair ``(d_h_T, d_conv_T)`` (either part None)
+    or None; ``grads`` has the keys of ``p``.
+``recorded(cache) -> MambaRecord``
+    Every step's states and the selective parameters (``dt``, the decay ``exp(dt A)``, ``B``,
+    ``C``, the gate).
+
+References
+----------
+A. Gu, T. Dao, "Mamba: Linear-time sequence modeling with selective state spaces", arXiv:2312.00752, 2023.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
+from hiddenstate.functional import sigmoid
+
+__all__ = ["PARAMS", "SCANS", "MambaRecord", "MambaState", "recorded", "rms_norm", "rms_norm_backward",
+           "scan_backward", "scan_forward", "silu"]
+
+#: The evaluation modes of the SSM recurrence (option ``scan``).
+SCANS = ("parallel", "sequential")
+
+#: The block's parameters in transformers' ``MambaMixer`` names (the two biases are optional).
+PARAMS = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "x_proj.weight", "dt_proj.weight",
+          "dt_proj.bias", "A_log", "D", "out_proj.weight", "out_proj.bias")
+
+
+class MambaState(NamedTuple):
+    """The two states of a Mamba block.
+
+    Attributes
+    ----------
+    ssm : ndarray of shape (N, Di, S)
+        The selective state space's state ``h``.
+    conv : ndarray of shape (N, Di, K-1)
+        The last K - 1 inputs of the causal convolution, oldest first.
+    """
+
+    ssm: np.ndarray
+    conv: np.ndarray
+
+
+class MambaRecord(NamedTuple):
+    """Every step of a Mamba block's forward pass (time-major), from :func:`recorded`.
+
+    Attributes
+    ----------
+    ssm : ndarray of shape (T, N, Di, S)
+        The SSM state after each step.
+    conv : ndarray of shape (T, N, Di, K-1)
+        The convolution's state after each step.
+    dt : ndarray of shape (T, N, Di)
+        The step size ``softplus(dt_proj(r_t))`` of every channel.
+    decay : ndarray of shape (T, N, Di, S)
+        ``exp(dt_t A)``: how much of each state entry is kept (the keep gate).
+    B, C : ndarray of shape (T, N, S)
+        The input and output matrices of every step.
+    x : ndarray of shape (T, N, Di)
+        ``a_t = silu(conv(x))``, what the SSM reads.
+    gate : ndarray of shape (T, N, Di)
+        ``silu(z_t)``, the output gate.
+    y : ndarray of shape (T, N, Di)
+        ``C_t . h_t + D a_t``, before the gate.
+    z : ndarray of shape (T, N, Di)
+        The gate's pre-activation (``silu(z) = z sigmoid(z)``).
+    """
+
+    ssm: np.ndarray
+    conv: np.ndarray
+    dt: np.ndarray
+    decay: np.ndarray
+    B: np.ndarray
+    C: np.ndarray
+    x: np.ndarray
+    gate: np.ndarray
+    y: np.ndarray
+    z: np.ndarray
+
+
+def silu(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``silu(c) = c sigmoid(c)`` and its derivative ``sigmoid(c) (1 + c (1 - sigmoid(c)))``.
+
+    Parameters
+    ----------
+    c : ndarray, floating
+
+    Returns
+    -------
+    value, derivative : ndarray, shape and dtype of ``c``
+    """
+    s = sigmoid(c)
+    return c * s, s * (1.0 + c * (1.0 - s))
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """RMS normalisation ``weight * x / sqrt(mean(x^2) + eps)`` over the last axis (Zhang & Sennrich 2019).
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., M)
+    weight : ndarray of shape (M,)
+    eps : float
+        Added to the mean square.
+
+    Returns
+    -------
+    out : ndarray of shape (..., M)
+    inv : ndarray of shape (..., 1)
+        ``1 / sqrt(mean(x^2) + eps)``, for :func:`rms_norm_backward`.
+    """
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return weight * (x * inv), inv
+
+
+def rms_norm_backward(x, weight, inv, d_out) -> tuple[np.ndarray, np.ndarray]:
+    """The exact adjoint of :func:`rms_norm`.
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., M)
+    weight : ndarray of shape (M,)
+    inv : ndarray of shape (..., 1)
+        From :func:`rms_norm`.
+    d_out : ndarray of shape (..., M)
+
+    Returns
+    -------
+    d_x : ndarray of shape (..., M)
+    d_weight : ndarray of shape (M,)
+    """
+    xn = x * inv
+    d_weight = (d_out * xn).reshape(-1, x.shape[-1]).sum(axis=0)
+    g = d_out * weight
+    d_x = inv * (g - xn * np.mean(g * xn, axis=-1, keepdims=True))
+    return d_x, d_weight
+
+
+def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, lengths=None, reset=None,
+                 scan: str = "parallel"):
+    """The Mamba block over all T steps (the equations of the module docstring): the forward kernel.
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+        The parameters by their ``MambaMixer`` names (:data:`PARAMS`; ``in_proj.bias``,
+        ``conv1d.bias``, ``out_proj.bias`` may be absent).
+    u : ndarray of shape (T, N, M)
+        The block's input.
+    h0 : ndarray of shape (N, Di, S)
+        The initial SSM state.
+    conv0 : ndarray of shape (N, Di, K-1)
+        The initial convolution state (the K - 1 inputs before step 0, oldest first).
+    lengths : ndarray of int, shape (N,), optional
+        Valid steps of each row of a right-padded batch, each in [0, T]: past its length a row's
+        output is 0 and its states are carried unchanged (the SSM decay is 1 and its input 0 at
+        padded steps; the convolution's final state is the K - 1 inputs before the length).
+    reset : ndarray of bool, shape (T, N), optional
+        True where row ``n`` starts step ``t`` from ``(h0, conv0)`` instead of its previous states
+        (no gradient crosses that boundary; ignored at padded steps).
+    scan : {"parallel", "sequential"}, default "parallel"
+        How the SSM recurrence runs: a chunked Brent-Kung scan or the per-step loop.
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    final : MambaState
+        The states after each row's last valid step (copies of ``h0``, ``conv0`` when T = 0).
+    cache : tuple
+        Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
+    """
+    T, N, _ = u.shape
+    Di, S = p["A_log"].shape
+    K = p["conv1d.weight"].shape[-1]
+    R = p["dt_proj.weight"].shape[1]
+    xz = u @ p["in_proj.weight"].T  # (T, N, 2 Di)
+    if p.get("in_proj.bias") is not None:
+        xz += p["in_proj.bias"]
+    x, z = xz[:, :, :Di], xz[:, :, Di:]
+    xpad = np.concatenate([conv0.transpose(2, 0, 1), x], axis=0)  # (K-1+T, N, Di)
+    w = p["conv1d.weight"][:, 0, :]  # (Di, K)
+    c = np.zeros((T, N, Di), dtype=u.dtype) if p.get("conv1d.bias") is None else np.tile(p["conv1d.bias"], (T, N, 1))
+    keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
+    rm = None if reset is None else (reset if keep is None else reset & keep[:, :, 0])  # (T, N)
+    origin = None if rm is None else np.maximum.accumulate(np.where(rm, np.arange(T)[:, None], 0), axis=0)  # (T, N)
+    for k in range(K):
+        c += w[:, k] * _tap_values(xpad, k, K, origin)  # (T, N, Di)
+    a, da = silu(c)
+    dbc = a @ p["x_proj.weight"].T  # (T, N, R + 2S)
+    r, B, C = dbc[:, :, :R], dbc[:, :, R:R + S], dbc[:, :, R + S:]
+    pre = r @ p["dt_proj.weight"].T + p["dt_proj.bias"]  # (T, N, Di)
+    dt = np.logaddexp(0.0, pre)  # softplus
+    A = -np.exp(p["A_log"])  # (Di, S)
+    with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
+        decay = np.exp(dt[..., None] * A)  # (T, N, Di, S)
+    b = (dt * a)[..., None] * B[:, :, None, :]  # (T, N, Di, S)
+    hs = recurrence_forward(decay.reshape(T, N, Di * S), b.reshape(T, N, Di * S), h0.reshape(N, Di * S), keep,
+                            None if rm is None else rm[:, :, None], parallel=scan == "parallel").reshape(T, N, Di, S)
+    y = (hs @ C[..., None])[..., 0] + p["D"] * a  # (T, N, Di)
+    sz, dsz = silu(z)
+    g = y * sz
+    out = g @ p["out_proj.weight"].T  # (T, N, M)
+    if p.get("out_proj.bias") is not None:
+        out += p["out_proj.bias"]
+    if keep is not None:
+        out *= keep
+    final_conv = xpad[_final_taps(lengths, origin, T, K, N)].transpose(1, 2, 0)  # (N, Di, K-1)
+    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(final_conv))
+    cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin)
+    return out, final, cache
+
+
+def _tap(t, k, K, origin):
+    """Where in ``xpad`` (K-1+T rows: conv0, then x) tap ``k`` of step ``t`` reads, for a run that began at ``origin``.
+
+    Tap ``k`` reads the input of step ``t + k - (K-1)``; before the step its run began at, that is
+    ``conv0``'s entry ``t + k - origin`` (a row restarted from its initial states reads them again).
+    """
+    i = t + k
+    return np.where(i - (K - 1) >= origin, i, i - origin)
+
+
+def _tap_values(xpad, k, K, origin):
+    """What tap ``k`` reads at every step, (T, N, Di)."""
+    T = xpad.shape[0] - (K - 1)
+    if origin is None:
+        return xpad[k:k + T]
+    return xpad[_tap(np.arange(T)[:, None], k, K, origin), np.arange(xpad.shape[1])[None, :]]
+
+
+def _final_taps(lengths, origin, T, K, N):
+    """The index of the final convolution state (K-1, N) in ``xpad``: what the last valid step's window ends with."""
+    if lengths is None and origin is None:
+        return slice(T, None)
+    last = np.full(N, T - 1) if lengths is None else lengths - 1  # (N,): each row's last valid step (-1: none)
+    org = np.zeros(N, dtype=np.int64) if origin is None else np.where(last >= 0, origin[np.maximum(last, 0), np.arange(N)], 0)
+    return _tap(last[None, :], np.arange(1, K)[:, None], K, org[None, :]), np.arange(N)[None, :]
+
+
+def scan_backward(cache, d_out, d_final):
+    """Exact backward pass through :func:`scan_forward` (the backward kernel).
+
+    The output's gradient runs back through the gate and the readout to ``dL/dh_t``; the SSM
+    adjoint ``g_t = dL/dh_t + exp(dt_{t+1} A) g_{t+1}`` runs through the same scan backwards
+    in time (:func:`hiddenstate.cells.scan.recurrence_backward`); then through the selective
+    parameters ``dt``, ``B``, ``C``, the convolution and the input projection.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+    d_out : ndarray of shape (T, N, M) or None
+        Gradient of the loss with respect to ``out`` (None: zeros).
+    d_final : pair of ndarray or None
+        Gradients with respect to the final states, ``(d_ssm (N, Di, S), d_conv (N, Di, K-1))``,
+        either part None.
+
+    Returns
+    -------
+    grads : dict of str to ndarray
+        Same keys and shapes as the parameters.
+    d_u : ndarray of shape (T, N, M)
+    d_state : MambaState
+        Gradients with respect to ``h0`` and ``conv0``.
+    """
+    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin = cache
+    T, N, M = u.shape
+    Di, S = A.shape
+    K = p["conv1d.weight"].shape[-1]
+    d_h_T, d_conv_T = (None, None) if d_final is None else d_final
+    d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
+    if keep is not None:
+        d_out = d_out * keep  # padded outputs are constants (0)
+    grads = {}
+    grads["out_proj.weight"] = d_out.reshape(-1, M).T @ g.reshape(-1, Di)
+    if p.get("out_proj.bias") is not None:
+        grads["out_proj.bias"] = d_out.reshape(-1, M).sum(axis=0)
+    d_g = d_out @ p["out_proj.weight"]  # (T, N, Di)
+    d_y = d_g * sz
+    d_z = d_g * y * dsz
+    d_hs = d_y[..., None] * C[:, :, None, :]  # (T, N, Di, S)
+    d_C = (d_y[:, :, None, :] @ hs)[:, :, 0, :]  # (T, N, S)
+    grads["D"] = (d_y * a).reshape(-1, Di).sum(axis=0)
+    d_a = d_y * p["D"]
+    d_dec, d_b, d_h0 = recurrence_backward(decay.reshape(T, N, Di * S), hs.reshape(T, N, Di * S), h0.reshape(N, Di * S),
+                                           keep, None if rm is None else rm[:, :, None], d_hs.reshape(T, N, Di * S),
+                                           None if d_h_T is None else d_h_T.reshape(N, Di * S), parallel=scan == "parallel")
+    d_dec = d_dec.reshape(T, N, Di, S) * decay  # dL/d(dt A)
+    d_b = d_b.reshape(T, N, Di, S)
+    d_dt = np.einsum("tnds,ds->tnd", d_dec, A)  # (T, N, Di): sum_s d(dt A) A
+    grads["A_log"] = (d_dec * dt[..., None]).reshape(-1, Di, S).sum(axis=0) * A  # dA/dA_log = A
+    dbB = (d_b @ B[:, :, :, None])[..., 0]  # (T, N, Di): sum_s d_b B
+    d_dt += dbB * a
+    d_a += dbB * dt
+    d_B = ((dt * a)[:, :, None, :] @ d_b)[:, :, 0, :]  # (T, N, S)
+    d_pre = d_dt * sigmoid(pre)
+    grads["dt_proj.weight"] = d_pre.reshape(-1, Di).T @ r.reshape(-1, r.shape[-1])
+    grads["dt_proj.bias"] = d_pre.reshape(-1, Di).sum(axis=0)
+    d_dbc = np.concatenate([d_pre @ p["dt_proj.weight"], d_B, d_C], axis=-1)  # (T, N, R + 2S)
+    grads["x_proj.weight"] = d_dbc.reshape(-1, d_dbc.shape[-1]).T @ a.reshape(-1, Di)
+    d_a += d_dbc @ p["x_proj.weight"]
+    d_c = d_a * da  # (T, N, Di)
+    if p.get("conv1d.bias") is not None:
+        grads["conv1d.bias"] = d_c.reshape(-1, Di).sum(axis=0)
+    w = p["conv1d.weight"][:, 0, :]
+    d_w = np.empty_like(w)
+    d_xpad = np.zeros_like(xpad)
+    for k in range(K):
+        d_w[:, k] = (d_c * _tap_values(xpad, k, K, origin)).reshape(-1, Di).sum(axis=0)
+        if origin is None:
+            d_xpad[k:k + T] += w[:, k] * d_c
+        else:  # a restarted row's taps read conv0 again: accumulate
+            idx = _tap(np.arange(T)[:, None], k, K, origin)  # (T, N)
+            np.add.at(d_xpad, (idx, np.broadcast_to(np.arange(N)[None, :], idx.shape)), w[:, k] * d_c)
+    grads["conv1d.weight"] = d_w[:, None, :]
+    if d_conv_T is not None:
+        d_xpad[_final_taps(lengths, origin, T, K, N)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
+    d_xz = np.concatenate([d_xpad[K - 1:], d_z], axis=-1)  # (T, N, 2 Di)
+    grads["in_proj.weight"] = d_xz.reshape(-1, 2 * Di).T @ u.reshape(-1, M)
+    if p.get("in_proj.bias") is not None:
+        grads["in_proj.bias"] = d_xz.reshape(-1, 2 * Di).sum(axis=0)
+    d_u = d_xz @ p["in_proj.weight"]
+    grads = {k: grads[k] for k in p}
+    d_state = MambaState(d_h0.reshape(N, Di, S), np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))
+    return grads, d_u, d_state
+
+
+def recorded(cache) -> MambaRecord:
+    """Every step's states and selective parameters from a forward cache.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+
+    Returns
+    -------
+    MambaRecord
+        Time-major arrays (see :class:`MambaRecord`).
+    """
+    p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin = cache
+    T, N = u.shape[:2]
+    K = xpad.shape[0] - T + 1
+    org = 0 if origin is None else origin[:, None, :]
+    idx = _tap(np.arange(T)[:, None, None], np.arange(1, K)[None, :, None], K, org)  # (T, K-1, N): after step t
+    conv = xpad[np.broadcast_to(idx, (T, K - 1, N)), np.arange(N)[None, None, :]].transpose(0, 2, 3, 1)  # (T, N, Di, K-1)
+    if keep is not None and T:  # past its length a row's conv state is carried
+        last = xpad[_final_taps(lengths, origin, T, K, N)].transpose(1, 2, 0)  # (N, Di, K-1)
+        conv = np.where(keep[:, :, :, None], conv, last[None])
+    return MambaRecord(ssm=hs, conv=np.ascontiguousarray(conv), dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y, z=z)

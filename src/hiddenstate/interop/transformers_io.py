@@ -1,0 +1,153 @@
+"""Mamba models of Hugging Face ``transformers`` in and out: :func:`from_transformers`, :func:`to_transformers`.
+
+A ``MambaForCausalLM`` becomes a :class:`hiddenstate.MambaLM` with the same weights under the
+same names (its state dict without the ``backbone.`` prefix), and back. transformers and torch
+are imported inside the functions only, so ``import hiddenstate`` loads neither.
+
+The states: transformers' cache keeps, per layer, the SSM state (N, Di, S) and the last K
+inputs of the convolution (N, Di, K); ours keeps the K - 1 the next step reads
+(:class:`hiddenstate.MambaState`), which are the cache's last K - 1 columns
+(:func:`states_from_cache`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hiddenstate.cells.mamba import MambaState
+from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.validation import choice, float_dtype
+
+__all__ = ["from_transformers", "is_transformers_mamba", "states_from_cache", "to_transformers"]
+
+_PREFIX = "backbone."
+
+
+def is_transformers_mamba(model) -> bool:
+    """Whether ``model`` is a transformers ``MambaForCausalLM`` (told by its class, without importing transformers).
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
+    cls = type(model)
+    return cls.__name__ == "MambaForCausalLM" and cls.__module__.split(".")[0] == "transformers"
+
+
+def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM:
+    """A :class:`~hiddenstate.MambaLM` with the weights of a transformers ``MambaForCausalLM``.
+
+    Parameters
+    ----------
+    model : transformers.MambaForCausalLM
+        Any dtype; its weights are copied (the model is not changed).
+    dtype : {float64, float32}, default float64
+        Our model's dtype (float32 weights are exact in float64).
+    scan : {"parallel", "sequential"}, default "parallel"
+        How our blocks run the SSM recurrence.
+
+    Returns
+    -------
+    MambaLM
+        ``batch_first=True`` (ids (N, T), as transformers takes them), the head tied to the
+        embedding when the model's is.
+
+    Raises
+    ------
+    TypeError
+        ``model`` is not a ``MambaForCausalLM``.
+    ValueError
+        A configuration this package does not compute (an activation other than SiLU).
+    """
+    if not is_transformers_mamba(model):
+        raise TypeError(f"model must be a transformers MambaForCausalLM; got {type(model).__name__}.")
+    dtype = float_dtype("dtype", dtype)
+    scan = choice("scan", scan, ("parallel", "sequential"))
+    cfg = model.config
+    if cfg.hidden_act != "silu":
+        raise ValueError(f"model.config.hidden_act must be 'silu' (Mamba's activation); got {cfg.hidden_act!r}.")
+    sd = {k: v.detach().cpu().float().numpy() if v.dtype.is_floating_point and v.dtype.itemsize < 4 else
+          v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    emb = model.get_input_embeddings().weight
+    tied = model.lm_head.weight is emb or model.lm_head.weight.data_ptr() == emb.data_ptr()
+    lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, eps=cfg.layer_norm_epsilon,
+                 tie_embeddings=tied, batch_first=True, dtype=dtype, d_state=cfg.state_size, d_conv=cfg.conv_kernel,
+                 expand=cfg.expand, dt_rank=int(cfg.time_step_rank), bias=cfg.use_bias, conv_bias=cfg.use_conv_bias,
+                 scan=scan, rng=np.random.default_rng(0))
+    for key, arr in lm.params.items():
+        src = "lm_head.weight" if key == "lm_head.weight" else _PREFIX + key
+        if src not in sd:
+            raise ValueError(f"model's state dict must have {src!r} (a MambaForCausalLM's layout); it has none.")
+        if sd[src].shape != arr.shape:
+            raise ValueError(f"model's {src!r} must have shape {arr.shape} for its config; got {sd[src].shape}.")
+        arr[...] = sd[src]
+    return lm
+
+
+def to_transformers(lm: MambaLM, *, torch_dtype=None):
+    """A transformers ``MambaForCausalLM`` with the weights of a :class:`~hiddenstate.MambaLM`, bit for bit.
+
+    Parameters
+    ----------
+    lm : MambaLM
+    torch_dtype : torch.dtype, optional
+        The model's dtype; default float32 (transformers' CPU path computes in float32). Our
+        float64 weights that came from a float32 model go back unchanged.
+
+    Returns
+    -------
+    transformers.MambaForCausalLM
+        In eval mode.
+
+    Raises
+    ------
+    TypeError
+        ``lm`` is not a MambaLM.
+    """
+    if not isinstance(lm, MambaLM):
+        raise TypeError(f"lm must be a hiddenstate MambaLM; got {type(lm).__name__}.")
+    import torch
+    from transformers import MambaConfig, MambaForCausalLM
+
+    blk = lm.layers[0]
+    cfg = MambaConfig(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
+                      num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
+                      conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,
+                      time_step_rank=blk.dt_rank, tie_word_embeddings=lm.tie_embeddings)
+    model = MambaForCausalLM(cfg).to(torch_dtype or torch.float32)
+    state = {(k if k == "lm_head.weight" else _PREFIX + k): torch.from_numpy(np.ascontiguousarray(v))
+             for k, v in lm.params.items()}
+    if lm.tie_embeddings:
+        state["lm_head.weight"] = state[_PREFIX + "embeddings.weight"]
+    with torch.no_grad():
+        for k, t in model.state_dict().items():
+            t.copy_(state[k].to(t.dtype))
+    return model.eval()
+
+
+def states_from_cache(cache, num_layers: int) -> list[MambaState]:
+    """Every layer's states from a transformers cache, in our layout (NumPy float64).
+
+    Parameters
+    ----------
+    cache : transformers.Cache
+        The ``cache`` of a ``MambaForCausalLM`` output (``use_cache=True``).
+    num_layers : int
+        L.
+
+    Returns
+    -------
+    list of MambaState
+        ``ssm`` (N, Di, S) = the cache's recurrent state; ``conv`` (N, Di, K-1) = the last K - 1
+        columns of its conv state.
+    """
+    out = []
+    for i in range(num_layers):
+        ssm = cache.get_recurrent_state(i).detach().cpu().double().numpy()
+        conv = cache.get_conv_state(i).detach().cpu().double().numpy()
+        out.append(MambaState(ssm, np.ascontiguousarray(conv[..., 1:])))
+    return out

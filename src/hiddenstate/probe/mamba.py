@@ -1,0 +1,238 @@
+"""The hidden-state tools on Mamba: trace, the decay as a keep gate, time constants, gradient against lag, PCA.
+
+A Mamba block's state ``h`` (N, Di, S) follows ``h_t = exp(dt_t A) * h_{t-1} + dt_t B_t a_t``
+(:mod:`hiddenstate.cells.mamba`): the step Jacobian ``dh_t/dh_{t-1}`` is the diagonal
+``exp(dt_t A)`` (it does not depend on ``h``), so
+
+* the decay ``exp(dt A)`` in (0, 1] is each state entry's *keep gate*: its gate statistics
+  (:func:`hiddenstate.probe.gatestats.gate_statistics`, a channel's S entries as its units) and
+  its time constant ``1 / (1 - mean decay)`` in steps;
+* the Jacobian product over the last k steps, ``dh_T/dh_{T-k}``, is the diagonal of the products
+  of the last k decays: its largest entry (the spectral norm) against k is the gradient-against-lag
+  curve, computed exactly, with no backward pass;
+* the states themselves go through PCA (:func:`hiddenstate.probe.pca.pca`) flattened to Di*S.
+
+What does not carry over is said with its reason in :attr:`MambaAnalysis.not_measured`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hiddenstate.cells.mamba import MambaRecord
+from hiddenstate.functional import sigmoid
+from hiddenstate.mamba import Mamba
+from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
+from hiddenstate.probe.pca import PCAResult, pca
+from hiddenstate.validation import positive_int
+
+__all__ = ["NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "decay_flow", "trace_mamba"]
+
+#: What the analysis of a recurrent layer measures that it does not measure on Mamba, and why.
+NOT_MEASURED = {
+    "fixed points": "for a fixed input the SSM step h -> exp(dt A) h + dt B a is affine with a diagonal decay in "
+                    "(0, 1], so its one fixed point h* = dt B a / (1 - exp(dt A)) exists and is stable by "
+                    "construction, and it moves with every input (dt, B and a are functions of the input): there "
+                    "is no search to run and no attractor landscape of the state alone to show",
+    "memory curve": "not yet implemented for Mamba: it needs a decoder of the token k steps back from the "
+                    "(Di*S)-dimensional state of every layer",
+    "unit features and the explorer": "not yet implemented for Mamba: a channel's state is S entries, not one "
+                                      "unit, and the text features and the explorable report read one value "
+                                      "per unit",
+}
+
+
+def trace_mamba(model, x, states=None) -> list[MambaRecord]:
+    """Every step's states and selective parameters of every layer.
+
+    Parameters
+    ----------
+    model : MambaLM or Mamba
+        A language model (``x``: token ids) or one block (``x``: (T, N, M) floats, or (N, T, M)
+        with ``batch_first``).
+    x : array_like
+        Token ids (N, T) (``batch_first``, as transformers) or (T, N); or the block's input.
+    states : list of MambaState, or MambaState for a block, optional
+        The initial states (None: zeros).
+
+    Returns
+    -------
+    list of MambaRecord
+        One per layer, time-major (T, N, ...).
+
+    Raises
+    ------
+    TypeError
+        ``model`` is neither; and the errors of the model's ``forward``.
+    """
+    if isinstance(model, MambaLM):
+        return model.forward(x, states, record=True)[3]
+    if isinstance(model, Mamba):
+        return [model.forward(x, states, record=True)[3]]
+    raise TypeError(f"model must be a hiddenstate MambaLM or Mamba; got {type(model).__name__}.")
+
+
+def decay_flow(decay, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
+    """Norms of the exact Jacobian products ``dh_T/dh_{T-k} = diag(prod of the last k decays)``, k = 0 .. max_lag.
+
+    Parameters
+    ----------
+    decay : ndarray of shape (T, N, Di, S)
+        ``exp(dt A)`` of every step (:attr:`MambaRecord.decay`).
+    max_lag : int
+        Largest k (at most T).
+
+    Returns
+    -------
+    spectral : ndarray of shape (K,)
+        The largest entry of the product (its spectral norm), averaged over the N sequences.
+    rms : ndarray of shape (K,)
+        The root mean square of its entries (what a gradient spread evenly over the state keeps),
+        averaged over the N sequences. ``K = min(max_lag, T) + 1``; both are 1 at k = 0.
+    """
+    T = decay.shape[0]
+    K = min(positive_int("max_lag", max_lag), T) + 1
+    N = decay.shape[1]
+    prod = np.ones(decay.shape[1:], dtype=np.float64)  # (N, Di, S)
+    spectral, rms = np.empty(K), np.empty(K)
+    for k in range(K):
+        if k:
+            prod *= decay[T - k]
+        flat = prod.reshape(N, -1)
+        spectral[k] = flat.max(axis=1).mean()
+        rms[k] = np.sqrt((flat ** 2).mean(axis=1)).mean()
+    return spectral, rms
+
+
+@dataclass(frozen=True)
+class MambaLayerAnalysis:
+    """What was measured on one Mamba layer.
+
+    Attributes
+    ----------
+    layer : int
+        The layer's index.
+    record : MambaRecord
+        Every step's states, ``dt``, decay, ``B``, ``C``, gate (time-major).
+    decay : GateStats
+        Statistics of the decay ``exp(dt A)`` (the keep gate) per state entry, Di*S units
+        (channel ``d``, entry ``s`` at ``d * S + s``).
+    gate : GateStats
+        Statistics of the output gate's sigmoid part ``sigmoid(z)`` (``silu(z) = z sigmoid(z)``)
+        per channel: the fraction of steps it passes (> 0.9) or blocks (< 0.1).
+    time_constants : ndarray of shape (Di, S)
+        ``1 / (1 - mean decay)`` in steps, per state entry.
+    channel_time_constant : ndarray of shape (Di,)
+        Each channel's longest time constant (its slowest state entry).
+    mean_dt : ndarray of shape (Di,)
+        Each channel's mean step size.
+    flow_spectral, flow_rms : ndarray of shape (K,)
+        :func:`decay_flow`: the norms of ``dh_T/dh_{T-k}`` for k = 0 .. K-1.
+    pca : PCAResult
+        PCA of the SSM states flattened to Di*S features.
+    """
+
+    layer: int
+    record: MambaRecord
+    decay: GateStats
+    gate: GateStats
+    time_constants: np.ndarray
+    channel_time_constant: np.ndarray
+    mean_dt: np.ndarray
+    flow_spectral: np.ndarray
+    flow_rms: np.ndarray
+    pca: PCAResult
+
+
+@dataclass(frozen=True)
+class MambaAnalysis:
+    """The measurements of every layer of a Mamba model (:func:`analyze_mamba`).
+
+    Attributes
+    ----------
+    layers : list of MambaLayerAnalysis
+    not_measured : dict of str to str
+        What the analysis of the other kinds has that this one has not, with the reason.
+    meta : dict
+        ``T``, ``N``, ``d_inner``, ``d_state``, ``d_conv``, ``num_layers`` and ``model``.
+    """
+
+    layers: list
+    not_measured: dict = field(default_factory=lambda: dict(NOT_MEASURED))
+    meta: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line per layer: decay, time constants, step size, gradient at the largest lag, PCA.
+
+        Returns
+        -------
+        str
+        """
+        lines = [f"{self.meta.get('model', 'Mamba')}: {len(self.layers)} layer(s), state (Di={self.meta.get('d_inner')}, "
+                 f"S={self.meta.get('d_state')}) per sequence, {self.meta.get('T')} steps of {self.meta.get('N')} "
+                 f"sequence(s)"]
+        for la in self.layers:
+            tau = la.channel_time_constant
+            lines.append(f"layer {la.layer}: mean decay {float(np.mean(la.decay.mean)):.3f}, "
+                         f"{100 * float(np.mean(la.decay.right)):.0f}% of entries > {la.decay.high:g}; "
+                         f"channel time constants median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} "
+                         f"steps; mean dt {float(np.mean(la.mean_dt)):.3g}; |dh_T/dh_(T-{la.flow_spectral.size - 1})| "
+                         f"{la.flow_spectral[-1]:.3g}; {la.pca.n_components_for(0.9)} PCs explain 90%")
+        lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        """The :meth:`summary`."""
+        return self.summary()
+
+
+def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str | None = None) -> MambaAnalysis:
+    """Trace a Mamba model and measure its state: decay statistics, time constants, gradient against lag, PCA.
+
+    Parameters
+    ----------
+    model : MambaLM or Mamba
+    x : array_like
+        Token ids (an LM) or the block's input (see :func:`trace_mamba`).
+    states : optional
+        Initial states (see :func:`trace_mamba`).
+    max_lag : int, default 30
+        Largest lag of the Jacobian products.
+    model_name : str, optional
+        What the model was, for the summary (``"transformers MambaForCausalLM"``).
+
+    Returns
+    -------
+    MambaAnalysis
+
+    Raises
+    ------
+    TypeError, ValueError
+        From :func:`trace_mamba`; a ``max_lag`` that is not a positive integer; an input of
+        no steps.
+    """
+    max_lag = positive_int("max_lag", max_lag)
+    records = trace_mamba(model, x, states)
+    T, N, Di, S = records[0].ssm.shape
+    if T == 0:
+        raise ValueError("x must have at least one step; got T = 0.")
+    blk = model.layers[0] if isinstance(model, MambaLM) else model
+    out = []
+    for i, rec in enumerate(records):
+        decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {i} decay", keep=True)
+        tau = time_constant(np.clip(decay.mean, 0.0, 1.0)).reshape(Di, S)
+        spectral, rms = decay_flow(rec.decay, max_lag)
+        out.append(MambaLayerAnalysis(layer=i, record=rec, decay=decay, gate=_gate_stats(rec, i), time_constants=tau,
+                                      channel_time_constant=tau.max(axis=1), mean_dt=rec.dt.reshape(-1, Di).mean(axis=0),
+                                      flow_spectral=spectral, flow_rms=rms, pca=pca(rec.ssm.reshape(T, N, Di * S))))
+    meta = {"T": T, "N": N, "d_inner": Di, "d_state": S, "d_conv": blk.d_conv, "num_layers": len(records),
+            "model": model_name or f"hiddenstate {type(model).__name__}"}
+    return MambaAnalysis(layers=out, meta=meta)
+
+
+def _gate_stats(rec: MambaRecord, i: int) -> GateStats:
+    """Statistics of the output gate's sigmoid part ``sigmoid(z)`` in [0, 1] (``silu(z) = z sigmoid(z)``)."""
+    return gate_statistics(sigmoid(rec.z), name=f"layer {i} output gate sigmoid(z)", keep=False)
