@@ -83,11 +83,13 @@ def _build_parser() -> argparse.ArgumentParser:
     from hiddenstate.train.config import DTYPES, PRESETS
     from hiddenstate.train.model import CELLS, SAMPLE_RULES
     from hiddenstate.validation import nonnegative_int
+    from hiddenstate.version import __version__
 
     parser = _Parser(
         prog=PROG,
         description="Recurrent networks (RNN, GRU, LSTM) in NumPy, about the hidden state.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -157,14 +159,23 @@ def _build_parser() -> argparse.ArgumentParser:
     de.add_argument("--quiet", action="store_true", help="no progress bar")
 
     # -- reproduce -------------------------------------------------------------------------------
-    rp = sub.add_parser("reproduce", help="rerun a paper's experiment and compare with its numbers")
+    rp = sub.add_parser("reproduce", help="rerun a paper's experiment and compare with its numbers",
+                        description="Rerun a paper's experiment (Elman 1990, the adding and copy tasks, the 3-bit "
+                                    "flip-flop of Sussillo & Barak 2013), print its numbers beside the paper's and "
+                                    "write a figure.")
     rp.add_argument("name", metavar="NAME", help="one of: elman-xor, elman-letters, elman-sentences, adding, copy, flipflop")
     rp.add_argument("--quick", action="store_true", help="reduced settings (seconds)")
-    rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure")
-    rp.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0)
+    rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure (default reproduce)")
+    rp.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0,
+                    help="seeds the data, the initial weights and the batches (default 0)")
 
     # -- inspect ---------------------------------------------------------------------------------
-    ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does")
+    ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does",
+                         description="Measure a trained model's hidden state on a text (gates, gradient flow, memory, "
+                                     "PCA, fixed points, the units that track text features) and write one HTML "
+                                     "report. Most of the time goes to the fixed-point search (--fixed-point-starts; "
+                                     "it grows like H**3 per start) and the BPTT gradient norms; the rest takes "
+                                     "seconds. Each stage is one line on stderr off a terminal.")
     ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory), or a "
                      ".safetensors file of a torch RNN/GRU/LSTM state dict")
     ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
@@ -181,10 +192,13 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="a GRU's candidate: torch's (default) or, with --no-reset-after, Cho et al. 2014")
     sd.add_argument("--prefix", help="the names' part before weight_ih_l0 (default: the one the file has)")
     sd.add_argument("--inputs", metavar="FILE.npy", help="input (T, N, I) (default: standard normal, T=100, N=8)")
-    sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="of the random input")
+    sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="seed of the random input (default 0)")
 
     # -- export ----------------------------------------------------------------------------------
-    ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program")
+    ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
+                        description="Write a trained model as a file that runs without hiddenstate: an ONNX graph "
+                                    "(needs pip install 'hiddenstate[onnx]') or a torch.export program (needs "
+                                    "pip install 'hiddenstate[torch]'). Prints how to load it.")
     ex.add_argument("checkpoint", metavar="RUN", help="run directory (or its checkpoint/ subdirectory)")
     ex.add_argument("--format", required=True, choices=("onnx", "torch"),
                     help="onnx (onnxruntime) or torch (.pt2, torch.export.load(FILE).module(), no hiddenstate needed)")
