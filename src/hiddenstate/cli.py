@@ -287,8 +287,9 @@ def _cmd_demo(args) -> int:
     print("--- end of sample ---")
     print()
     from hiddenstate.app import inspect_checkpoint
+    from hiddenstate.inspect_command import stage_lines
 
-    print(f"report: {inspect_checkpoint(result.checkpoint, Path(args.out) / 'report.html')}")
+    print(f"report: {inspect_checkpoint(result.checkpoint, Path(args.out) / 'report.html', echo=stage_lines())}")
     _print_result(result)
     return 0
 
@@ -303,51 +304,10 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
-def _check_report_out(out: str) -> None:
-    """``inspect --out``: a report may be written there (:func:`hiddenstate.app.check_report_path`), and its
-    directory exists (the CLI creates none, as ``export`` creates none)."""
-    from hiddenstate.app import check_report_path
-
-    path = check_report_path(out)
-    if not path.parent.is_dir():
-        raise _UsageError(f"--out must lie in an existing directory; got '{path}' ('{path.parent}' is not one). "
-                          "Create it first, or choose another --out.")
-
-
 def _cmd_inspect(args) -> int:
-    from hiddenstate import train as _train
-    from hiddenstate.app import inspect_checkpoint, inspected_text
-    from hiddenstate.train.corpus import load_text
+    from hiddenstate.inspect_command import run_inspect
 
-    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
-             "prefix": args.prefix, "inputs": args.inputs}
-    # a file is a torch state dict (a pickle is refused, unread)
-    if os.path.isfile(args.checkpoint) or args.checkpoint.endswith(".safetensors"):
-        if args.text is not None:
-            raise _UsageError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
-        from hiddenstate.inspection import inspect_file
-
-        _check_report_out(args.out)  # before the work, not after it
-        inspect_file(args.checkpoint, args.out, seed=args.seed, echo=print,
-                     n_fixed_point_starts=args.fixed_point_starts, **flags)
-        return 0
-    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
-    if given:
-        raise _UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a .safetensors state "
-                          f"dict only; got the run '{args.checkpoint}'.")
-    ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
-    _check_report_out(args.out)  # before the work, not after it
-    if args.text is not None:
-        load_text(args.text, name="--text")
-    trained = _train.load(ckpt)
-    measured = inspected_text(trained, args.text)
-    if measured.dropped:
-        shown = ", ".join(repr(c) for c in measured.unknown)
-        print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
-              f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
-    report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=args.fixed_point_starts)
-    print(f"report: {report}")
-    return 0
+    return run_inspect(args)
 
 
 def _cmd_export(args) -> int:

@@ -218,7 +218,7 @@ def _check_x(x, layer, source: str) -> np.ndarray:
 
 
 def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tokens=None, out=None, title=None,
-                  max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None) -> Analysis:
+                  max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None, echo=None) -> Analysis:
     """Measure the hidden state of a recurrent model trained anywhere, and optionally write its report.
 
     Parameters
@@ -259,6 +259,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         Starts of the fixed-point search (0 skips it).
     rng : numpy.random.Generator, optional
         Fixed-point starts (default ``default_rng(0)``).
+    echo : callable, optional
+        Called with one line per measurement and its seconds (:func:`hiddenstate.analyze_model`).
 
     Returns
     -------
@@ -296,7 +298,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     h0 = _state("h0", h0, layer, keras=source.startswith("keras"))
     an = analyze_model(layer, x, h0, tokens=tokens, text=text, lengths=lengths, max_lag=max_lag,
                        n_fixed_point_starts=n_fixed_point_starts, fixed_point_input=fp, rng=rng,
-                       title_meta={"model": source})
+                       title_meta={"model": source}, echo=echo)
     if out is not None:
         T, N = an.trace.mask.shape
         subtitle = (f"{source}: {layer.num_layers} layer(s) × {layer.hidden_size} units"
@@ -361,7 +363,7 @@ def read_inputs(path, input_size: int, *, seed: int = 0, name: str = "--inputs")
 
 
 def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, prefix=None, inputs=None, seed: int = 0,
-                 echo=None, n_fixed_point_starts: int = 32) -> Analysis:
+                 echo=None, n_fixed_point_starts: int = 32, stages=None) -> Analysis:
     """``hiddenstate inspect FILE.safetensors``: the report of a layer known only from its state dict.
 
     Parameters
@@ -381,6 +383,9 @@ def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, p
         Called with each line saying what was inferred, assumed, ignored and fed (e.g. ``print``).
     n_fixed_point_starts : int, default 32
         Starts of the fixed-point search (0 skips it), as for :func:`inspect_model`.
+    stages : callable, optional
+        Called with one line per measurement and its seconds (``echo`` of
+        :func:`hiddenstate.analyze_model`).
 
     Returns
     -------
@@ -402,7 +407,7 @@ def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, p
     for line in lines if echo is not None else ():
         echo(line)
     an = inspect_model(loaded.layer, x, out=out, title=f"Inside the hidden state of {os.path.basename(path)}",
-                       n_fixed_point_starts=n_fixed_point_starts)
+                       n_fixed_point_starts=n_fixed_point_starts, echo=stages)
     if echo is not None:
         echo(f"report: {out}")
     return an
