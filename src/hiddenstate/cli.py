@@ -370,6 +370,11 @@ def _report(error: BaseException, command: str) -> int:
         print(f"{PROG}: error: a required entry is missing: {_one_line(error)} (an edited or foreign file?).",
               file=sys.stderr)
         return 2
+    from hiddenstate.extras import missing_extra
+
+    if isinstance(error, ImportError) and missing_extra(error) is not None:  # an optional package: say which extra
+        print(f"{PROG}: error: {missing_extra(error)}", file=sys.stderr)
+        return 2
     known = (_UsageError, ValueError, TypeError, OSError, FloatingPointError)
     if not isinstance(error, known):
         print(f"{PROG}: internal error: {type(error).__name__}: {_one_line(error)} (set HIDDENSTATE_DEBUG=1 to "
