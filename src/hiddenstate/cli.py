@@ -134,7 +134,9 @@ def _build_parser() -> argparse.ArgumentParser:
     # -- sample ----------------------------------------------------------------------------------
     sa = sub.add_parser("sample", help="generate text from a checkpoint",
                         description="Generate text from a trained model; the same seed gives the same text.")
-    sa.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory)")
+    sa.add_argument("checkpoint", metavar="CKPT", nargs="?", help="run directory (or its checkpoint/ subdirectory)")
+    sa.add_argument("--pretrained", action="store_true",
+                    help="the demo's GRU shipped with the package, instead of CKPT (no training needed)")
     sa.add_argument("--prime", help="text to start from (default: a newline)")
     sa.add_argument("--length", type=_typed("--length", int, SAMPLE_RULES["length"]), default=500,
                     help="characters to generate (default 500)")
@@ -176,8 +178,10 @@ def _build_parser() -> argparse.ArgumentParser:
                                      "report. Most of the time goes to the fixed-point search (--fixed-point-starts; "
                                      "it grows like H**3 per start) and the BPTT gradient norms; the rest takes "
                                      "seconds. Each stage is one line on stderr off a terminal.")
-    ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory), or a "
-                     ".safetensors file of a torch RNN/GRU/LSTM state dict")
+    ins.add_argument("checkpoint", metavar="CKPT", nargs="?", help="run directory (or its checkpoint/ subdirectory), "
+                     "its model.safetensors, or a .safetensors file of a torch RNN/GRU/LSTM state dict")
+    ins.add_argument("--pretrained", action="store_true",
+                     help="the demo's GRU shipped with the package, instead of CKPT (no training needed)")
     ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
     ins.add_argument("--out", default="report.html", metavar="FILE",
                      help="output HTML file, in an existing directory (default: report.html in the current directory; "
@@ -244,10 +248,11 @@ def _cmd_train(args) -> int:
 
 def _cmd_sample(args) -> int:
     from hiddenstate import train as _train
+    from hiddenstate.inspect_command import checkpoint_or_pretrained
     from hiddenstate.resources import check_memory
     from hiddenstate.train.guards import sampling_memory
 
-    trained = _train.load(args.checkpoint)
+    trained = _train.load(checkpoint_or_pretrained(args))
     check_memory(f"--length {args.length}", sampling_memory(trained.model, args.length, len(args.prime or "\n")),
                  "Use a smaller --length.")
     text = _train.sample(trained, prime=args.prime, length=args.length, temperature=args.temperature, seed=args.seed,

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["character_model_file", "check_report_out", "run_inspect", "stage_lines"]
+__all__ = ["character_model_file", "check_report_out", "checkpoint_or_pretrained", "run_inspect", "stage_lines"]
 
 #: Tensor names that only a hiddenstate CharRNN's model file has together
 _OUR_DECODER = "decoder.weight"
@@ -57,6 +57,36 @@ def stage_lines():
     if sys.stderr.isatty():
         return None
     return lambda line: print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
+
+
+def checkpoint_or_pretrained(args):
+    """``CKPT`` or, with ``--pretrained``, the shipped checkpoint (``inspect`` and ``sample``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With ``checkpoint`` (str or None) and ``pretrained`` (bool).
+
+    Returns
+    -------
+    str or pathlib.Path
+        The path to read.
+
+    Raises
+    ------
+    ValueError
+        Both or neither were given.
+    """
+    if args.pretrained:
+        if args.checkpoint is not None:
+            raise ValueError(f"--pretrained replaces CKPT; got both ('{args.checkpoint}'). Give one of them.")
+        from hiddenstate.train.pretrained import pretrained_path
+
+        return pretrained_path()
+    if args.checkpoint is None:
+        raise ValueError("CKPT is required: a run directory of `hiddenstate train`, or --pretrained for the demo's "
+                         "GRU shipped with the package.")
+    return args.checkpoint
 
 
 def character_model_file(path) -> Path | None:
@@ -140,24 +170,24 @@ def run_inspect(args) -> int:
 
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
              "prefix": args.prefix, "inputs": args.inputs}
-    ckpt = None
+    path = os.fspath(checkpoint_or_pretrained(args))
     # a file is a torch state dict (a pickle is refused, unread), or one of our model files
-    if os.path.isfile(args.checkpoint) or args.checkpoint.endswith(".safetensors"):
-        ckpt = character_model_file(args.checkpoint)
+    if os.path.isfile(path) or path.endswith(".safetensors"):
+        ckpt = character_model_file(path)
         if ckpt is None:
             if args.text is not None:
                 raise ValueError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
             from hiddenstate.inspection import inspect_file
 
             check_report_out(args.out)  # before the work, not after it
-            inspect_file(args.checkpoint, args.out, seed=args.seed, echo=print,
+            inspect_file(path, args.out, seed=args.seed, echo=print,
                          n_fixed_point_starts=args.fixed_point_starts, stages=stage_lines(), **flags)
             return 0
         _check_no_state_dict_flags(args, flags, f"the model file of the checkpoint '{ckpt}'")
-        print(f"model: '{args.checkpoint}' is the model file of the checkpoint '{ckpt}': inspected as that run")
+        print(f"model: '{path}' is the model file of the checkpoint '{ckpt}': inspected as that run")
     else:
-        _check_no_state_dict_flags(args, flags, f"the run '{args.checkpoint}'")
-        ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
+        _check_no_state_dict_flags(args, flags, f"the run '{path}'")
+        ckpt = _train.resolve_checkpoint(path)  # one-line errors for bad paths
     check_report_out(args.out)  # before the work, not after it
     if args.text is not None:
         load_text(args.text, name="--text")
