@@ -103,3 +103,6 @@ def test_a_torch_state_dict_is_still_inspected_as_one(tmp_path, capsys):
     assert main(["inspect", str(path), "--out", str(tmp_path / "r.html"), "--fixed-point-starts", "0"]) == 0
     out = capsys.readouterr().out
     assert "inferred:" in out and "model file of the checkpoint" not in out
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "torch state dict &#x27;gru.safetensors&#x27; (GRU)" in page or "torch state dict 'gru.safetensors' (GRU)" in page
+    assert "hiddenstate GRU" not in page  # the converted layer is not what the user gave

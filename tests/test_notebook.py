@@ -125,7 +125,10 @@ def test_fixed_points_and_pca_reprs():
     evr /= evr.sum()
     assert repr(p) == (f"PCAResult(K=4 of H=4, PC1 {100 * evr[0]:.1f}%, PC1+PC2 {100 * evr[:2].sum():.1f}%, "
                        f"90% in {int(np.searchsorted(np.cumsum(evr), 0.9) + 1)} components)")
-    assert f"{evr[:2].sum():.4g}" in p._repr_html_()
+    html = p._repr_html_()
+    # percentages, as the plot labels them
+    assert f"{100 * evr[0]:.1f} %" in html and f"{100 * evr[:2].sum():.1f} %" in html
+    assert f"{evr[:2].sum():.4g}" not in html
     _fragment(p._repr_html_())
 
 

@@ -235,8 +235,10 @@ def pca_html(p) -> str:
 
     evr = np.asarray(p.explained_variance_ratio)
     K, H = np.shape(p.components)
-    facts = {"components (K) × state size (H)": f"{K} × {H}", "PC1 explains": float(evr[0]),
-             "PC1 + PC2 explain": float(evr[:2].sum()), "components for 90 %": int(p.n_components_for(0.9))}
+    # percentages, as the plot's axis labels give them (43.1 %, not 0.4308)
+    facts = {"components (K) × state size (H)": f"{K} × {H}", "PC1 explains": f"{100 * float(evr[0]):.1f} %",
+             "PC1 + PC2 explain": f"{100 * float(evr[:2].sum()):.1f} %",
+             "components for 90 %": int(p.n_components_for(0.9))}
     return facts_html("PCAResult", facts, fig=pca_figure(p) if np.ndim(p.scores) in (2, 3) else None)
 
 
