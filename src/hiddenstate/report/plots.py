@@ -328,7 +328,10 @@ def _pca_by_class(pca, sc, fixed_points, text: str, stretch: int):
         _draw_fixed_points(ax, pca, fixed_points, pts.min(axis=0), pts.max(axis=0))
     _pc_labels(ax, evr)
     ax.set_title("every step, by the character just read")
-    ax.legend(loc="best", fontsize=7, markerscale=2)
+    ax.margins(0.08)  # room for a fixed point's marker at the edge of the visited states
+    legend = ax.legend(loc="best", fontsize=7)
+    for handle in legend.legend_handles:  # one size for all: the steps' dots legible, the star not huge
+        handle.set_sizes([60.0 if handle.get_sizes()[0] > 100 else 24.0])
     n = min(stretch, pts.shape[0])
     seg = pts[:n]
     ax1.plot(seg[:, 0], seg[:, 1], color="#9aa0a6", lw=0.9, zorder=1)
