@@ -29,3 +29,20 @@ def test_pca_legend_markers_have_moderate_sizes_inside_the_axes():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_gradient_legend_lies_below_the_axes_not_over_the_curves():
+    from hiddenstate.report.plots import gradient_figure
+
+    lags = np.arange(100)
+    curves = {f"curve {i}: a long label as the report writes them, layer {i}": (lags, np.exp(-lags / (10 + 5 * i)))
+              for i in range(4)}
+    fig = gradient_figure(curves, {"σ_max(W_hh)^k = 0.90^k": (lags, 0.9 ** lags.astype(float))})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    box, axes_box = fig.legends[0].get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert box.y1 <= axes_box.y0  # entirely below the plotting area
+    assert len(fig.legends[0].get_texts()) == 5
+    assert box.y0 >= 0 and box.x0 >= 0 and box.x1 <= fig.bbox.x1  # and inside the figure

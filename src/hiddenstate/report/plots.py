@@ -179,7 +179,8 @@ def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] |
     Returns
     -------
     matplotlib.figure.Figure
-        One axes: norm (log scale, bottom at 0.3 times the smallest plotted norm) against lag.
+        One axes: norm (log scale, bottom at 0.3 times the smallest plotted norm) against lag, the
+        legend below it.
 
     Raises
     ------
@@ -208,7 +209,11 @@ def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] |
             ax.set_xlim(0, max(ends))  # the axis ends where the data does
         ax.set_xlabel("lag k (steps back from the last step)")
         ax.set_ylabel("norm")
-        ax.legend(loc="best")
+        # below the axes, never over a curve (loc="best" covered the minGRU's): the figure grows per entry
+        n = len(ax.get_legend_handles_labels()[1])
+        if n:
+            fig.set_size_inches(6.0, 3.0 + 0.22 * n)
+            fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     return fig
 
 
