@@ -106,3 +106,19 @@ def test_a_torch_state_dict_is_still_inspected_as_one(tmp_path, capsys):
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "torch state dict &#x27;gru.safetensors&#x27; (GRU)" in page or "torch state dict 'gru.safetensors' (GRU)" in page
     assert "hiddenstate GRU" not in page  # the converted layer is not what the user gave
+
+
+def test_a_checkpoint_without_its_log_still_shows_its_loss_curve(run_dir, tmp_path):
+    """The shipped pretrained checkpoint has no log.jsonl: the report's loss card comes from the checkpoint's history."""
+    from hiddenstate.app import _snapshot_history, inspect_checkpoint, loss_history
+    from hiddenstate.train import load
+
+    from_log, from_checkpoint = loss_history(run_dir), _snapshot_history(load(run_dir))
+    assert set(from_log) == set(from_checkpoint) == {"train", "validation"}
+    for name in from_log:
+        for a, b in zip(from_log[name], from_checkpoint[name]):
+            np.testing.assert_array_equal(a, b)
+    alone = tmp_path / "alone"
+    shutil.copytree(run_dir / "checkpoint", alone)  # no log.jsonl beside it
+    page = inspect_checkpoint(alone, tmp_path / "r.html", n_fixed_point_starts=0).read_text(encoding="utf-8")
+    assert 'id="loss"' in page

@@ -120,6 +120,19 @@ def inspected_text(trained: Trained, text_file=None, *, n_chars: int = 2000) -> 
     return InspectedText(text, source, dropped, "".join(sorted(unknown)[:10]))
 
 
+def _snapshot_history(trained: Trained) -> dict | None:
+    """The loss curves a checkpoint keeps (``Snapshot.history``), as :func:`loss_history` gives them; None if empty."""
+    hist = trained.snapshot.history
+    curves = {}
+    train = np.asarray(hist.get("train_loss", []), dtype=np.float64)  # (S,): index i is step i + 1
+    if train.size:
+        curves["train"] = (np.arange(1, train.size + 1, dtype=np.float64), train)
+    val = np.asarray(hist.get("val_loss", []), dtype=np.float64)
+    if val.size:
+        curves["validation"] = (np.asarray(hist["val_step"], dtype=np.float64), val)
+    return curves or None
+
+
 def _training_text(trained: Trained) -> str:
     """The run's training text, found from here and checked against the checkpoint's SHA-256."""
     cfg = trained.config
@@ -199,7 +212,10 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
         meta["val loss (nats/char)"] = float(trained.val_loss)
     if cfg.ema is not None:
         meta["weights"] = f"moving average, decay {cfg.ema:g}"
-    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=None if run_dir is None else loss_history(run_dir),
+    loss = None if run_dir is None else loss_history(run_dir)
+    if loss is None:  # no log.jsonl beside the checkpoint (e.g. the shipped pretrained one): its own history
+        loss = _snapshot_history(trained)
+    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=loss,
                        fixed_point_input=fp_input, rng=rng, title_meta=meta, n_fixed_point_starts=n_fixed_point_starts,
                        echo=echo)
     data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
