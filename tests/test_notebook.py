@@ -231,3 +231,15 @@ def test_stream_repr_names_the_model_and_the_likeliest_next_characters():
     s2 = Stream(model)
     s2.feed(2)
     assert repr(s2).startswith("Stream(LSTM 2 × 8, V=6, 1 read, next: id ")
+
+
+def test_notebook_tables_are_styled_inline_with_numbers_right_aligned():
+    import re
+
+    from hiddenstate.report.notebook import facts_html
+
+    html = facts_html("T", {"name": "gru", "units": 256, "ratio": 0.25}, rows=[{"unit": 3, "feature": "space"}])
+    _fragment(html)
+    assert html.count('<table style="border-collapse:collapse') == 2  # a notebook may drop a <style> block
+    assert re.search(r'text-align:left[^"]*">gru<', html) and re.search(r'text-align:right[^"]*">256<', html)
+    assert re.search(r'text-align:right[^"]*">0.25<', html) and re.search(r'text-align:left[^"]*">space<', html)
