@@ -175,9 +175,9 @@ def _build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does",
                          description="Measure a trained model's hidden state on a text (gates, gradient flow, memory, "
                                      "PCA, fixed points, the units that track text features) and write one HTML "
-                                     "report. Most of the time goes to the fixed-point search (--fixed-point-starts; "
-                                     "it grows like H**3 per start) and the BPTT gradient norms; the rest takes "
-                                     "seconds. Each stage is one line on stderr off a terminal.")
+                                     "report. Most of the time goes to the fixed-point search (its cost grows with the "
+                                     "hidden size and --fixed-point-starts; 0 skips it), then the BPTT gradient "
+                                     "norms and the figures. Each stage is one line on stderr off a terminal (what it measured, its seconds).")
     ins.add_argument("checkpoint", metavar="CKPT", nargs="?", help="run directory (or its checkpoint/ subdirectory), "
                      "its model.safetensors, or a .safetensors file of a torch RNN/GRU/LSTM state dict")
     ins.add_argument("--pretrained", action="store_true",
