@@ -481,6 +481,13 @@ def _figure_scan_small(r: dict) -> str:
     return f"a {ratio:.1f}x faster scan than the per-step loop at N H = {n * h}, T = {t:,}, process CPU time"
 
 
+def _context(rec: dict) -> str:
+    """`` (wall clock on DATE, N CPUs at load average A before and B after; C s of CPU time)``: a time's context."""
+    cpus = rec.get("machine", {}).get("cpus")
+    return (f" (wall clock on {rec['date'][:10]}, {cpus} CPUs at load average {rec['load_before']:.1f} before and "
+            f"{rec['load_after']:.1f} after; {rec['cpu_s']:.0f} s of CPU time: a busier or slower machine takes longer)")
+
+
 def _figure_threads(r: dict) -> str:
     rec = r["bench:threads"]
     one, two = rec["ms_one_thread"], rec["ms_two_threads"]
@@ -538,9 +545,9 @@ def _figure_array_api(r: dict) -> str:
 
 
 FIGURES_RENDERERS = {
-    "demo-share": lambda r: f"{r['demo']['train_seconds']:.0f} s of the {60 * r['demo']['max_minutes']:.0f} s",
+    "demo-share": lambda r: f"{r['demo']['train_seconds']:.0f} s of the {60 * r['demo']['max_minutes']:.0f} s{_context(r['demo'])}",
     "mingru-share": lambda r: (f"{r['train:mingru']['steps']:,} steps took {r['train:mingru']['train_seconds']:.0f} s"
-                               f" of the {60 * r['train:mingru']['max_minutes']:.0f} s"),
+                               f" of the {60 * r['train:mingru']['max_minutes']:.0f} s{_context(r['train:mingru'])}"),
     "corpus": lambda r: f"{r['corpus']['bytes'] / 1000:.0f} kB, {r['corpus']['distinct']} distinct characters",
     "corpus-val": lambda r: (f"the last {r['corpus']['val_tempest_chars']:,} characters of The Tempest and then all "
                              f"of A Midsummer Night's Dream ({r['corpus']['val_dream_chars']:,} characters)"),

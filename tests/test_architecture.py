@@ -35,7 +35,9 @@ LAYERS = {
     "app": {CORE, "probe", "report", "train", "app"},
     "inspection": {CORE, "probe", "report", "train", "interop", "app", "inspection"},  # foreign models -> report
     "export": {CORE, "train", "interop", "export"},  # trained models -> ONNX / torch.export files
-    "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "inspection", "export", "cli"},
+    "inspect_command": {CORE, "train", "app", "inspection", "inspect_command"},  # which model a path names
+    "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "inspection", "export",
+            "inspect_command", "cli"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

@@ -130,7 +130,6 @@ def test_user_errors_are_one_line_and_exit_2(make_argv, needles, text_file, run_
 
 @pytest.mark.parametrize("argv,needle", [
     (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-    (["sample"], "the following arguments are required: CKPT"),
     (["train", "--steps", "0"], "--steps: must be a positive integer; got 0"),
     (["train", "--lr", "fast"], "--lr: must be a number; got str 'fast'"),
     (["train", "--cell", "transformer"], "invalid choice: 'transformer'"),

@@ -185,3 +185,21 @@ def test_layer_map_batched_F_and_reuse_after_jac(rng):
     np.testing.assert_allclose(F(S[0]), want[0], rtol=1e-13, atol=1e-15)
     with pytest.raises(ValueError, match=r"s must have shape \(S=6,\)"):
         J(S)
+
+
+def test_newton_polish_halves_a_step_that_overshoots_on_a_slow_attractor():
+    """F(h) = h - a*atan(h) per unit: one stable point h* = 0 with J = I - diag(a), slow (|λ| > 0.999).
+
+    From h = 2 the full Newton step of each unit lands at 2 - 5*atan(2) = -3.54, where q is
+    larger (Newton on atan diverges for |h| > 1.39): polishing that only takes full steps gives up,
+    and one optimiser iteration cannot cross the flat q. Halved steps converge (Armijo-style
+    backtracking, Nocedal & Wright 2006, section 11.2).
+    """
+    H = 20
+    a = np.geomspace(1e-5, 1e-3, H)
+    F = lambda h: h - a * np.arctan(h)
+    J = lambda h: np.eye(H) - np.diag(a / (1.0 + h ** 2))
+    assert abs(np.arctan(2.0 - 5.0 * np.arctan(2.0))) > abs(np.arctan(2.0))  # the full step overshoots
+    pts = find_fixed_points(F, J, np.full((1, H), 2.0), max_iter=1)
+    assert len(pts) == 1 and pts[0].is_stable and np.abs(pts[0].h).max() < 1e-9
+    np.testing.assert_allclose(np.sort(pts[0].eigenvalues.real), np.sort(1.0 - a), rtol=1e-12)

@@ -125,7 +125,10 @@ def test_fixed_points_and_pca_reprs():
     evr /= evr.sum()
     assert repr(p) == (f"PCAResult(K=4 of H=4, PC1 {100 * evr[0]:.1f}%, PC1+PC2 {100 * evr[:2].sum():.1f}%, "
                        f"90% in {int(np.searchsorted(np.cumsum(evr), 0.9) + 1)} components)")
-    assert f"{evr[:2].sum():.4g}" in p._repr_html_()
+    html = p._repr_html_()
+    # percentages, as the plot labels them
+    assert f"{100 * evr[0]:.1f} %" in html and f"{100 * evr[:2].sum():.1f} %" in html
+    assert f"{evr[:2].sum():.4g}" not in html
     _fragment(p._repr_html_())
 
 
@@ -228,3 +231,15 @@ def test_stream_repr_names_the_model_and_the_likeliest_next_characters():
     s2 = Stream(model)
     s2.feed(2)
     assert repr(s2).startswith("Stream(LSTM 2 × 8, V=6, 1 read, next: id ")
+
+
+def test_notebook_tables_are_styled_inline_with_numbers_right_aligned():
+    import re
+
+    from hiddenstate.report.notebook import facts_html
+
+    html = facts_html("T", {"name": "gru", "units": 256, "ratio": 0.25}, rows=[{"unit": 3, "feature": "space"}])
+    _fragment(html)
+    assert html.count('<table style="border-collapse:collapse') == 2  # a notebook may drop a <style> block
+    assert re.search(r'text-align:left[^"]*">gru<', html) and re.search(r'text-align:right[^"]*">256<', html)
+    assert re.search(r'text-align:right[^"]*">0.25<', html) and re.search(r'text-align:left[^"]*">space<', html)

@@ -137,6 +137,11 @@ window.addEventListener('load', function () {
     document.getElementById('ex-text').dispatchEvent(new MouseEvent('mouseup', {bubbles: true}));
     res.matches = Array.prototype.map.call(document.querySelectorAll('#ex-matches button'), function (b) { return +b.dataset.unit; });
     res.match_head = document.querySelector('#ex-matches div').textContent;
+    document.getElementById('ex-thr').value = '5';  // above every value: the same span matches no unit
+    document.getElementById('ex-thr').dispatchEvent(new Event('input'));
+    res.match_head_5 = document.querySelector('#ex-matches div').textContent;
+    document.getElementById('ex-thr').value = '%(thr)s';
+    document.getElementById('ex-thr').dispatchEvent(new Event('input'));
     document.getElementById('ex-search').value = 'unit ' + K;
     document.getElementById('ex-search').dispatchEvent(new Event('input'));
     res.found = Array.prototype.map.call(document.querySelectorAll('#ex-units li'), function (li) { return +li.dataset.unit; });
@@ -226,6 +231,8 @@ def test_explorer_reacts_in_headless_chromium(tmp_path, gru_analysis):
     rest = {j: (on[:, j].sum() - on[a:b + 1, j].sum()) / (T - (b - a + 1)) for j in hits}
     assert len(hits) >= 2 and res["matches"] == sorted(hits, key=lambda j: (rest[j], j))[:20]
     assert res["match_head"].startswith(f"{len(hits)} unit")
+    # a new threshold redoes the match of the same span at once (no new selection needed)
+    assert res["match_head_5"] == f"0 units with h > 5 on all of steps {a}–{b}."
     assert k in res["found"]
     # a bare number: that unit first (and shown), then every row whose text contains it (10, 11, ...)
     assert res["found_1"][0] == 1 and res["title_1"].startswith("unit 1 ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +120,19 @@ def inspected_text(trained: Trained, text_file=None, *, n_chars: int = 2000) -> 
     return InspectedText(text, source, dropped, "".join(sorted(unknown)[:10]))
 
 
+def _snapshot_history(trained: Trained) -> dict | None:
+    """The loss curves a checkpoint keeps (``Snapshot.history``), as :func:`loss_history` gives them; None if empty."""
+    hist = trained.snapshot.history
+    curves = {}
+    train = np.asarray(hist.get("train_loss", []), dtype=np.float64)  # (S,): index i is step i + 1
+    if train.size:
+        curves["train"] = (np.arange(1, train.size + 1, dtype=np.float64), train)
+    val = np.asarray(hist.get("val_loss", []), dtype=np.float64)
+    if val.size:
+        curves["validation"] = (np.asarray(hist["val_step"], dtype=np.float64), val)
+    return curves or None
+
+
 def _training_text(trained: Trained) -> str:
     """The run's training text, found from here and checked against the checkpoint's SHA-256."""
     cfg = trained.config
@@ -135,7 +149,8 @@ def _training_text(trained: Trained) -> str:
 
 
 def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
-                       rng: np.random.Generator | None = None, n_fixed_point_starts: int = 32) -> pathlib.Path:
+                       rng: np.random.Generator | None = None, n_fixed_point_starts: int = 32,
+                       echo=None) -> pathlib.Path:
     """Analyse a trained character model and write its HTML report (``hiddenstate inspect``).
 
     Parameters
@@ -156,6 +171,10 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     n_fixed_point_starts : int, default 32
         Starting states of the fixed-point search (0 skips it; fewer is faster at large H), passed to
         :func:`~hiddenstate.probe.analysis.analyze_model`.
+    echo : callable, optional
+        Called with one line per stage, what it measured and its seconds (``analyze_model``'s
+        ``echo``, then the report's rendering); ``hiddenstate inspect`` prints them on stderr off
+        a terminal. Default: silent.
 
     Returns
     -------
@@ -193,12 +212,20 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
         meta["val loss (nats/char)"] = float(trained.val_loss)
     if cfg.ema is not None:
         meta["weights"] = f"moving average, decay {cfg.ema:g}"
-    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=None if run_dir is None else loss_history(run_dir),
-                       fixed_point_input=fp_input, rng=rng, title_meta=meta, n_fixed_point_starts=n_fixed_point_starts)
+    loss = None if run_dir is None else loss_history(run_dir)
+    if loss is None:  # no log.jsonl beside the checkpoint (e.g. the shipped pretrained one): its own history
+        loss = _snapshot_history(trained)
+    an = analyze_model(model.rnn, x, tokens=ids[:, None], text=text, loss=loss,
+                       fixed_point_input=fp_input, rng=rng, title_meta=meta, n_fixed_point_starts=n_fixed_point_starts,
+                       echo=echo)
     data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
     layers = f"{model.num_layers} × {model.hidden_size}" if model.num_layers > 1 else f"{model.hidden_size}"
     dropped = (f" ({measured.dropped:,} characters outside the vocabulary dropped)" if measured.dropped else "")
     subtitle = (f"Character-level {model.cell.upper()} ({layers} units) trained {trained.step:,} steps on {data}; "
                 f"measured on {len(text):,} characters of {source}{dropped}"
                 + ("; fixed points with the input held at ' '." if space is not None else "."))
-    return build_report(out, an, title="Inside the hidden state", subtitle=subtitle, max_chars=len(text))
+    t0 = time.perf_counter()
+    report = build_report(out, an, title="Inside the hidden state", subtitle=subtitle, max_chars=len(text))
+    if echo is not None:
+        echo(f"wrote the report (figures and HTML): {time.perf_counter() - t0:.1f} s")
+    return report

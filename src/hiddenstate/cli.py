@@ -84,11 +84,13 @@ def _build_parser() -> argparse.ArgumentParser:
     from hiddenstate.train.config import DTYPES, PRESETS
     from hiddenstate.train.model import CELLS, SAMPLE_RULES
     from hiddenstate.validation import nonnegative_int, positive_int
+    from hiddenstate.version import __version__
 
     parser = _Parser(
         prog=PROG,
         description="Recurrent networks (RNN, GRU, LSTM) in NumPy, about the hidden state.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -135,7 +137,9 @@ def _build_parser() -> argparse.ArgumentParser:
     # -- sample ----------------------------------------------------------------------------------
     sa = sub.add_parser("sample", help="generate text from a checkpoint",
                         description="Generate text from a trained model; the same seed gives the same text.")
-    sa.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory)")
+    sa.add_argument("checkpoint", metavar="CKPT", nargs="?", help="run directory (or its checkpoint/ subdirectory)")
+    sa.add_argument("--pretrained", action="store_true",
+                    help="the demo's GRU shipped with the package, instead of CKPT (no training needed)")
     sa.add_argument("--prime", help="text to start from (default: a newline)")
     sa.add_argument("--length", type=_typed("--length", int, SAMPLE_RULES["length"]), default=500,
                     help="characters to generate (default 500)")
@@ -160,16 +164,27 @@ def _build_parser() -> argparse.ArgumentParser:
     de.add_argument("--quiet", action="store_true", help="no progress bar")
 
     # -- reproduce -------------------------------------------------------------------------------
-    rp = sub.add_parser("reproduce", help="rerun a paper's experiment and compare with its numbers")
+    rp = sub.add_parser("reproduce", help="rerun a paper's experiment and compare with its numbers",
+                        description="Rerun a paper's experiment (Elman 1990, the adding and copy tasks, the 3-bit "
+                                    "flip-flop of Sussillo & Barak 2013), print its numbers beside the paper's and "
+                                    "write a figure.")
     rp.add_argument("name", metavar="NAME", help="one of: elman-xor, elman-letters, elman-sentences, adding, copy, flipflop")
     rp.add_argument("--quick", action="store_true", help="reduced settings (seconds)")
-    rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure")
-    rp.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0)
+    rp.add_argument("--out", default="reproduce", metavar="DIR", help="directory for the figure (default reproduce)")
+    rp.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0,
+                    help="seeds the data, the initial weights and the batches (default 0)")
 
     # -- inspect ---------------------------------------------------------------------------------
-    ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does")
-    ins.add_argument("checkpoint", metavar="CKPT", help="run directory (or its checkpoint/ subdirectory), or a "
-                     ".safetensors file of a torch RNN/GRU/LSTM state dict")
+    ins = sub.add_parser("inspect", help="write an HTML report of what a trained model's hidden state does",
+                         description="Measure a trained model's hidden state on a text (gates, gradient flow, memory, "
+                                     "PCA, fixed points, the units that track text features) and write one HTML "
+                                     "report. Most of the time goes to the fixed-point search (its cost grows with the "
+                                     "hidden size and --fixed-point-starts; 0 skips it), then the BPTT gradient "
+                                     "norms and the figures. Each stage is one line on stderr off a terminal (what it measured, its seconds).")
+    ins.add_argument("checkpoint", metavar="CKPT", nargs="?", help="run directory (or its checkpoint/ subdirectory), "
+                     "its model.safetensors, or a .safetensors file of a torch RNN/GRU/LSTM state dict")
+    ins.add_argument("--pretrained", action="store_true",
+                     help="the demo's GRU shipped with the package, instead of CKPT (no training needed)")
     ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
     ins.add_argument("--out", default="report.html", metavar="FILE",
                      help="output HTML file, in an existing directory (default: report.html in the current directory; "
@@ -184,10 +199,13 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="a GRU's candidate: torch's (default) or, with --no-reset-after, Cho et al. 2014")
     sd.add_argument("--prefix", help="the names' part before weight_ih_l0 (default: the one the file has)")
     sd.add_argument("--inputs", metavar="FILE.npy", help="input (T, N, I) (default: standard normal, T=100, N=8)")
-    sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="of the random input")
+    sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="seed of the random input (default 0)")
 
     # -- export ----------------------------------------------------------------------------------
-    ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program")
+    ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
+                        description="Write a trained model as a file that runs without hiddenstate: an ONNX graph "
+                                    "(needs pip install 'hiddenstate[onnx]') or a torch.export program (needs "
+                                    "pip install 'hiddenstate[torch]'). Prints how to load it.")
     ex.add_argument("checkpoint", metavar="RUN", help="run directory (or its checkpoint/ subdirectory)")
     ex.add_argument("--format", required=True, choices=("onnx", "torch"),
                     help="onnx (onnxruntime) or torch (.pt2, torch.export.load(FILE).module(), no hiddenstate needed)")
@@ -237,13 +255,13 @@ def _cmd_train(args) -> int:
     return 0
 
 
-
 def _cmd_sample(args) -> int:
     from hiddenstate import train as _train
+    from hiddenstate.inspect_command import checkpoint_or_pretrained
     from hiddenstate.resources import check_memory
     from hiddenstate.train.guards import sampling_memory
 
-    trained = _train.load(args.checkpoint)
+    trained = _train.load(checkpoint_or_pretrained(args))
     check_memory(f"--length {args.length}", sampling_memory(trained.model, args.length, len(args.prime or "\n")),
                  "Use a smaller --length.")
     text = _train.sample(trained, prime=args.prime, length=args.length, temperature=args.temperature, seed=args.seed,
@@ -283,8 +301,9 @@ def _cmd_demo(args) -> int:
     print("--- end of sample ---")
     print()
     from hiddenstate.app import inspect_checkpoint
+    from hiddenstate.inspect_command import stage_lines
 
-    print(f"report: {inspect_checkpoint(result.checkpoint, Path(args.out) / 'report.html')}")
+    print(f"report: {inspect_checkpoint(result.checkpoint, Path(args.out) / 'report.html', echo=stage_lines())}")
     _print_result(result)
     return 0
 
@@ -299,51 +318,10 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
-def _check_report_out(out: str) -> None:
-    """``inspect --out``: a report may be written there (:func:`hiddenstate.app.check_report_path`), and its
-    directory exists (the CLI creates none, as ``export`` creates none)."""
-    from hiddenstate.app import check_report_path
-
-    path = check_report_path(out)
-    if not path.parent.is_dir():
-        raise _UsageError(f"--out must lie in an existing directory; got '{path}' ('{path.parent}' is not one). "
-                          "Create it first, or choose another --out.")
-
-
 def _cmd_inspect(args) -> int:
-    from hiddenstate import train as _train
-    from hiddenstate.app import inspect_checkpoint, inspected_text
-    from hiddenstate.train.corpus import load_text
+    from hiddenstate.inspect_command import run_inspect
 
-    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
-             "prefix": args.prefix, "inputs": args.inputs}
-    # a file is a torch state dict (a pickle is refused, unread)
-    if os.path.isfile(args.checkpoint) or args.checkpoint.endswith(".safetensors"):
-        if args.text is not None:
-            raise _UsageError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
-        from hiddenstate.inspection import inspect_file
-
-        _check_report_out(args.out)  # before the work, not after it
-        inspect_file(args.checkpoint, args.out, seed=args.seed, echo=print,
-                     n_fixed_point_starts=args.fixed_point_starts, **flags)
-        return 0
-    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
-    if given:
-        raise _UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a .safetensors state "
-                          f"dict only; got the run '{args.checkpoint}'.")
-    ckpt = _train.resolve_checkpoint(args.checkpoint)  # one-line errors for bad paths
-    _check_report_out(args.out)  # before the work, not after it
-    if args.text is not None:
-        load_text(args.text, name="--text")
-    trained = _train.load(ckpt)
-    measured = inspected_text(trained, args.text)
-    if measured.dropped:
-        shown = ", ".join(repr(c) for c in measured.unknown)
-        print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
-              f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
-    report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=args.fixed_point_starts)
-    print(f"report: {report}")
-    return 0
+    return run_inspect(args)
 
 
 def _cmd_export(args) -> int:
@@ -408,6 +386,11 @@ def _report(error: BaseException, command: str) -> int:
     if isinstance(error, KeyError):
         print(f"{PROG}: error: a required entry is missing: {_one_line(error)} (an edited or foreign file?).",
               file=sys.stderr)
+        return 2
+    from hiddenstate.extras import missing_extra
+
+    if isinstance(error, ImportError) and missing_extra(error) is not None:  # an optional package: say which extra
+        print(f"{PROG}: error: {missing_extra(error)}", file=sys.stderr)
         return 2
     known = (_UsageError, ValueError, TypeError, OSError, FloatingPointError)
     if not isinstance(error, known):

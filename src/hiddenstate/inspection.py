@@ -223,7 +223,8 @@ def _check_x(x, layer, source: str) -> np.ndarray:
 
 
 def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tokens=None, out=None, title=None,
-                  max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None) -> Analysis:
+                  max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None, echo=None,
+                  source: str | None = None) -> Analysis:
     """Measure the hidden state of a recurrent model trained anywhere, and optionally write its report.
 
     Parameters
@@ -269,6 +270,11 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         Starts of the fixed-point search (0 skips it).
     rng : numpy.random.Generator, optional
         Fixed-point starts (default ``default_rng(0)``).
+    echo : callable, optional
+        Called with one line per measurement and its seconds (:func:`hiddenstate.analyze_model`).
+    source : str, optional
+        What the report calls the model (``meta["model"]`` and the subtitle); default from what
+        ``model`` is (``"torch.nn.GRU"``, ``"hiddenstate GRU"``, ...).
 
     Returns
     -------
@@ -290,9 +296,12 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     out = None if out is None else check_report_path(out)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None; got {type(title).__name__}.")
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if is_transformers_mamba(model) or isinstance(model, (Mamba, MambaLM)):
         return _inspect_mamba(model, x, h0, out, title, max_lag)
-    layer, source = as_layer(model)
+    layer, converted = as_layer(model)
+    source = converted if source is None else source
     fp = None
     if isinstance(model, CharRNN):
         x, ids, text, fp = _char_input(model, x, text, vocab)
@@ -301,15 +310,15 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         if vocab is not None:
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= to show "
                              "the characters behind the steps.")
-        x = _check_x(x, layer, source)
+        x = _check_x(x, layer, converted)
     if tokens is not None:
         tokens = _numpy("tokens", tokens)
     if lengths is not None:
         lengths = _numpy("lengths", lengths)
-    h0 = _state("h0", h0, layer, keras=source.startswith("keras"))
+    h0 = _state("h0", h0, layer, keras=converted.startswith("keras"))
     an = analyze_model(layer, x, h0, tokens=tokens, text=text, lengths=lengths, max_lag=max_lag,
                        n_fixed_point_starts=n_fixed_point_starts, fixed_point_input=fp, rng=rng,
-                       title_meta={"model": source})
+                       title_meta={"model": source}, echo=echo)
     if out is not None:
         T, N = an.trace.mask.shape
         subtitle = (f"{source}: {layer.num_layers} layer(s) × {layer.hidden_size} units"
@@ -388,7 +397,7 @@ def read_inputs(path, input_size: int, *, seed: int = 0, name: str = "--inputs")
 
 
 def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, prefix=None, inputs=None, seed: int = 0,
-                 echo=None, n_fixed_point_starts: int = 32) -> Analysis:
+                 echo=None, n_fixed_point_starts: int = 32, stages=None) -> Analysis:
     """``hiddenstate inspect FILE.safetensors``: the report of a layer known only from its state dict.
 
     Parameters
@@ -408,6 +417,9 @@ def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, p
         Called with each line saying what was inferred, assumed, ignored and fed (e.g. ``print``).
     n_fixed_point_starts : int, default 32
         Starts of the fixed-point search (0 skips it), as for :func:`inspect_model`.
+    stages : callable, optional
+        Called with one line per measurement and its seconds (``echo`` of
+        :func:`hiddenstate.analyze_model`).
 
     Returns
     -------
@@ -429,7 +441,8 @@ def inspect_file(path, out, *, kind=None, nonlinearity=None, reset_after=None, p
     for line in lines if echo is not None else ():
         echo(line)
     an = inspect_model(loaded.layer, x, out=out, title=f"Inside the hidden state of {os.path.basename(path)}",
-                       n_fixed_point_starts=n_fixed_point_starts)
+                       n_fixed_point_starts=n_fixed_point_starts, echo=stages,
+                       source=f"torch state dict '{os.path.basename(path)}' ({type(loaded.layer).__name__})")
     if echo is not None:
         echo(f"report: {out}")
     return an

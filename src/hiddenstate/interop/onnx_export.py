@@ -43,11 +43,9 @@ _ACTIVATION = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid"}
 
 
 def _onnx():
-    try:
-        import onnx
-    except ImportError:  # pragma: no cover - exercised only without the optional dependency
-        raise ImportError("ONNX export needs the onnx package: pip install onnx (and onnxruntime to run it).") from None
-    return onnx
+    from hiddenstate.extras import require
+
+    return require("onnx", "export to ONNX")
 
 
 def _reorder(w: np.ndarray, kind: str, H: int) -> np.ndarray:

@@ -30,11 +30,9 @@ _TORCH_NONLINEARITIES = ("tanh", "relu")
 
 def _import_torch():
     """The ``torch`` module, or an ImportError that says this conversion needs it."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - exercised only without torch
-        raise ImportError("this conversion needs PyTorch (pip install torch); hiddenstate itself does not.") from None
-    return torch
+    from hiddenstate.extras import require
+
+    return require("torch", "this conversion")
 
 
 def from_torch(source, *, kind=None, nonlinearity=None, batch_first=None, dtype=np.float64):

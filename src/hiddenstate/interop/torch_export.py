@@ -128,10 +128,9 @@ def charrnn_to_exported_program(model) -> bytes:
     if layer is None or not hasattr(model, "embed") or "decoder.weight" not in getattr(model, "params", {}):
         raise TypeError(f"model must be a hiddenstate CharRNN; got {type(model).__name__}.")
     kind = convertible_kind(layer, "a torch program")
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - exercised only without torch
-        raise ImportError("exporting to torch needs PyTorch (pip install torch).") from None
+    from hiddenstate.extras import require
+
+    torch = require("torch", "export to torch.export")
     module = _module_class()(model).eval()
     L, H, dtype = layer.num_layers, layer.hidden_size, torch.float64 if layer.dtype == np.float64 else torch.float32
     T, N = torch.export.Dim("T", min=1), torch.export.Dim("N", min=1)

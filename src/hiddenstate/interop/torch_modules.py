@@ -21,11 +21,9 @@ _CLASSES: dict = {}
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - exercised only without torch
-        raise ImportError("this conversion needs PyTorch (pip install torch); hiddenstate itself does not.") from None
-    return torch
+    from hiddenstate.extras import require
+
+    return require("torch", "this conversion")
 
 
 def cho_gru_class():

@@ -45,6 +45,8 @@ _BOUNDED = ("L-BFGS-B", "TNC", "SLSQP", "trust-constr")
 _EXACT = 1e-20
 #: q below which Newton polishing is first tried during the optimisation
 _NEWTON_FROM = 1e-6
+#: halvings of a Newton step that does not decrease q before polishing gives up
+_HALVINGS = 10
 
 
 class _Converged(Exception):
@@ -257,12 +259,16 @@ def find_fixed_points(
     Minimises ``q(h) = 0.5 * ||F(h) - h||**2`` from every row of ``inits`` (Sussillo and Barak
     2013) with :func:`scipy.optimize.minimize` and the exact gradient
     ``(J(h) - I)^T (F(h) - h)``, then refines each candidate with at most ``newton_steps``
-    Newton steps ``h <- h - (J - I)^{-1} (F(h) - h)`` (least squares, kept only while ``q``
-    decreases). The same polishing is tried at the start and each time the optimiser brings ``q``
+    damped Newton steps ``h <- h - t (J - I)^{-1} (F(h) - h)`` (``t = 1, 1/2, 1/4, ...`` down to
+    ``2**-10``, the first that decreases ``q``; a least-squares step where ``J - I`` is singular;
+    projected onto ``bounds``). Far from a slow attractor the full step overshoots where a half
+    step lands: on the 256-unit demo GRU (``|λ| = 0.997``) the 16 starts run forward all converged
+    this way, where full steps converged from 1 of them. The same polishing is tried at the start and each time the optimiser brings ``q``
     below ``1e-6``, ``1e-8``, ... (each a factor of 100 below the last try); once it lands on
     ``q <= min(tol, 1e-20)`` (an exact fixed point to round-off) that start stops there. Near a
     fixed point Newton converges in a few steps where the optimiser, on the nearly flat ``q`` of
-    saturated gates, takes hundreds: a 512-unit GRU's 32 starts took 19 s instead of 80 s. Candidates with ``q <= tol`` are merged greedily (in order of increasing ``q``)
+    saturated gates, takes hundreds: a 512-unit GRU's 32 starts took 19 s instead of 80 s.
+    Candidates with ``q <= tol`` are merged greedily (in order of increasing ``q``)
     when closer than ``dedup_tol``; every survivor is classified by :func:`classify_point`.
 
     Parameters
@@ -292,7 +298,7 @@ def find_fixed_points(
     bounds : sequence of (low, high) pairs of length H, or one pair, optional
         Box to search in (``None`` entries are unbounded), e.g. ``(-1, 1)`` for the states a tanh
         RNN or a GRU can reach. Needs a method that supports bounds (L-BFGS-B does); Newton
-        polishing stops at the box. Without it, units whose gate is saturated (GRU ``z == 1``)
+        polishing is projected onto the box. Without it, units whose gate is saturated (GRU ``z == 1``)
         make whole lines of far-away "fixed points" that no trajectory visits.
 
     Returns
@@ -358,25 +364,43 @@ def find_fixed_points(
         r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
         return 0.5 * float(r @ r), (J - eye).T @ r
 
+    exact = min(tol, _EXACT)
+
+    def residual(h):
+        r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
+        return r, 0.5 * float(r @ r)
+
     def polish(h, q):
-        """At most ``newton_steps`` Newton steps from ``h``, kept while q decreases and inside the box."""
+        """At most ``newton_steps`` damped Newton steps from ``h``, each kept only if q decreases."""
         for _ in range(newton_steps):
             if q == 0.0:
                 break
-            A = np.asarray(jac(h), dtype=np.float64) - eye
-            r = np.asarray(F(h), dtype=np.float64) - h
+            A = np.asarray(jac(h), dtype=np.float64) - eye  # (H, H)
+            r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
             if not (np.isfinite(r).all() and np.isfinite(A).all()):
                 break  # a map that is not finite here: keep the point we have
-            h_new = h - np.linalg.lstsq(A, r, rcond=None)[0]
-            if not np.isfinite(h_new).all() or (lo is not None and (np.any(h_new < lo) or np.any(h_new > hi))):
-                break
-            q_new, _ = q_and_grad(h_new)
-            if q_new >= q:
+            try:
+                d = np.linalg.solve(A, r)  # (H,)
+            except np.linalg.LinAlgError:
+                d = None
+            if d is None or not np.isfinite(d).all():
+                d = np.linalg.lstsq(A, r, rcond=None)[0]  # a singular J - I (a line of fixed points)
+            # the full step first, halved until q decreases: far from a point, on the slow manifold of
+            # a nearly marginal attractor (|λ| = 0.997), the full step overshoots where a half step lands
+            # (at round-off, q <= exact, only the full step is tried: halving it would chase the noise)
+            for k in range(_HALVINGS + 1 if q > exact else 1):
+                h_new = h - 0.5 ** k * d
+                if lo is not None:
+                    h_new = np.clip(h_new, lo, hi)  # projected onto the box
+                with np.errstate(over="ignore", invalid="ignore"):
+                    q_new = residual(h_new)[1] if np.isfinite(h_new).all() else np.inf
+                if q_new < q:
+                    break
+            else:
                 break
             h, q = h_new, q_new
         return h, q
 
-    exact = min(tol, _EXACT)
     options = ({"maxiter": max_iter, "gtol": 1e-14} if method != "L-BFGS-B"
                else {"maxiter": max_iter, "gtol": 1e-14, "ftol": 1e-20})
     candidates = []

@@ -46,6 +46,18 @@ def _num(v) -> str:
     return str(v)
 
 
+#: Inline styles (a notebook may drop a <style> block): ruled rows, numbers right-aligned
+_TABLE = 'style="border-collapse:collapse;margin:4px 0 10px;font-size:12.5px"'
+_TH = 'style="text-align:left;padding:2px 12px 2px 0;border-bottom:1px solid #dadce0;font-weight:600"'
+
+
+def _td(v) -> str:
+    """The style of one cell: numbers right-aligned, in tabular figures."""
+    number = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    align = "right;font-variant-numeric:tabular-nums" if number else "left"
+    return f'style="text-align:{align};padding:2px 12px 2px 0;border-bottom:1px solid #f1f3f4"'
+
+
 def facts_html(title: str, facts: Mapping[str, object], rows: Sequence[Mapping[str, object]] = (), fig=None) -> str:
     """A titled two-column table of facts, an optional table of rows and an optional figure.
 
@@ -65,14 +77,14 @@ def facts_html(title: str, facts: Mapping[str, object], rows: Sequence[Mapping[s
     str
         A ``<div>`` fragment.
     """
-    body = "".join(f'<tr><th style="text-align:left">{_esc(k)}</th><td>{_esc(_num(v))}</td></tr>'
-                   for k, v in facts.items())
-    out = f'<div class="hiddenstate"><b>{_esc(title)}</b><table>{body}</table>'
+    body = "".join(f'<tr><th {_TH}>{_esc(k)}</th><td {_td(v)}>{_esc(_num(v))}</td></tr>' for k, v in facts.items())
+    out = f'<div class="hiddenstate"><b>{_esc(title)}</b><table {_TABLE}>{body}</table>'
     if rows:
         cols = list(dict.fromkeys(k for r in rows for k in r))
-        head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
-        trs = "".join("<tr>" + "".join(f"<td>{_esc(_num(r.get(c, '')))}</td>" for c in cols) + "</tr>" for r in rows)
-        out += f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>"
+        head = "".join(f"<th {_TH}>{_esc(c)}</th>" for c in cols)
+        trs = "".join("<tr>" + "".join(f"<td {_td(r.get(c, ''))}>{_esc(_num(r.get(c, '')))}</td>" for c in cols)
+                      + "</tr>" for r in rows)
+        out += f"<table {_TABLE}><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>"
     for f in (() if fig is None else fig if isinstance(fig, (list, tuple)) else (fig,)):
         out += figure_html(f)
     return out + "</div>"
@@ -235,8 +247,10 @@ def pca_html(p) -> str:
 
     evr = np.asarray(p.explained_variance_ratio)
     K, H = np.shape(p.components)
-    facts = {"components (K) × state size (H)": f"{K} × {H}", "PC1 explains": float(evr[0]),
-             "PC1 + PC2 explain": float(evr[:2].sum()), "components for 90 %": int(p.n_components_for(0.9))}
+    # percentages, as the plot's axis labels give them (43.1 %, not 0.4308)
+    facts = {"components (K) × state size (H)": f"{K} × {H}", "PC1 explains": f"{100 * float(evr[0]):.1f} %",
+             "PC1 + PC2 explain": f"{100 * float(evr[:2].sum()):.1f} %",
+             "components for 90 %": int(p.n_components_for(0.9))}
     return facts_html("PCAResult", facts, fig=pca_figure(p) if np.ndim(p.scores) in (2, 3) else None)
 
 

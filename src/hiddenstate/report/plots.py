@@ -179,7 +179,8 @@ def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] |
     Returns
     -------
     matplotlib.figure.Figure
-        One axes: norm (log scale, bottom at 0.3 times the smallest plotted norm) against lag.
+        One axes: norm (log scale, bottom at 0.3 times the smallest plotted norm) against lag, the
+        legend below it.
 
     Raises
     ------
@@ -208,7 +209,11 @@ def gradient_figure(gradient: Mapping[str, object], refs: Mapping[str, object] |
             ax.set_xlim(0, max(ends))  # the axis ends where the data does
         ax.set_xlabel("lag k (steps back from the last step)")
         ax.set_ylabel("norm")
-        ax.legend(loc="best")
+        # below the axes, never over a curve (loc="best" covered the minGRU's): the figure grows per entry
+        n = len(ax.get_legend_handles_labels()[1])
+        if n:
+            fig.set_size_inches(6.0, 3.0 + 0.22 * n)
+            fig.legend(loc="outside lower center", fontsize=8, frameon=False)
     return fig
 
 
@@ -328,7 +333,10 @@ def _pca_by_class(pca, sc, fixed_points, text: str, stretch: int):
         _draw_fixed_points(ax, pca, fixed_points, pts.min(axis=0), pts.max(axis=0))
     _pc_labels(ax, evr)
     ax.set_title("every step, by the character just read")
-    ax.legend(loc="best", fontsize=7, markerscale=2)
+    ax.margins(0.08)  # room for a fixed point's marker at the edge of the visited states
+    legend = ax.legend(loc="best", fontsize=7)
+    for handle in legend.legend_handles:  # one size for all: the steps' dots legible, the star not huge
+        handle.set_sizes([60.0 if handle.get_sizes()[0] > 100 else 24.0])
     n = min(stretch, pts.shape[0])
     seg = pts[:n]
     ax1.plot(seg[:, 0], seg[:, 1], color="#9aa0a6", lw=0.9, zorder=1)

@@ -18,7 +18,8 @@
 * :mod:`~hiddenstate.train.history` -- ``log.jsonl`` and :func:`plot_history`;
 * :mod:`~hiddenstate.train.guards` -- signals saved at the end of a step, divergence, disk errors;
 * :mod:`~hiddenstate.train.steps` -- one training step, validation, the carried state;
-* :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`.
+* :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`;
+* :mod:`~hiddenstate.train.pretrained` -- :func:`load_pretrained`, the demo's GRU shipped with the package.
 
 Imports flow down that list's dependencies only (loop -> rundir -> snapshot -> checkpoint, ...);
 nothing here imports ``probe``, ``report.page``, ``app`` or ``cli``.
@@ -36,12 +37,13 @@ _EXPORTS = {
     "resolve_checkpoint": "hiddenstate.train.rundir",
     "sample": "hiddenstate.train.rundir",
     "plot_history": "hiddenstate.train.history",
+    "load_pretrained": "hiddenstate.train.pretrained",
     "TrainResult": "hiddenstate.train.loop",
     "evaluate": "hiddenstate.train.loop",
     "train": "hiddenstate.train.loop",
 }
 _SUBMODULES = ("checkpoint", "checkpoint_record", "config", "corpus", "device", "generate", "guards", "history", "loop",
-               "model", "optim", "ownership", "rundir", "snapshot", "snapshot_schema", "steps")
+               "model", "optim", "ownership", "pretrained", "rundir", "snapshot", "snapshot_schema", "steps")
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = attach(__name__, _EXPORTS | {name: f"hiddenstate.train.{name}" for name in _SUBMODULES},
                               globals())

@@ -88,7 +88,8 @@ def resolve_device(device):
         except ImportError:
             torch = None
         if torch is None and base != "cuda":
-            raise ValueError(f"device {device!r} needs torch, which is not installed (pip install torch).")
+            raise ValueError(f"device {device!r} needs the optional package torch, which is not installed: "
+                             "pip install 'hiddenstate[torch]'.")
         if base == "torch:cpu":
             return array_api_compat.array_namespace(torch.zeros(0)), torch.device("cpu")
         if torch is not None and torch.cuda.is_available():

@@ -5,7 +5,8 @@ Every step of :func:`~hiddenstate.train.train` appends one JSON record to ``<out
     {"step": 250, "train_loss": 1.93, "grad_norm": 0.41, "lr": 0.0079, "epoch": 0, "elapsed_s": 31.2,
      "val_loss": 1.88, "val_bpc": 2.71, "val_ppl": 6.55}            # val_* at evaluations only
 
-Losses are mean cross-entropies in nats per character; :func:`loss_metrics` adds bits per
+``epoch`` is the number of passes over the training text completed when the step ended: it goes
+up on the step that reads a pass's last chunk. Losses are mean cross-entropies in nats per character; :func:`loss_metrics` adds bits per
 character (nats / ln 2) and the perplexity (exp of nats).
 """
 

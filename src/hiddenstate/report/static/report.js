@@ -161,6 +161,7 @@
 
   // select a span: units on (value > threshold) at every step of it, rarest elsewhere first
   function match(a, b) {
+    state.span = [a, b];  // redone when the threshold changes
     var name = state.signal, thr = parseFloat(document.getElementById('ex-thr').value), out = [];
     if (!(thr === thr)) thr = 0.5;
     for (var k = 0; k < H; k++) {
@@ -195,6 +196,9 @@
   }
   pre.addEventListener('mouseup', selected);
   pre.addEventListener('keyup', selected);
+  document.getElementById('ex-thr').addEventListener('input', function () {
+    if (state.span) match(state.span[0], state.span[1]);  // the same span, the new threshold
+  });
 
   window.hsExplorer = {choose: choose, match: match, value: value, state: state};
   order();

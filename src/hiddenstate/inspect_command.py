@@ -1,0 +1,203 @@
+"""``hiddenstate inspect``: which model a path names, and the report of it.
+
+A run directory (or its ``checkpoint/``) is a trained character model; so is the
+``model.safetensors`` of one of its checkpoints when its ``meta.json`` lies beside it (it is
+inspected as the run it is). A file that holds a character model's tensors (``rnn.*`` with
+``decoder.weight``) without that ``meta.json`` is refused, naming the command that inspects it:
+read as a bare state dict it would be a different model (the recurrent layer alone, fed Gaussian
+noise instead of characters). Any other ``.safetensors`` file is a torch RNN/GRU/LSTM state dict
+(:func:`hiddenstate.inspection.inspect_file`). Errors are ValueError/OSError with one-line
+messages naming the flag; the CLI prints them as ``hiddenstate: error: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["character_model_file", "check_report_out", "checkpoint_or_pretrained", "run_inspect", "stage_lines"]
+
+#: Tensor names that only a hiddenstate CharRNN's model file has together
+_OUR_DECODER = "decoder.weight"
+_OUR_LAYER = "rnn."
+
+
+def check_report_out(out: str) -> None:
+    """``inspect --out``: a report may be written there, and its directory exists.
+
+    Parameters
+    ----------
+    out : str
+        The ``--out`` flag's value.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is not a new file nor a previous report (:func:`hiddenstate.app.check_report_path`),
+        or its directory does not exist (the CLI creates none, as ``export`` creates none).
+    """
+    from hiddenstate.app import check_report_path
+
+    path = check_report_path(out)
+    if not path.parent.is_dir():
+        raise ValueError(f"--out must lie in an existing directory; got '{path}' ('{path.parent}' is not one). "
+                         "Create it first, or choose another --out.")
+
+
+def stage_lines():
+    """A function that prints ``inspect``'s stage lines on stderr, or None when stderr is a terminal.
+
+    Returns
+    -------
+    callable or None
+        ``line -> None`` printing ``hiddenstate: inspect: <line>`` on stderr, flushed; None on a
+        terminal, where the progress bar shows the stages instead.
+    """
+    if sys.stderr.isatty():
+        return None
+    return lambda line: print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
+
+
+def checkpoint_or_pretrained(args):
+    """``CKPT`` or, with ``--pretrained``, the shipped checkpoint (``inspect`` and ``sample``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With ``checkpoint`` (str or None) and ``pretrained`` (bool).
+
+    Returns
+    -------
+    str or pathlib.Path
+        The path to read.
+
+    Raises
+    ------
+    ValueError
+        Both or neither were given.
+    """
+    if args.pretrained:
+        if args.checkpoint is not None:
+            raise ValueError(f"--pretrained replaces CKPT; got both ('{args.checkpoint}'). Give one of them.")
+        from hiddenstate.train.pretrained import pretrained_path
+
+        return pretrained_path()
+    if args.checkpoint is None:
+        raise ValueError("CKPT is required: a run directory of `hiddenstate train`, or --pretrained for the demo's "
+                         "GRU shipped with the package.")
+    return args.checkpoint
+
+
+def character_model_file(path) -> Path | None:
+    """The checkpoint directory of a hiddenstate model file, or None for any other file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file given to ``inspect``.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The directory of ``path`` when ``path`` is a checkpoint's ``model.safetensors`` with its
+        ``meta.json`` beside it; None when ``path`` is not a regular file, not a safetensors
+        file, or holds no character model's tensors (a torch state dict).
+
+    Raises
+    ------
+    ValueError
+        ``path`` holds a character model's tensors (``rnn.*`` and ``decoder.weight``) without a
+        ``meta.json`` beside it: its vocabulary and configuration are missing. The message names
+        the command that inspects the run.
+    """
+    from hiddenstate.train.rundir.checkpoint import META_FILE, MODEL_FILE
+
+    p = Path(path)
+    if not p.is_file():  # a FIFO, a device, ...: not read here
+        return None
+    if p.name == MODEL_FILE and (p.parent / META_FILE).is_file():
+        return p.parent
+    names = _tensor_names(p)
+    if names is None or _OUR_DECODER not in names or not any(n.startswith(_OUR_LAYER) for n in names):
+        return None
+    raise ValueError(f"CKPT '{p}' holds a hiddenstate character model's weights ({_OUR_LAYER}*, {_OUR_DECODER}) "
+                     f"but no {META_FILE} lies beside it (its vocabulary and configuration), so it cannot be "
+                     "inspected as the model it is; read as a torch state dict it would be its recurrent layer "
+                     "alone, fed noise. Inspect the run it belongs to: `hiddenstate inspect RUN_DIR` (the --out "
+                     f"of `hiddenstate train`), or put its {META_FILE} back beside it.")
+
+
+def _tensor_names(path: Path) -> set | None:
+    """The tensor names of a safetensors file, from its header only (None if it is not one)."""
+    import safetensors
+
+    try:
+        with safetensors.safe_open(os.fspath(path), framework="numpy") as f:
+            return set(f.keys())  # the header only: no tensor is read
+    except Exception:  # not a safetensors file: the state-dict reader gives the message
+        return None
+
+
+def _check_no_state_dict_flags(args, flags: dict, what: str) -> None:
+    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a .safetensors state "
+                         f"dict only; got {what}.")
+
+
+def run_inspect(args) -> int:
+    """Run ``hiddenstate inspect`` with its parsed arguments.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``inspect`` subcommand's flags (:func:`hiddenstate.cli.main`).
+
+    Returns
+    -------
+    int
+        0 when the report was written.
+
+    Raises
+    ------
+    ValueError, OSError
+        A user error, one line naming the flag (printed by the CLI, exit status 2).
+    """
+    from hiddenstate import train as _train
+    from hiddenstate.app import inspect_checkpoint, inspected_text
+    from hiddenstate.train.corpus import load_text
+
+    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
+             "prefix": args.prefix, "inputs": args.inputs}
+    path = os.fspath(checkpoint_or_pretrained(args))
+    # a file is a torch state dict (a pickle is refused, unread), or one of our model files
+    if os.path.isfile(path) or path.endswith(".safetensors"):
+        ckpt = character_model_file(path)
+        if ckpt is None:
+            if args.text is not None:
+                raise ValueError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
+            from hiddenstate.inspection import inspect_file
+
+            check_report_out(args.out)  # before the work, not after it
+            inspect_file(path, args.out, seed=args.seed, echo=print,
+                         n_fixed_point_starts=args.fixed_point_starts, stages=stage_lines(), **flags)
+            return 0
+        _check_no_state_dict_flags(args, flags, f"the model file of the checkpoint '{ckpt}'")
+        print(f"model: '{path}' is the model file of the checkpoint '{ckpt}': inspected as that run")
+    else:
+        _check_no_state_dict_flags(args, flags, f"the run '{path}'")
+        ckpt = _train.resolve_checkpoint(path)  # one-line errors for bad paths
+    check_report_out(args.out)  # before the work, not after it
+    if args.text is not None:
+        load_text(args.text, name="--text")
+    trained = _train.load(ckpt)
+    measured = inspected_text(trained, args.text)
+    if measured.dropped:
+        shown = ", ".join(repr(c) for c in measured.unknown)
+        print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
+              f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
+    report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=args.fixed_point_starts,
+                                echo=stage_lines())
+    print(f"report: {report}")
+    return 0
