@@ -649,3 +649,20 @@ def test_the_data_path_is_recorded_absolute_and_old_relative_ones_are_found(text
     old = TrainConfig(data="small.txt", out="runs/rel")
     assert training_text_path(old, home / "runs" / "rel") == str(home / "small.txt")
     assert training_text_path(old, tmp_path / "elsewhere") == "small.txt"  # not found: left as recorded
+
+
+def test_resuming_a_finished_run_is_one_line_and_changes_nothing(tmp_path, capsys):
+    from hiddenstate.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--hidden-size", "8", "--steps", "3", "--seq-len", "8", "--batch-size", "2", "--quiet",
+                 "--out", str(run)]) == 0
+    before = {p.name: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    val = json.loads((run / "log.jsonl").read_text().splitlines()[-1])["val_loss"]
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"'{run}' is finished: step 3 of 3, validation loss {val:.4f} nats/char; nothing to "
+                                f"train (add steps: --resume {run} --steps S)."]
+    assert err == ""
+    assert {p.name: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before

@@ -215,6 +215,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 # -- commands ------------------------------------------------------------------------------------
 def _print_result(result) -> None:
+    if result.stopped == "finished":
+        print(f"'{result.out}' is finished: step {result.step} of {result.config.steps}, validation loss "
+              f"{result.val_loss:.4f} nats/char; nothing to train (add steps: --resume {result.out} --steps S).")
+        return
     print(f"checkpoint: {result.checkpoint}")
     print(f"log: {result.log}")
     if result.plot is not None:

@@ -93,7 +93,9 @@ class TrainResult:
         Wall-clock time of the run, summed over resumed parts.
     chars_per_s : float
         Training characters per second in this call.
-    stopped : {"steps", "time", "callback"}
+    stopped : {"steps", "time", "callback", "finished"}
+        ``"finished"``: a resumed run that was already at ``config.steps`` (nothing trained; the
+        checkpoint's last validation loss).
     out, checkpoint, log, plot : pathlib.Path
         The run directory, its checkpoint, its log and its loss plot.
     """
@@ -290,7 +292,9 @@ def _train(world: World, config, resume, overwrite: bool, t_start: float, *, pro
                 wrote_log = True
                 # atomically: a kill while the log is cut back to the checkpoint must not lose its first part
                 write_atomically(out / LOG_FILE, "".join(line + "\n" for line in kept).encode("utf-8"))
-            if loaded is not None and verbose:
+            finished = loaded is not None and trainer.step >= cfg.steps and trainer.history["val_step"][-1:] == [
+                trainer.step]  # nothing to train: the result is the checkpoint's, in one line
+            if loaded is not None and verbose and not finished:
                 budget = (f"; --max-minutes {cfg.max_minutes:g}: a new time budget for this part"
                           if cfg.max_minutes is not None else "")
                 into = "" if same else f" into '{out}'"
@@ -356,6 +360,15 @@ def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: Deferr
         return time.perf_counter() - t_start
 
     first_step = trainer.step
+    history = trainer.history
+    if loaded is not None and first_step >= cfg.steps and history["val_step"][-1:] == [first_step]:
+        m = loss_metrics(history["val_loss"][-1])  # a finished run resumed: no bar, no pass, nothing written
+        return TrainResult(model=trainer.final_model(), vocab=corpus.vocab, config=cfg, step=first_step,
+                           val_loss=m["val_loss"], val_bpc=m["val_bpc"], val_ppl=m["val_ppl"],
+                           train_loss=float(np.mean(history["train_loss"][-100:])) if history["train_loss"] else math.nan,
+                           history={k: np.asarray(v) for k, v in history.items()}, seconds=elapsed_before,
+                           chars_per_s=0.0, stopped="finished", out=out, checkpoint=out / CHECKPOINT_DIR,
+                           log=out / LOG_FILE, plot=out / PLOT_FILE if (out / PLOT_FILE).is_file() else None)
     budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
     leader = trainer.world.leader  # only the leader (rank 0 of a distributed run) writes the run directory
     with open(out / LOG_FILE if leader else os.devnull, "a", encoding="utf-8") as log_file:
