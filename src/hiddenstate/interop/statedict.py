@@ -45,12 +45,17 @@ def as_float_array(name: str, value) -> np.ndarray:
     ------
     TypeError
         bool, complex, object or string values (a bool or complex tensor is refused, not cast).
+    ValueError
+        A torch tensor on the ``meta`` device (it has a shape but no values).
     """
     if not isinstance(value, np.ndarray):
         inner = getattr(value, "value", None)  # keras.Variable -> backend tensor
         if inner is not None and hasattr(inner, "detach"):
             value = inner
         if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
+            if getattr(value, "is_meta", False):
+                raise ValueError(f"{name} must hold values; got a torch tensor on the 'meta' device (shapes only, "
+                                 "no data). Load the weights first (module.to_empty(device='cpu') and a state dict).")
             t = value.detach().cpu()
             kind = str(t.dtype)
             if kind == "torch.bool" or "complex" in kind:
