@@ -299,7 +299,7 @@ def test_init_hidden_of_800_tb_is_refused_from_the_size_rule():
 @pytest.mark.parametrize("value, where", [([[[1, 2, 3]], [[1, 2]]], r"x\[0\]\[0\] has 3 entries but x\[1\]\[0\] has 2"),
                                           ([[1.0, 2.0, 3.0], 4.0], r"x\[0\] has 3 entries but x\[1\] is a scalar")])
 def test_a_ragged_nested_list_says_where(value, where):
-    with pytest.raises(TypeError, match="x must be a floating-point array; got a list that is not one: it is ragged: "
+    with pytest.raises(TypeError, match=r"x must be a floating-point array; got list \(ragged: "
                                         + where):
         hs.GRU(3, 4)(value)
 

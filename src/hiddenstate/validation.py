@@ -21,6 +21,8 @@ import numbers
 
 import numpy as np
 
+from hiddenstate.nesting import where_ragged
+
 __all__ = [
     "bool_mask",
     "boolean",
@@ -281,8 +283,7 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
     Raises
     ------
     TypeError
-        bool, complex, object, string or other non-numeric data (integers are promoted, as
-        NumPy's ufuncs do), or ragged nested lists.
+        bool, complex, object, string or other non-numeric data, or ragged nested lists.
     ValueError
         NaN or Inf when ``finite``.
     """
@@ -293,9 +294,9 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
     else:
         try:
             arr = np.asarray(value)
-        except (ValueError, TypeError):
-            raise TypeError(f"{name} must be a floating-point array; got a {type(value).__name__} that is not "
-                            f"one: {_ragged(value).replace('x[', name + '[')}.") from None
+        except (ValueError, TypeError):  # ragged nested lists: say where
+            why = where_ragged(value, name)
+            raise TypeError(f"{name} must be a floating-point array; got {type(value).__name__} ({why}).") from None
     kind = arr.dtype.kind
     if kind in "iu":  # integers: promoted to float64 (or the requested dtype), as NumPy's ufuncs do
         arr = arr.astype(np.float64 if dtype is None else dtype)
@@ -319,25 +320,6 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(f"{name} must be finite; got {bad} NaN or Inf value(s).")
     return arr
-
-
-def _ragged(value) -> str:
-    """Why nested lists are no array: the first depth at which rows differ in length (for messages)."""
-    level = [((), value)]  # (index path, item) of every item at one depth
-    for _ in range(32):
-        rows = [(p, v) for p, v in level if isinstance(v, (list, tuple))]
-        if not rows:
-            break
-        lens = {len(v) for _, v in rows}
-        if len(rows) != len(level) or len(lens) > 1:
-            (p0, v0), (p1, v1) = rows[0], next(((p, v) for p, v in level if not isinstance(v, (list, tuple))
-                                                or len(v) != len(rows[0][1])), rows[-1])
-            other = f"has {len(v1)}" if isinstance(v1, (list, tuple)) else "is a scalar"
-            return (f"it is ragged: x{''.join(f'[{i}]' for i in p0)} has {len(v0)} entries but "
-                    f"x{''.join(f'[{i}]' for i in p1)} {other}; every row of an array has the same length "
-                    "(pad them, see hiddenstate.pad_sequences)")
-        level = [((*p, i), item) for p, v in rows for i, item in enumerate(v)][:100_000]
-    return "its entries are not numbers of one shape"
 
 
 def index(name: str, value, size: int, *, what: str = "entries") -> int:

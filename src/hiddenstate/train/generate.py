@@ -164,7 +164,8 @@ def draw(p, rng) -> int:
     ValueError
         ``p`` is not a non-empty vector of finite non-negative weights with a positive sum.
     """
-    rng = generator(rng, required=True)
+    if not callable(getattr(rng, "random", None)):
+        generator(rng, required=True)  # the message of the rule: a numpy.random.Generator
     p = float_array("p", p, dtype=np.float64)
     if p.ndim != 1 or p.size == 0 or (p < 0).any() or not p.sum() > 0:
         shown = f"shape {p.shape}" if p.ndim != 1 or p.size == 0 else f"weights in [{p.min():g}, {p.max():g}]"
