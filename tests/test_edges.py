@@ -16,6 +16,7 @@ import pytest
 import hiddenstate as hs
 from hiddenstate.interop import load_safetensors, save_safetensors, to_onnx
 from hiddenstate.interop.statedict_file import load_state_dict_file
+from hiddenstate.probe.fixedpoints import layer_map
 from hiddenstate.train.corpus import Vocabulary, load_text
 from hiddenstate.train.generate import Stream, draw, next_distribution
 from hiddenstate.train.model import CharRNN

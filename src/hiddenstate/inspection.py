@@ -19,6 +19,7 @@ from hiddenstate.app import check_report_path
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
+from hiddenstate.nesting import where_ragged
 from hiddenstate.probe.analysis import Analysis, analyze_model
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.report import build_report
@@ -195,7 +196,11 @@ def _char_input(model: CharRNN, x, text, vocab):
                              f"{''.join(unknown[:10])!r}.")
         text = x if text is None else text
         x = np.array([chars.index(c) for c in x], dtype=np.int64)
-    ids = np.asarray(_numpy("x", x))
+    try:
+        ids = np.asarray(_numpy("x", x))
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"x must be token ids of shape (T,) or (T, N); got {type(x).__name__} "
+                        f"({where_ragged(x, 'x')}).") from None
     if ids.dtype == bool or ids.dtype.kind not in "iu" or ids.ndim not in (1, 2):
         raise TypeError(f"x must be token ids of shape (T,) or (T, N) (integers) or a str for a CharRNN; got "
                         f"dtype {ids.dtype} and shape {shape_str(ids.shape)}.")

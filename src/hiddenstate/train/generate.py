@@ -37,6 +37,7 @@ import functools
 import numpy as np
 
 from hiddenstate.functional import softmax
+from hiddenstate.nesting import where_ragged
 from hiddenstate.resources import check_memory
 from hiddenstate.train.guards import sampling_memory
 from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, real, state_array
@@ -308,7 +309,11 @@ class Stream:
         TypeError, ValueError
             Ids that are not integers, out of range, or an empty sequence.
         """
-        ids = np.asarray(ids)
+        try:
+            ids = np.asarray(ids)
+        except (ValueError, TypeError):  # ragged nested lists
+            raise TypeError(f"ids must be a sequence of character ids; got {type(ids).__name__} "
+                            f"({where_ragged(ids, 'ids')}).") from None
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"ids must be a non-empty sequence of shape (P,); got shape {ids.shape}.")
         logits, self.state, _ = self.model.forward(ids[:, None], self.state, need_cache=False)  # (P, 1, V)

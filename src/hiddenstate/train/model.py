@@ -36,6 +36,7 @@ import numpy as np
 
 from hiddenstate.functional import cross_entropy
 from hiddenstate.layers import BY_KIND
+from hiddenstate.nesting import where_ragged
 from hiddenstate.params import uniform_init
 from hiddenstate.resources import check_memory
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
@@ -51,7 +52,11 @@ CELLS = tuple(sorted(k for k in BY_KIND if BY_KIND[k].kind.recurrent)) + LINEAR_
 
 def _check_ids(name: str, ids, vocab_size: int, ndim: int) -> np.ndarray:
     """Validate an integer id array of ``ndim`` dimensions with values in [0, V)."""
-    arr = np.asarray(ids)
+    try:
+        arr = np.asarray(ids)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"{name} must be an integer array of character ids; got {type(ids).__name__} "
+                        f"({where_ragged(ids, name)}).") from None
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer array of character ids; got dtype {arr.dtype}. "
                         "Encode text with Vocabulary.encode.")
