@@ -307,6 +307,6 @@ def test_a_ragged_nested_list_says_where(value, where):
 
 def test_find_fixed_points_names_inits_of_the_wrong_width(rng):
     layer = hs.GRU(3, 4, rng=rng)
-    F, jac = hs.probe.fixedpoints.layer_map(layer)
+    F, jac = layer_map(layer)
     with pytest.raises(ValueError, match=r"inits must have shape \(K, S=4\), states of the map F; got shape \(2, 5\)"):
         hs.find_fixed_points(F, jac, np.zeros((2, 5)))
