@@ -227,8 +227,8 @@ def test_safetensors_overwrites_atomically_and_keeps_user_metadata(tmp_path):
 
 def test_safetensors_write_failure_leaves_no_temporary_file(tmp_path):
     target = tmp_path / "dir.safetensors"
-    target.mkdir()  # os.replace cannot put a file over a directory
-    with pytest.raises(OSError):
+    target.mkdir()  # only a regular file is ever replaced: refused before anything is written
+    with pytest.raises(ValueError, match="which is a directory; only a regular file is ever replaced"):
         save_safetensors(our_layer("rnn", 2, 3), target)
     assert sorted(os.listdir(tmp_path)) == ["dir.safetensors"]
 

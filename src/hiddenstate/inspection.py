@@ -22,6 +22,7 @@ from hiddenstate.interop.statedict_file import load_state_dict_file
 from hiddenstate.interop.transformers_io import from_transformers, is_transformers_mamba
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.nesting import where_ragged
 from hiddenstate.probe.analysis import Analysis, analyze_model
 from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba
 from hiddenstate.recurrent import RecurrentLayer
@@ -144,6 +145,8 @@ def _numpy(name: str, value):
     if inner is not None and hasattr(inner, "detach"):
         value = inner
     if hasattr(value, "detach") and hasattr(value, "cpu") and hasattr(value, "numpy"):
+        if getattr(value, "is_meta", False):
+            raise ValueError(f"{name} must hold values; got a torch tensor on the 'meta' device (a shape, no data).")
         return value.detach().cpu().numpy()
     if type(value).__name__ == "PackedSequence":
         raise TypeError(f"{name} must be a padded tensor or array; got a PackedSequence. Pass the padded input "
@@ -198,15 +201,29 @@ def _char_input(model: CharRNN, x, text, vocab):
                              f"{''.join(unknown[:10])!r}.")
         text = x if text is None else text
         x = np.array([chars.index(c) for c in x], dtype=np.int64)
-    ids = np.asarray(_numpy("x", x))
+    try:
+        ids = np.asarray(_numpy("x", x))
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"x must be token ids of shape (T,) or (T, N); got {type(x).__name__} "
+                        f"({where_ragged(x, 'x')}).") from None
     if ids.dtype == bool or ids.dtype.kind not in "iu" or ids.ndim not in (1, 2):
         raise TypeError(f"x must be token ids of shape (T,) or (T, N) (integers) or a str for a CharRNN; got "
                         f"dtype {ids.dtype} and shape {shape_str(ids.shape)}.")
     if ids.size and (ids.min() < 0 or ids.max() >= model.vocab_size):
         raise ValueError(f"x must hold ids in [0, {model.vocab_size}); got values in [{ids.min()}, {ids.max()}].")
     ids = ids[:, None] if ids.ndim == 1 else ids  # (T, N)
-    if text is None and chars is not None:
-        text = "".join(chars[i] for i in ids[:, 0])
+    if ids.shape[1] == 0:
+        raise ValueError(f"x must hold at least one sequence (N >= 1); got shape {shape_str(ids.shape)}.")
+    decoded = None if chars is None else "".join(chars[i] for i in ids[:, 0])
+    if text is not None and decoded is not None and text != decoded:
+        at = next((i for i, (a, b) in enumerate(zip(text, decoded)) if a != b), min(len(text), len(decoded)))
+        raise ValueError(f"text must be the characters of x's sequence 0 (the vocabulary decodes {len(decoded)} of "
+                         f"them); got a text of {len(text)} that differs at position {at} ({text[at:at + 10]!r} "
+                         f"against {decoded[at:at + 10]!r}). Leave text out, or pass x as that text.")
+    if text is not None and decoded is None and isinstance(text, str) and len(text) != ids.shape[0]:
+        raise ValueError(f"text must have one character per step of x (T={ids.shape[0]}); got {len(text)}.")
+    if text is None:
+        text = decoded
     space = chars.index(" ") if chars is not None and " " in chars else None
     fp = None if space is None else np.asarray(model.embed(np.array([space])), dtype=np.float64)[0]
     return np.asarray(model.embed(ids), dtype=np.float64), ids, text, fp
@@ -251,7 +268,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     text : str, optional
         The characters of sequence 0, one per step: adds the units that track text features and
         the coloured-text view. For a CharRNN it defaults to the decoded ``x`` when ``vocab``
-        is known.
+        is known, and a text given with ``vocab`` must be that decoding (refused otherwise).
     vocab : Vocabulary, str or list of str, optional
         A CharRNN's characters in id order (``hiddenstate.train.corpus.Vocabulary`` or its
         ``chars``): lets ``x`` be text, and gives the text view and the fixed points with the
@@ -290,7 +307,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         non-numeric dtype; ``vocab`` of the wrong type.
     ValueError
         An option the conversion cannot represent (named); ``x`` whose shape does not fit the
-        model (the message gives the layout expected); ``out`` that may not be written; and the
+        model (the message gives the layout expected), with no sequence (N = 0), or ``lengths``
+        all 0; a ``text`` that is not what ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written; and the
         errors of :func:`hiddenstate.analyze_model`.
     """
     out = None if out is None else check_report_path(out)
@@ -311,10 +329,18 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= to show "
                              "the characters behind the steps.")
         x = _check_x(x, layer, converted)
+    batch_axis = 0 if layer.batch_first and not isinstance(model, CharRNN) else 1  # a CharRNN's x is (T, N, I)
+    N = x.shape[batch_axis] if x.ndim == 3 else 1  # (T, I): one sequence
+    if N == 0:
+        raise ValueError(f"x must hold at least one sequence (N >= 1); got shape {shape_str(x.shape)}.")
     if tokens is not None:
         tokens = _numpy("tokens", tokens)
     if lengths is not None:
         lengths = _numpy("lengths", lengths)
+        lens = np.asarray(lengths)
+        if lens.size and lens.dtype.kind in "iu" and not lens.any():
+            raise ValueError(f"lengths must give at least one valid step (a sequence of length >= 1); got all "
+                             f"{lens.size} zero, so there is no state to inspect.")
     h0 = _state("h0", h0, layer, keras=converted.startswith("keras"))
     an = analyze_model(layer, x, h0, tokens=tokens, text=text, lengths=lengths, max_lag=max_lag,
                        n_fixed_point_starts=n_fixed_point_starts, fixed_point_input=fp, rng=rng,

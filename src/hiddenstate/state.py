@@ -9,15 +9,23 @@ A *learned* initial state is a parameter of the layer (``learn_h0=True`` on the 
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
-from hiddenstate.validation import float_dtype, generator, positive_int, real
+from hiddenstate.resources import check_memory
+from hiddenstate.validation import float_dtype, generator, positive_int, real, shape_str
 
 __all__ = ["init_hidden", "initial_state"]
 
 _KINDS = ("zeros", "normal", "constant")
+
+
+def _fits(shape: tuple, dtype: np.dtype) -> None:
+    """Refuse a state that cannot fit in memory (the package's size rule), before NumPy tries."""
+    check_memory(f"a state of shape {shape_str(shape)} ({dtype})", float(math.prod(shape)) * dtype.itemsize,
+                 "Use a smaller batch or hidden size.")
 
 
 def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
@@ -41,7 +49,8 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
     TypeError
         If a size is not an integer (bool and float are rejected).
     ValueError
-        If a size is zero or negative.
+        If a size is zero or negative, or the array cannot fit in this machine's memory
+        (:func:`hiddenstate.resources.check_memory`).
 
     Notes
     -----
@@ -57,6 +66,7 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
     """
     b = positive_int("batch_size", batch_size)
     h = positive_int("hidden_dim", hidden_dim)
+    _fits((b, h), np.dtype(np.float64))
     return np.zeros((b, h), dtype=np.float64)
 
 
@@ -97,7 +107,7 @@ def initial_state(
     ------
     ValueError
         Unknown ``kind``, non-positive sizes, a negative or non-finite ``std``, a non-finite
-        ``value``, or ``"normal"`` without ``rng``.
+        ``value``, or ``"normal"`` without ``rng``; a shape that cannot fit in memory.
     TypeError
         ``rng`` is not a ``numpy.random.Generator``, a size is not an integer, ``shape`` is not a
         tuple, ``std`` or ``value`` is not a number.
@@ -108,6 +118,8 @@ def initial_state(
     if not isinstance(shape, (tuple, list)):
         raise TypeError(f"shape must be a tuple of positive integers; got {type(shape).__name__} {shape!r}.")
     shape = tuple(positive_int(f"shape[{i}]", s) for i, s in enumerate(shape))
+    if kind in _KINDS:
+        _fits(shape, dt)
     if kind == "zeros":
         return np.zeros(shape, dtype=dt)
     if kind == "constant":

@@ -76,11 +76,14 @@ def hidden_state_update(z_t: np.ndarray, h_prev: np.ndarray, h_tilde: np.ndarray
                 f"{name} must have the same shape as z_t {shape_str(z.shape)}; got "
                 f"{shape_str(arr.shape)}. The three arrays are combined elementwise, never broadcast."
             )
-    if z.size and (z.min() < 0.0 or z.max() > 1.0):
-        raise ValueError(
-            f"z_t must lie in [0, 1] (it is a sigmoid gate); got values in [{z.min()}, {z.max()}]."
-        )
+    _gate("z_t", z)
     return _computed("hidden_state_update", lambda: gru_blend(z, h, n))
+
+
+def _gate(name: str, g: np.ndarray) -> None:
+    """A gate's values lie in [0, 1] (a sigmoid's range, its limits included: a saturated gate)."""
+    if g.size and (g.min() < 0.0 or g.max() > 1.0):
+        raise ValueError(f"{name} must lie in [0, 1] (it is a sigmoid gate); got values in [{g.min()}, {g.max()}].")
 
 
 def _batched(name: str, arr, feature_dim: int | None, feature_sym: str, source: str = "") -> np.ndarray:
@@ -256,7 +259,7 @@ def candidate(x_t, h_prev, r_t, W_h, U_h, b_h) -> np.ndarray:
     ------
     TypeError, ValueError
         Non-float arrays, NaN/Inf, or shapes that do not match the symbols above (``r_t`` must
-        have the shape of ``h_prev``).
+        have the shape of ``h_prev``); ``r_t`` outside [0, 1] (a sigmoid's range).
     """
     h = float_array("h_prev", h_prev)
     r = float_array("r_t", r_t)
@@ -264,6 +267,7 @@ def candidate(x_t, h_prev, r_t, W_h, U_h, b_h) -> np.ndarray:
         legend = "(H,)" if h.ndim == 1 else "(N, H)"
         raise ValueError(f"r_t must have the shape of h_prev {shape_str(h.shape)}; got {shape_str(r.shape)}. The gate "
                          f"is elementwise: {legend} like h_prev, never broadcast.")
+    _gate("r_t", r)  # a reset gate of 5 would amplify h_{t-1}, no GRU computes that
     return _computed("candidate", lambda: np.tanh(_affine(x_t, r * h, W_h, U_h, b_h, "W_h", "U_h", "b_h")[2]))
 
 

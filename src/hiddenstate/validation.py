@@ -21,6 +21,8 @@ import numbers
 
 import numpy as np
 
+from hiddenstate.nesting import where_ragged
+
 __all__ = [
     "bool_mask",
     "boolean",
@@ -281,8 +283,7 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
     Raises
     ------
     TypeError
-        bool, complex, object, string or other non-numeric data (integers are promoted, as
-        NumPy's ufuncs do), or ragged nested lists.
+        bool, complex, object, string or other non-numeric data, or ragged nested lists.
     ValueError
         NaN or Inf when ``finite``.
     """
@@ -293,8 +294,9 @@ def float_array(name: str, value, *, dtype=None, finite: bool = True) -> np.ndar
     else:
         try:
             arr = np.asarray(value)
-        except (ValueError, TypeError) as exc:
-            raise TypeError(f"{name} must be a floating-point array; got {type(value).__name__} ({exc}).") from None
+        except (ValueError, TypeError):  # ragged nested lists: say where
+            why = where_ragged(value, name)
+            raise TypeError(f"{name} must be a floating-point array; got {type(value).__name__} ({why}).") from None
     kind = arr.dtype.kind
     if kind in "iu":  # integers: promoted to float64 (or the requested dtype), as NumPy's ufuncs do
         arr = arr.astype(np.float64 if dtype is None else dtype)

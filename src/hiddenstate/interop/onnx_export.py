@@ -23,12 +23,11 @@ the batch.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.files import write_atomically
+from hiddenstate.files import output_file, write_atomically
 from hiddenstate.interop.kinds import convertible_kind
 from hiddenstate.validation import boolean
 
@@ -146,7 +145,7 @@ def _save(g: _Graph, inputs, outputs, path, name: str) -> Path:
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
                                    producer_name="hiddenstate")
     onnx.checker.check_model(model)
-    out = Path(os.fspath(path))
+    out = output_file(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, model.SerializeToString())
     return out
@@ -180,10 +179,15 @@ def to_onnx(layer, path, *, initial_state: bool = True, lengths: bool = False) -
     Raises
     ------
     TypeError
-        ``layer`` is not an RNN, GRU or LSTM layer, or a flag is not a bool.
+        ``layer`` is not an RNN, GRU or LSTM layer, a flag is not a bool, or ``path`` is not a
+        str or os.PathLike.
+    ValueError
+        ``path`` ends in a path separator (it names a directory), or is a directory, a device, a
+        FIFO: only a regular file is replaced (:func:`hiddenstate.files.output_file`).
     ImportError
         The ``onnx`` package is not installed.
     """
+    output_file(path)  # before the work: a directory, a device or a FIFO is never replaced
     kind = convertible_kind(layer, "an ONNX graph")
     initial_state, lengths = boolean("initial_state", initial_state), boolean("lengths", lengths)
     onnx = _onnx()
@@ -233,10 +237,13 @@ def charrnn_to_onnx(model, path, *, initial_state: bool = True) -> Path:
     Raises
     ------
     TypeError
-        ``model`` is not a CharRNN of an RNN, GRU or LSTM.
+        ``model`` is not a CharRNN of an RNN, GRU or LSTM, or ``path`` is not a str or os.PathLike.
+    ValueError
+        ``path`` names a directory, a device or a FIFO (as :func:`to_onnx`).
     ImportError
         The ``onnx`` package is not installed.
     """
+    output_file(path)  # before the work
     layer = getattr(model, "rnn", None)
     if layer is None or not hasattr(model, "embed"):
         raise TypeError(f"model must be a hiddenstate CharRNN; got {type(model).__name__}.")

@@ -9,16 +9,17 @@ so :func:`load_safetensors` rebuilds the same layer. Files are read and written 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import safetensors
 import safetensors.numpy
 
 from hiddenstate.cells import KINDS
-from hiddenstate.files import write_atomically
+from hiddenstate.files import output_file, write_atomically
 from hiddenstate.interop.kinds import kind_from_weight_hh, kind_name, layer_kind, with_article
+from hiddenstate.interop.safetensors_header import read_header, read_tensors
 from hiddenstate.interop.statedict import layer_from_state, load_strict
 from hiddenstate.validation import float_dtype, shape_str
 
@@ -62,13 +63,15 @@ def save_safetensors(layer, path, *, metadata=None) -> Path:
     Raises
     ------
     TypeError
-        ``layer`` is not one of our sequence layers, or ``metadata`` is not a mapping str -> str.
+        ``layer`` is not one of our sequence layers, ``metadata`` is not a mapping str -> str, or
+        ``path`` is not a str or os.PathLike.
     ValueError
-        ``metadata`` uses a reserved key.
+        ``metadata`` uses a reserved key; ``path`` ends in a path separator or is a directory, a
+        device or a FIFO (only a regular file is replaced).
     OSError
         The file cannot be written (no temporary file is left behind).
     """
-    path = Path(path)
+    path = output_file(path, example="layer.safetensors")  # a directory, device or FIFO is never replaced
     meta = {"format": "pt", _META_KEY: json.dumps({**_config(layer), "version": 1}, sort_keys=True)}
     if metadata is not None:
         if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
@@ -83,21 +86,14 @@ def save_safetensors(layer, path, *, metadata=None) -> Path:
     return path
 
 
-def _read(path: Path) -> tuple[dict, dict]:
-    """The float arrays of a safetensors file and its ``"hiddenstate"`` options (empty if absent)."""
-    try:
-        with safetensors.safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
-    except FileNotFoundError:
-        raise
-    except Exception as error:  # safetensors raises its own SafetensorError
-        if not path.exists():
-            raise FileNotFoundError(f"path must name an existing file; got '{path}'.") from None
-        raise ValueError(f"'{path}' must be a valid safetensors file of float arrays; got: {error}.") from None
-    for k, v in state.items():
-        if v.dtype.kind != "f":
-            raise ValueError(f"'{path}'[{k!r}] must be a float array; got dtype {v.dtype}.")
+def _read(path: Path):
+    """The checked header of a safetensors file, placeholders of its tensors' shapes (no memory) and its options."""
+    header = read_header(path)  # a FIFO, a duplicate name, bad offsets: refused before any tensor is read
+    for k, e in header.tensors.items():
+        if not e.is_float:
+            raise ValueError(f"'{path}'[{k!r}] must be a float array; got dtype {e.dtype}.")
+    shapes = {k: np.broadcast_to(np.zeros((), dtype=e.numpy_dtype), e.shape) for k, e in header.tensors.items()}
+    meta = header.metadata
     cfg = {}
     if _META_KEY in meta:
         try:
@@ -106,7 +102,7 @@ def _read(path: Path) -> tuple[dict, dict]:
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"'{path}' must hold valid 'hiddenstate' metadata; got {meta[_META_KEY]!r} "
                              f"({error}).") from None
-    return state, cfg
+    return header, shapes, cfg
 
 
 def load_safetensors(path, layer=None, *, dtype=np.float64):
@@ -132,24 +128,32 @@ def load_safetensors(path, layer=None, *, dtype=np.float64):
 
     Raises
     ------
+    TypeError
+        ``path`` is not a str or os.PathLike.
     FileNotFoundError
         No file at ``path``.
     ValueError
-        Not a safetensors file; a file of another kind (a GRU file loaded into an LSTM), or of
+        Not a regular file (a FIFO or device is refused unopened); not a safetensors file, or one
+        that names a tensor twice or whose tensors do not fit in memory (decided from its
+        header, before a tensor is read); a file of another kind (a GRU file loaded into an LSTM), or of
         another ``reset_after``/``nonlinearity`` per its metadata; a missing, unexpected or
         misshapen key (named with both shapes).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__} {path!r}.")
     path = Path(path)
     dtype = float_dtype("dtype", dtype)
-    state, cfg = _read(path)
+    header, state, cfg = _read(path)  # state: the shapes only, until they are checked
     source = f"'{path}'"
     if layer is None:
         extra = {} if "kind" not in cfg else {o: cfg[o] for o in KINDS[cfg["kind"]].options
                                                if o in cfg and o not in ("nonlinearity", "reset_after")}
-        return layer_from_state(state, source, kind=cfg.get("kind"), nonlinearity=cfg.get("nonlinearity", "tanh"),
-                                batch_first=bool(cfg.get("batch_first", False)),
-                                reset_after=bool(cfg.get("reset_after", True)),
-                                dropout=float(cfg.get("dropout", 0.0)), dtype=dtype, options=extra)
+        built = layer_from_state(state, source, kind=cfg.get("kind"), nonlinearity=cfg.get("nonlinearity", "tanh"),
+                                 batch_first=bool(cfg.get("batch_first", False)),
+                                 reset_after=bool(cfg.get("reset_after", True)),
+                                 dropout=float(cfg.get("dropout", 0.0)), dtype=dtype, options=extra)
+        load_strict(built, read_tensors(header, list(header.tensors)), source)
+        return built
     kind = layer_kind(layer)
     w = state.get("weight_hh_l0")
     found = None if w is None else kind_from_weight_hh(w)
@@ -165,5 +169,6 @@ def load_safetensors(path, layer=None, *, dtype=np.float64):
             raise ValueError(f"{source} was saved with {option}={cfg[option]!r}; the layer has "
                              f"{option}={value!r}. The weights would compute another function; "
                              f"build the layer with {option}={cfg[option]!r} or use load_safetensors(path).")
-    load_strict(layer, state, source)
+    load_strict(layer, state, source, check_only=True)  # keys and shapes, before a tensor is read
+    load_strict(layer, read_tensors(header, list(header.tensors)), source)
     return layer

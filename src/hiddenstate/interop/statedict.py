@@ -45,12 +45,17 @@ def as_float_array(name: str, value) -> np.ndarray:
     ------
     TypeError
         bool, complex, object or string values (a bool or complex tensor is refused, not cast).
+    ValueError
+        A torch tensor on the ``meta`` device (it has a shape but no values).
     """
     if not isinstance(value, np.ndarray):
         inner = getattr(value, "value", None)  # keras.Variable -> backend tensor
         if inner is not None and hasattr(inner, "detach"):
             value = inner
         if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
+            if getattr(value, "is_meta", False):
+                raise ValueError(f"{name} must hold values; got a torch tensor on the 'meta' device (shapes only, "
+                                 "no data). Load the weights first (module.to_empty(device='cpu') and a state dict).")
             t = value.detach().cpu()
             kind = str(t.dtype)
             if kind == "torch.bool" or "complex" in kind:
@@ -182,7 +187,7 @@ def _linear_from_state(state, source, kind, *, batch_first, dropout, dtype, opti
     return layer
 
 
-def load_strict(layer, state: dict, source: str) -> None:
+def load_strict(layer, state: dict, source: str, *, check_only: bool = False) -> None:
     """``layer.load_state_dict(state)`` with messages that name the source, the key and both shapes.
 
     Parameters
@@ -193,6 +198,9 @@ def load_strict(layer, state: dict, source: str) -> None:
         Exactly the layer's keys, each of the layer's shape.
     source : str
         What the dict is, for error messages.
+    check_only : bool, default False
+        Check the keys and shapes only, loading nothing (``state`` may hold placeholders of the
+        shapes, e.g. from a file's header before its tensors are read).
 
     Raises
     ------
@@ -213,7 +221,8 @@ def load_strict(layer, state: dict, source: str) -> None:
             raise ValueError(f"{source}[{key!r}] must have shape {shape_str(want.shape)} to load into "
                              f"{type(layer).__name__}(input_size={layer.input_size}, hidden_size={H}, ...); got "
                              f"{shape_str(got)}{what}. Nothing was loaded.")
-    layer.load_state_dict(state)
+    if not check_only:
+        layer.load_state_dict(state)
 
 
 def refuse_learned_state(layer, strict: bool, *, holder: str, call: str, use: str) -> None:

@@ -13,6 +13,7 @@ unread: unpickling a file can run any code in it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from hiddenstate.cells import KINDS
+from hiddenstate.files import regular_file
 from hiddenstate.interop.kinds import kind_from_weight_hh, kind_name
-from hiddenstate.interop.statedict import layer_from_state
+from hiddenstate.interop.safetensors_header import read_header, read_tensors
+from hiddenstate.interop.statedict import layer_from_state, load_strict
 from hiddenstate.validation import shape_str
 
 __all__ = ["PICKLE_HINT", "StateDictFile", "load_state_dict_file", "refuse_pickle"]
@@ -81,18 +84,10 @@ class StateDictFile:
     ignored: list = field(default_factory=list)
 
 
-def _read(path: Path) -> tuple[dict, dict]:
-    """The float arrays of a safetensors file and its metadata."""
-    import safetensors
-
-    try:
-        with safetensors.safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
-    except Exception as error:  # safetensors raises its own SafetensorError (bfloat16 too: NumPy has no such dtype)
-        raise ValueError(f"'{path}' must be a safetensors file of float16/32/64 arrays; got: "
-                         f"{' '.join(str(error).split())}.") from None
-    return state, meta
+def _shapes(header, names) -> dict:
+    """Placeholders of the tensors' dtypes and shapes that hold no memory: the checks of names and shapes run on them."""
+    return {name: np.broadcast_to(np.zeros((), dtype=header.tensors[name].numpy_dtype), header.tensors[name].shape)
+            for name in names}
 
 
 def _flag(name: str) -> str:
@@ -132,19 +127,24 @@ def load_state_dict_file(path, *, kind=None, nonlinearity=None, reset_after=None
     FileNotFoundError
         No file at ``path``.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__} {path!r}.")
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise FileNotFoundError(f"'{p}' does not exist; give a .safetensors file of a torch state dict.")
     if p.is_dir():
         raise ValueError(f"'{p}' must be a .safetensors file; got a directory.")
+    regular_file(p, name="path", hint="Give a .safetensors file of a torch state dict.")  # a FIFO would block
     refuse_pickle(p)
     kind = None if kind is None else kind_name("kind", kind, linear=True)
-    raw, meta = _read(p)
+    header = read_header(p)  # names, dtypes, shapes: no tensor is read before they are checked
+    meta = header.metadata
     try:
         saved = json.loads(meta["hiddenstate"]) if "hiddenstate" in meta else {}
     except ValueError:
         saved = {}
     saved = saved if isinstance(saved, dict) else {}
+    raw = header.tensors  # name -> TensorEntry
     groups = {}
     for key in raw:
         m = _KEY.match(key)
@@ -161,13 +161,13 @@ def load_state_dict_file(path, *, kind=None, nonlinearity=None, reset_after=None
         prefix = next(iter(groups))
     elif prefix not in groups:
         raise ValueError(f"--prefix must be one of {sorted(groups)} in '{p}'; got {prefix!r}.")
-    state = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)
-             and (_KEY.match(k[len(prefix):]) or k[len(prefix):] in ("h0", "c0"))}
+    used = [k for k in raw if k.startswith(prefix) and (_KEY.match(k[len(prefix):]) or k[len(prefix):] in ("h0", "c0"))]
     out = StateDictFile(layer=None)
-    out.ignored = sorted(k for k in raw if not (k.startswith(prefix) and k[len(prefix):] in state))
-    for key, a in state.items():
-        if a.dtype.kind != "f":
-            raise ValueError(f"'{p}'[{prefix + key!r}] must be a float array; got dtype {a.dtype}.")
+    out.ignored = sorted(set(raw) - set(used))
+    for key in used:
+        if not raw[key].is_float:
+            raise ValueError(f"'{p}'[{key!r}] must be a float16, float32 or float64 array; got dtype {raw[key].dtype}.")
+    state = {k[len(prefix):]: v for k, v in _shapes(header, used).items()}  # shapes only, no memory
     if prefix:
         out.inferred.append(f"prefix {prefix!r} (the keys of one recurrent module; {len(out.ignored)} other "
                             "tensors ignored)")
@@ -208,6 +208,9 @@ def load_state_dict_file(path, *, kind=None, nonlinearity=None, reset_after=None
     layer = layer_from_state(state, f"'{p}'", kind=kind, nonlinearity=options.get("nonlinearity", "tanh"),
                              reset_after=options.get("reset_after", True), dtype=np.float64,
                              options=extra if not KINDS[real].recurrent else None)
+    # every name and shape fits: now read those tensors (only those), if they fit in memory
+    tensors = read_tensors(header, used, hint="The file's recurrent weights are larger than this machine can hold.")
+    load_strict(layer, {k[len(prefix):]: v for k, v in tensors.items()}, f"'{p}'")
     w_ih = state["weight_ih_l0"]
     out.inferred.append(f"input_size {layer.input_size}, hidden_size {layer.hidden_size} (weight_ih_l0 "
                         f"{shape_str(w_ih.shape)})")

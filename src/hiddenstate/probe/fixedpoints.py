@@ -332,6 +332,10 @@ def find_fixed_points(
         )
     if not np.isfinite(X).all():
         raise ValueError("inits must be finite; got NaN or Inf. Drop or replace those rows.")
+    width = getattr(F, "state_size", None)  # F of layer_map says the width of its states
+    if width is not None and X.shape[1] != width:
+        raise ValueError(f"inits must have shape (K, S={width}), states of the map F; got shape "
+                         f"{shape_str(X.shape)}. Give starting states of the layer's state size.")
     tol = _positive("tol", tol)
     K, H = X.shape
     dedup_tol = 1e-3 * np.sqrt(H) if dedup_tol is None else _positive("dedup_tol", dedup_tol)

@@ -88,6 +88,7 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
         last["s"], last["state"] = np.array(s, dtype=np.float64), st.state[0].copy()
         return st.jacobian[0]
 
+    F.state_size = jac.state_size = S  # find_fixed_points checks its inits against it
     return F, jac
 
 

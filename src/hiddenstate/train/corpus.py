@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hiddenstate.files import open_regular
 from hiddenstate.validation import nonnegative_int, positive_int, real
 
 __all__ = ["StreamBatcher", "Vocabulary", "load_text", "train_val_split"]
@@ -259,7 +260,8 @@ def load_text(path: str | os.PathLike | None = None, *, name: str = "path") -> s
     IsADirectoryError
         If ``path`` is a directory.
     ValueError
-        If the file is empty or is not valid UTF-8 (the message gives the byte offset).
+        If the file is empty, not valid UTF-8 (the message gives the byte offset), or not a regular
+        file (a FIFO, device, symlink loop: refused unopened, as a FIFO would block forever).
     """
     if path is None:
         embedded = resources.files("hiddenstate") / "data" / _EMBEDDED_TEXT
@@ -267,15 +269,14 @@ def load_text(path: str | os.PathLike | None = None, *, name: str = "path") -> s
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str, an os.PathLike or None; got {type(path).__name__}.")
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{name} must name an existing text file; got '{path}', which does not exist. "
-            "Check the path, or give none for the embedded Shakespeare corpus."
-        )
+    if not path.exists() and not path.is_symlink():
+        raise FileNotFoundError(f"{name} must name an existing text file; got '{path}', which does not exist. "
+                                "Check the path, or give none for the embedded Shakespeare corpus.")
     if path.is_dir():
         raise IsADirectoryError(f"{name} must name a text file; got '{path}', which is a directory. "
                                 "Name a file inside it.")
-    data = path.read_bytes()
+    with open_regular(path, name=name, hint="Give a text file.") as f:  # a FIFO is refused, not waited on
+        data = f.read()
     if not data:
         raise ValueError(f"{name} must name a non-empty text file; got '{path}', which is empty.")
     try:

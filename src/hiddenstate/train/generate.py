@@ -37,7 +37,10 @@ import functools
 import numpy as np
 
 from hiddenstate.functional import softmax
-from hiddenstate.validation import generator, nonnegative_int, positive_int, real
+from hiddenstate.nesting import where_ragged
+from hiddenstate.resources import check_memory
+from hiddenstate.train.guards import sampling_memory
+from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, real, state_array
 
 __all__ = ["SAMPLE_RULES", "Stream", "check_sampling", "draw", "next_distribution"]
 
@@ -91,7 +94,9 @@ def next_distribution(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.
     probable characters whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al.
     2020); the kept probabilities are renormalised to sum to 1 and every other entry is 0.
     Characters of equal probability are ranked by id (lower first), so the kept set is always
-    the same. ``temperature=0`` is greedy: all the mass on the first most likely character.
+    the same. ``temperature=0`` is greedy: all the mass on the first most likely character; a
+    temperature so small that ``logits / temperature`` overflows (``1e-310``) is its limit, all
+    the mass on the most likely characters (shared equally if several are tied).
 
     Parameters
     ----------
@@ -122,8 +127,10 @@ def next_distribution(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.
         p = np.zeros_like(z)
         p[int(np.argmax(z))] = 1.0
         return p
-    with np.errstate(under="ignore", over="ignore"):  # tiny temperatures: p is one-hot
-        p = softmax(z / temperature)  # (V,)
+    with np.errstate(under="ignore", over="ignore", divide="ignore"):  # tiny temperatures: p is one-hot
+        scaled = (z - z.max()) / temperature  # (V,), <= 0: -inf where a tiny temperature overflows, never NaN
+        p = np.exp(scaled)
+        p /= p.sum()  # the maximum gives exp(0) = 1, so the sum is >= 1
     if top_k is None and top_p is None:
         return p
     order = np.argsort(-p, kind="stable")  # most probable first; ties by id
@@ -150,7 +157,20 @@ def draw(p, rng) -> int:
     -------
     int
         An id whose weight is positive.
+
+    Raises
+    ------
+    TypeError
+        ``p`` is not an array of numbers, ``rng`` not a Generator.
+    ValueError
+        ``p`` is not a non-empty vector of finite non-negative weights with a positive sum.
     """
+    if not callable(getattr(rng, "random", None)):
+        generator(rng, required=True)  # the message of the rule: a numpy.random.Generator
+    p = float_array("p", p, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0 or (p < 0).any() or not p.sum() > 0:
+        shown = f"shape {p.shape}" if p.ndim != 1 or p.size == 0 else f"weights in [{p.min():g}, {p.max():g}]"
+        raise ValueError(f"p must be a non-empty vector (V,) of non-negative weights with a positive sum; got {shown}.")
     cdf = np.cumsum(p)
     i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
     return min(i, int(np.flatnonzero(p)[-1]))  # u * cdf[-1] rounded up to cdf[-1]: the last kept id
@@ -189,9 +209,18 @@ class Stream:
     """
 
     def __init__(self, model, state=None, *, vocab=None):
+        if not all(hasattr(model, a) for a in ("forward", "vocab_size", "hidden_size", "num_layers", "cell")):
+            raise TypeError(f"model must be a hiddenstate CharRNN; got {type(model).__name__}.")
+        if vocab is not None:
+            chars = getattr(vocab, "chars", None)
+            if not isinstance(chars, str) or not hasattr(vocab, "encode"):
+                raise TypeError(f"vocab must be a hiddenstate Vocabulary (hiddenstate.train.corpus.Vocabulary(text)) "
+                                f"or None; got {type(vocab).__name__} {vocab!r:.60}.")
+            if len(chars) != model.vocab_size:
+                raise ValueError(f"vocab must have the model's V={model.vocab_size} characters; got {len(chars)}.")
         self.model = model
         self.vocab = vocab
-        self.state = state
+        self.state = None if state is None else _check_state(model, state)
         self._logits = None
         self.n_read = 0
 
@@ -228,6 +257,9 @@ class Stream:
                 raise TypeError(f"char must be an integer id (this Stream has no vocab to encode text); got str {char!r}.")
             if len(char) != 1:
                 raise ValueError(f"char must be a single character; got {char!r} of length {len(char)}.")
+            if char not in self.vocab.chars:
+                raise ValueError(f"char must be one of the vocabulary's {len(self.vocab.chars)} characters; got "
+                                 f"{char!r}.")
             return int(self.vocab.encode(char)[0])
         if isinstance(char, (bool, np.bool_)) or not isinstance(char, (int, np.integer)):
             raise TypeError(f"char must be an integer id or a one-character str; got {type(char).__name__} {char!r}.")
@@ -277,7 +309,11 @@ class Stream:
         TypeError, ValueError
             Ids that are not integers, out of range, or an empty sequence.
         """
-        ids = np.asarray(ids)
+        try:
+            ids = np.asarray(ids)
+        except (ValueError, TypeError):  # ragged nested lists
+            raise TypeError(f"ids must be a sequence of character ids; got {type(ids).__name__} "
+                            f"({where_ragged(ids, 'ids')}).") from None
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"ids must be a non-empty sequence of shape (P,); got shape {ids.shape}.")
         logits, self.state, _ = self.model.forward(ids[:, None], self.state, need_cache=False)  # (P, 1, V)
@@ -309,11 +345,13 @@ class Stream:
         RuntimeError
             If nothing has been read yet (no distribution to draw from).
         TypeError, ValueError
-            Options outside :data:`SAMPLE_RULES`.
+            Options outside :data:`SAMPLE_RULES`; a length whose ids cannot fit in memory
+            (:func:`hiddenstate.resources.check_memory`, the rule of ``hiddenstate sample --length``).
         """
         length = SAMPLE_RULES["length"]("length", length)
         temperature, top_k, top_p = check_sampling(temperature, top_k, top_p)
         rng = generator(rng)
+        check_memory(f"length {length}", sampling_memory(self.model, length, 0), "Ask for fewer characters.")
         if self._logits is None:
             raise RuntimeError("Stream.generate needs a distribution to start from: feed or read a prime first.")
         out = np.empty(length, dtype=np.int64)
@@ -323,3 +361,16 @@ class Stream:
             if i + 1 < length:
                 self.read(out[i:i + 1])
         return out
+
+
+def _check_state(model, state):
+    """A stream's starting state: (L, 1, H), or a pair of them for an LSTM, of the model's dtype."""
+    L, H = model.num_layers, model.hidden_size
+    dtype = getattr(model, "dtype", np.float64)
+    legend = f"(L={L}, 1, H={H})"
+    if model.cell == "lstm":
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise TypeError(f"state must be a pair (h, c) of arrays {legend} for an LSTM model; got "
+                            f"{type(state).__name__}.")
+        return tuple(state_array(f"state[{j}]", s, 1, H, dtype, lead=(L,), legend=legend) for j, s in enumerate(state))
+    return state_array("state", state, 1, H, dtype, lead=(L,), legend=legend)

@@ -36,10 +36,13 @@ import numpy as np
 
 from hiddenstate.functional import cross_entropy
 from hiddenstate.layers import BY_KIND
+from hiddenstate.nesting import where_ragged
 from hiddenstate.params import uniform_init
+from hiddenstate.resources import check_memory
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
 from hiddenstate.train.generate import SAMPLE_RULES, Stream, check_sampling
-from hiddenstate.validation import choice, drop_probability, float_dtype, generator, positive_int
+from hiddenstate.train.guards import sampling_memory
+from hiddenstate.validation import choice, drop_probability, float_array, float_dtype, generator, positive_int
 
 __all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
@@ -49,7 +52,11 @@ CELLS = tuple(sorted(k for k in BY_KIND if BY_KIND[k].kind.recurrent)) + LINEAR_
 
 def _check_ids(name: str, ids, vocab_size: int, ndim: int) -> np.ndarray:
     """Validate an integer id array of ``ndim`` dimensions with values in [0, V)."""
-    arr = np.asarray(ids)
+    try:
+        arr = np.asarray(ids)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"{name} must be an integer array of character ids; got {type(ids).__name__} "
+                        f"({where_ragged(ids, name)}).") from None
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer array of character ids; got dtype {arr.dtype}. "
                         "Encode text with Vocabulary.encode.")
@@ -200,7 +207,8 @@ class CharRNN:
         TypeError
             If ``state`` is not a dict.
         ValueError
-            A key is missing or unexpected, or an array has the wrong shape or non-finite values.
+            A key is missing or unexpected, or an array has the wrong shape, non-finite values, or
+            values beyond the model's dtype (1e300 into a float32 model), named by key.
         """
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict of str -> ndarray; got {type(state).__name__}.")
@@ -216,7 +224,7 @@ class CharRNN:
                 raise ValueError(f"state[{key!r}] must have shape {param.shape}; got {value.shape}.")
             if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():
                 raise ValueError(f"state[{key!r}] must be a finite floating array; got dtype {value.dtype}.")
-            new[key] = value
+            new[key] = float_array(f"state[{key!r}]", value, dtype=self.dtype)  # 1e300 into float32: refused
         for key, value in new.items():
             np.copyto(self.params[key], value, casting="unsafe")
 
@@ -437,7 +445,8 @@ class CharRNN:
             or ``top_p`` that is not a number, an rng that is not a Generator.
         ValueError
             An empty or out-of-range prime, a negative length, a negative or non-finite
-            temperature, ``top_k`` < 1, ``top_p`` outside (0, 1].
+            temperature, ``top_k`` < 1, ``top_p`` outside (0, 1]; a length whose ids cannot fit in
+            memory (:func:`hiddenstate.resources.check_memory`, as ``hiddenstate sample --length``).
         """
         prime = _check_ids("prime", prime, self.vocab_size, 1)
         if prime.size == 0:
@@ -446,6 +455,7 @@ class CharRNN:
         length = SAMPLE_RULES["length"]("length", length)
         temperature, top_k, top_p = check_sampling(temperature, top_k, top_p)
         rng = generator(rng)
+        check_memory(f"length {length}", sampling_memory(self, length, prime.size), "Ask for fewer characters.")
         if length == 0:
             return np.empty(0, dtype=np.int64)
         stream = Stream(self, state)

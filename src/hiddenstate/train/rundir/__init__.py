@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,16 +65,25 @@ def resolve_checkpoint(path, *, name: str = "checkpoint") -> Path:
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If ``path`` is a file, or a directory with no checkpoint in it.
+        If ``path`` is a file (or a FIFO, device), a loop of symbolic links, or a directory with no
+        checkpoint in it.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path; got {type(path).__name__}.")
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():  # a loop of links, or a link to nothing
+            try:
+                os.stat(p)
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    raise ValueError(f"{name} must be a directory; got '{p}', a loop of symbolic links. Give the "
+                                     "run directory itself.") from None
         raise FileNotFoundError(f"{name} '{p}' does not exist. Give a run directory written by "
                                 "`hiddenstate train` (or its checkpoint/ subdirectory).")
     if not p.is_dir():
-        raise ValueError(f"{name} must be a directory; got '{p}', which is a file. Give the run "
+        what = "a file" if p.is_file() else "not a directory (a FIFO, device or socket)"
+        raise ValueError(f"{name} must be a directory; got '{p}', which is {what}. Give the run "
                          "directory (or its checkpoint/ subdirectory), not a file inside it.")
     if (p / META_FILE).is_file():
         return p
