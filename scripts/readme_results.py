@@ -116,7 +116,7 @@ SHORT_ENTRIES = tuple(f"reproduce:{n}" for n in EXPERIMENTS) + ("demo", "train:m
                                                                   "bench:mingru-small", "bench:threads", "bench:layers", "bench:train",
                                                                   "corpus")
 #: Figures without a command that regenerates them (kept with their source; see the module docstring).
-HAND_ONLY = ("hand:threads", "hand:long-segments", "hand:array-api")
+HAND_ONLY = ("hand:threads", "hand:long-segments", "hand:array-api", "hand:distributed-long")
 ENTRIES = (tuple(f"reproduce:{n}" for n in EXPERIMENTS) + ("demo",) + tuple(f"train:{n}" for n in TRAININGS)
            + ("bench:mingru", "bench:mingru-small", "bench:threads", "bench:layers", "bench:train", "corpus",
               "bench:distributed", "distributed:long"))
@@ -445,11 +445,11 @@ def render_mingru_runs(results: dict) -> str:
 
 
 def render_distributed_long(results: dict) -> str:
-    rec = results.get("distributed:long")
+    rec = results.get("distributed:long") or results.get("hand:distributed-long")  # the measured one first
     if rec is None:
         return ""
     curve = " | ".join(f"{v:.4f}" for _, v in rec["val_curve"])
-    how = ("Run by hand, its log read by `scripts/readme_results.py`" if rec.get("script", "").startswith("run by hand")
+    how = ("Run by hand, its log read by `scripts/readme_results.py`" if rec.get("measured_by", "").startswith("hand")
            else "Measured by `python scripts/readme_results.py`")
     return "\n".join([f"{how} ({_when(rec)}): `{rec['command']}`", "",
                       "| step | " + " | ".join(str(s) for s, _ in rec["val_curve"]) + " |",
