@@ -64,6 +64,8 @@ class TorchWorld(World):
         self.device = self._device(device)
         self.step = 0  # the step being taken, for messages
         backend = "nccl" if self.device.startswith(("cuda", "torch:cuda")) else "gloo"
+        if backend == "nccl":  # the objects of all_gather_object/broadcast travel on the current GPU: this rank's
+            torch.cuda.set_device(self.local_rank)
         self.owns_group = not dist.is_initialized()  # a script may have joined the group itself
         if self.owns_group:
             try:
