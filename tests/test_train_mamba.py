@@ -148,3 +148,38 @@ def test_device_path_refuses_mamba(text_file, tmp_path):
                                          "'mamba'"):
         train(small_config(text_file, tmp_path / "d"), progress=False, verbose=False, device="torch:cpu")
     assert not (tmp_path / "d" / "checkpoint").exists()
+
+
+def test_cli_trains_samples_and_refuses_what_mamba_does_not_have(text_file, tmp_path, capsys):
+    from hiddenstate.cli import main
+
+    def one_line_error(*needles):
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("hiddenstate: error: "), lines
+        for needle in needles:
+            assert needle in lines[0], lines[0]
+
+    tiny = ["--hidden-size", "8", "--seq-len", "16", "--batch-size", "8", "--eval-every", "2", "--quiet"]
+    out = tmp_path / "m"
+    assert main(["train", "--data", str(text_file), "--cell", "mamba", "--num-layers", "2", "--steps", "3",
+                 "--out", str(out), *tiny]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("validation loss: ")
+    assert load(out).model.cell == "mamba"
+    assert main(["sample", str(out), "--length", "30", "--seed", "1", "--prime", "A"]) == 0
+    first = capsys.readouterr().out
+    assert main(["sample", str(out), "--length", "30", "--seed", "1", "--prime", "A"]) == 0
+    assert capsys.readouterr().out == first and len(first) >= 30
+    assert main(["export", str(out), "--format", "onnx", "--out", str(tmp_path / "m.onnx")]) == 2
+    one_line_error("a mamba run cannot be exported as onnx")
+    assert not (tmp_path / "m.onnx").exists()
+
+    def status(argv):
+        try:
+            return main(argv)
+        except SystemExit as exit_:
+            return exit_.code
+
+    assert status(["train", "--data", str(text_file), "--cell", "mamba", "--weight-drop", "0.2",
+                   "--out", str(tmp_path / "w"), *tiny]) == 2
+    one_line_error("--weight-drop must be 0 for cell='mamba', which has no recurrent weights")
+    assert not (tmp_path / "w").exists()

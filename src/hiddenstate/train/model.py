@@ -134,10 +134,9 @@ class CharRNN:
         self._rng = rng  # default source of dropout masks
         V, H = self.vocab_size, self.hidden_size
         input_size = V if self.embedding_dim is None else self.embedding_dim
-        if self.cell in LINEAR_CELLS + ("mamba",):
-            if drop_probability("weight_drop", weight_drop):
-                raise ValueError(f"weight_drop must be 0 for cell={self.cell!r}, which has no recurrent weights to "
-                                 f"drop; got {weight_drop}. Use dropout instead.")
+        if self.cell in LINEAR_CELLS + ("mamba",) and drop_probability("weight_drop", weight_drop):
+            raise ValueError(f"weight_drop must be 0 for cell={self.cell!r}, which has no recurrent weights to "
+                             f"drop; got {weight_drop}. Use dropout instead.")
         if self.cell == "mamba":
             self.rnn = MambaStack(input_size, H, self.num_layers, dropout=self.dropout, dtype=self.dtype, rng=rng)
         elif self.cell in LINEAR_CELLS:
