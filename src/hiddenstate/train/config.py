@@ -149,7 +149,8 @@ class TrainConfig:
 #:   d_state 16, d_conv 4, expand 2), lr 4e-3, 600 steps and the 3-minute limit. A Mamba step is far
 #:   dearer than a GRU's at equal width (its state is (Di, S) = (128, 16) per layer and row): measured
 #:   at T=64, N=32, float32, load 2.2, 0.40 s for 2 x 128, 0.21 s for 2 x 64 (0.18 s for 1 x 128), so
-#:   2 x 64 is the size whose 600 steps fit the limit.
+#:   2 x 64 is the size whose 600 steps fit the limit. Measured once (2026-12-01, load about 2.5,
+#:   under nice): validation 1.846 nats/char after 600 steps, 140 s (100 s user CPU).
 #: * ``mingru-long`` -- three minGRU blocks of 256, dropout 0.25, T=100, lr 3e-3, 4000 steps (the long
 #:   preset's budget). Their validation losses: README, "A character model of linear recurrences"
 #:   (generated from docs/results.json by scripts/readme_results.py).
