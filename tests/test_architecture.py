@@ -167,7 +167,8 @@ def test_imports_follow_the_layering():
 # Inside train/: the run directory (checkpoint files, the snapshot and its schema, ownership) and the
 # distributed machinery are subpackages of their own, and each may import only these.
 TRAIN_SUBPACKAGES = {
-    "train.rundir": {CORE, "train.rundir", "train.config", "train.corpus", "train.model", "train.guards"},
+    "train.rundir": {CORE, "train.rundir", "train.config", "train.corpus", "train.model", "train.guards",
+                     "train.mamba_stack"},  # the carried state's shapes (d_state, d_conv, expand)
     "train.distributed": {CORE, "train.distributed"},  # torch only inside join() and launch()
 }
 

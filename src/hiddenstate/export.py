@@ -147,6 +147,11 @@ def export_checkpoint(checkpoint, format: str, out) -> pathlib.Path:
     out = check_new_file(out)
     trained = checkpoint if isinstance(checkpoint, Trained) else load(checkpoint)
     model = trained.model
+    if model.cell == "mamba":
+        raise ValueError(f"a mamba run cannot be exported as {format}: its selective scan has no standard "
+                         "operator. Its weights are already in the run's checkpoint (safetensors; the blocks' "
+                         "'rnn.layers.{l}.mixer.' names are transformers' MambaMixer's); `hiddenstate sample` runs "
+                         "it, and hiddenstate.train.load(RUN) loads it in Python.")
     if model.cell in LINEAR_CELLS:
         where = ("the run's checkpoint" if trained.path is None
                  else f"'{pathlib.Path(trained.path) / MODEL_FILE}'")

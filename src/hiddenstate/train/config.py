@@ -44,9 +44,11 @@ class TrainConfig:
     ----------
     data : str, optional
         A UTF-8 text file; None: the embedded Shakespeare corpus.
-    cell : {"gru", "lstm", "mingru", "minlstm", "rnn"}, default "gru"
+    cell : {"gru", "lstm", "mingru", "minlstm", "rnn", "mamba"}, default "gru"
         ``"mingru"``/``"minlstm"``: the linear recurrences of Feng et al. (2024) in residual blocks
-        (:class:`~hiddenstate.train.blocks.MinStack`); ``weight_drop`` must then be 0.
+        (:class:`~hiddenstate.train.blocks.MinStack`); ``"mamba"``: Mamba blocks with RMS norms
+        on a residual stream (:class:`~hiddenstate.train.mamba_stack.MambaStack`, ``hidden_size``
+        as ``d_model``, ``d_state`` 16, ``d_conv`` 4, ``expand`` 2); ``weight_drop`` must then be 0.
     hidden_size : int, default 256
         H, units per recurrent layer (positive).
     num_layers : int, default 1
@@ -143,6 +145,12 @@ class TrainConfig:
 #:   steps and the 3-minute limit: a step costs 1.25-1.6x a demo step (0.055 s against 0.044 s at load
 #:   3.8), so 800 steps end well inside the limit on a busy machine too (80 s at load 5, when the demo's
 #:   1000 took 61 s; 1500 steps took 152 s of the 180). README, "A character model of linear recurrences".
+#: * ``mamba`` -- two Mamba blocks of d_model 64 (:class:`~hiddenstate.train.mamba_stack.MambaStack`:
+#:   d_state 16, d_conv 4, expand 2), lr 4e-3, 600 steps and the 3-minute limit. A Mamba step is far
+#:   dearer than a GRU's at equal width (its state is (Di, S) = (128, 16) per layer and row): measured
+#:   at T=64, N=32, float32, load 2.2, 0.40 s for 2 x 128, 0.21 s for 2 x 64 (0.18 s for 1 x 128), so
+#:   2 x 64 is the size whose 600 steps fit the limit. Measured once (2026-12-01, load about 2.5,
+#:   under nice): validation 1.846 nats/char after 600 steps, 140 s (100 s user CPU).
 #: * ``mingru-long`` -- three minGRU blocks of 256, dropout 0.25, T=100, lr 3e-3, 4000 steps (the long
 #:   preset's budget). Their validation losses: README, "A character model of linear recurrences"
 #:   (generated from docs/results.json by scripts/readme_results.py).
@@ -154,6 +162,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "mingru": {"cell": "mingru", "hidden_size": 128, "num_layers": 2, "lr": 4e-3, "steps": 800,
                "max_minutes": 3.0, "out": "runs/mingru"},
+    "mamba": {"cell": "mamba", "hidden_size": 64, "num_layers": 2, "lr": 4e-3, "steps": 600,
+              "max_minutes": 3.0, "out": "runs/mamba"},
     "mingru-long": {
         "cell": "mingru", "hidden_size": 256, "num_layers": 3, "dropout": 0.25, "seq_len": 100, "batch_size": 32,
         "steps": 4000, "lr": 3e-3, "eval_every": 250, "save_every": 250, "out": "runs/mingru-long",

@@ -18,7 +18,7 @@ round-off (the tests hold it to 1e-10).
 ``torch:cuda[:k]`` the GPU through torch; ``cupy``: the GPU through CuPy
 =================  ==========================================================================
 
-The cells with recurrent weights train here (``gru``, ``lstm``, ``rnn``); ``mingru`` and
+The cells with recurrent weights train here (``gru``, ``lstm``, ``rnn``); ``mamba``, ``mingru`` and
 ``minlstm`` (residual blocks, :mod:`~hiddenstate.train.blocks`) train on ``cpu`` only.
 """
 
@@ -133,11 +133,11 @@ class DeviceTrainer(Trainer):
     Raises
     ------
     ValueError
-        A cell this path does not train (``mingru``, ``minlstm``).
+        A cell this path does not train (``mingru``, ``minlstm``, ``mamba``).
     """
 
     def __init__(self, cfg, corpus, accelerator, world=LOCAL):
-        if cfg.cell in LINEAR_CELLS:
+        if cfg.cell in LINEAR_CELLS + ("mamba",):
             raise ValueError(f"cell must be gru, lstm or rnn to train on a device other than cpu; got {cfg.cell!r}. "
                              "Train it with --device cpu.")
         super().__init__(cfg, corpus, world)

@@ -21,6 +21,7 @@ import threading
 import time
 
 from hiddenstate.layers import BY_KIND
+from hiddenstate.train.mamba_stack import D_CONV, D_STATE, EXPAND
 
 __all__ = ["EXPLODED_NATS", "DeferredSignals", "RunWriteError", "TrainingDiverged", "TrainingInterrupted",
            "divergence", "sampling_memory", "training_memory"]
@@ -194,7 +195,15 @@ class DeferredSignals:
         self._previous = {}
 
 
+def _mamba_params(input_size: int, d_model: int, num_layers: int) -> int:
+    M, Di, S, R = d_model, EXPAND * d_model, D_STATE, -(-d_model // 16)
+    block = 2 * Di * M + Di * D_CONV + Di + (R + 2 * S) * Di + Di * R + Di + Di * S + Di + M * Di + M
+    return M * input_size + num_layers * block + M
+
+
 def _recurrent_params(cell: str, input_size: int, hidden_size: int, num_layers: int) -> int:
+    if cell == "mamba":
+        return _mamba_params(input_size, hidden_size, num_layers)
     kind = BY_KIND[cell].kind
     G, H = len(kind.blocks), hidden_size
     total = 0
@@ -222,7 +231,8 @@ def training_memory(cfg, vocab_size: int) -> dict:
     """
     V, H, L = vocab_size, cfg.hidden_size, cfg.num_layers
     I = V if cfg.embedding_dim is None else cfg.embedding_dim
-    G = len(BY_KIND[cfg.cell].kind.blocks)
+    # mamba: its kernels keep about 4 (Di, S) arrays a step per layer (Di = 2H, S = 16): 3G + 6 = 150
+    G = 48 if cfg.cell == "mamba" else len(BY_KIND[cfg.cell].kind.blocks)
     n_params = _recurrent_params(cfg.cell, I, H, L) + V * H + V + (0 if cfg.embedding_dim is None else V * I)
     size = 4 if cfg.dtype == "float32" else 8
     copies = 7 + (2 if cfg.ema is not None else 0)  # params, grads, 2 moments, state_dict, bytes, Adam's copy

@@ -18,7 +18,10 @@ embedding is used. The GRU is built with ``reset_after=True`` so it computes exa
 ``torch.nn.GRU`` computes. ``cell="mingru"`` / ``"minlstm"`` puts the linear recurrences of
 Feng et al. (2024) in residual blocks with RMS normalisation and an MLP
 (:class:`hiddenstate.train.blocks.MinStack`, which explains why a plain stack does not train as
-well); its parameters are ``rnn.weight_ih_l{k}``, ``rnn.ff_*``, ``rnn.norm_*``.
+well); its parameters are ``rnn.weight_ih_l{k}``, ``rnn.ff_*``, ``rnn.norm_*``. ``cell="mamba"``
+stacks Mamba blocks (Gu & Dao 2023) on a residual stream with RMS norms as the reference models
+do (:class:`hiddenstate.train.mamba_stack.MambaStack`: ``d_state`` 16, ``d_conv`` 4, ``expand`` 2);
+its state is a pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``.
 
 Examples
 --------
@@ -42,12 +45,13 @@ from hiddenstate.resources import check_memory
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
 from hiddenstate.train.generate import SAMPLE_RULES, Stream, check_sampling
 from hiddenstate.train.guards import sampling_memory
+from hiddenstate.train.mamba_stack import MambaStack
 from hiddenstate.validation import choice, drop_probability, float_array, float_dtype, generator, positive_int
 
 __all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
 #: The recurrent layers a CharRNN can use (``cell=``): the gated RNNs, then the linear recurrences.
-CELLS = tuple(sorted(k for k in BY_KIND if BY_KIND[k].kind.recurrent)) + LINEAR_CELLS
+CELLS = tuple(sorted(k for k in BY_KIND if BY_KIND[k].kind.recurrent)) + LINEAR_CELLS + ("mamba",)
 
 
 def _check_ids(name: str, ids, vocab_size: int, ndim: int) -> np.ndarray:
@@ -80,11 +84,12 @@ class CharRNN:
         H, units per recurrent layer.
     num_layers : int, default 1
         L, stacked recurrent layers.
-    cell : {"gru", "lstm", "mingru", "minlstm", "rnn"}, default "gru"
+    cell : {"gru", "lstm", "mingru", "minlstm", "rnn", "mamba"}, default "gru"
         The recurrent layer: ``GRU(reset_after=True)`` (= ``torch.nn.GRU``), ``LSTM``, a tanh
         ``RNN``, or minGRU / minLSTM layers (plain form, per-step loop: the faster mode on a CPU
         at these sizes) in residual blocks (:class:`~hiddenstate.train.blocks.MinStack`;
-        ``hidden_size`` is then also the width of the residual stream).
+        ``hidden_size`` is then also the width of the residual stream), or Mamba blocks
+        (:class:`~hiddenstate.train.mamba_stack.MambaStack`; ``hidden_size`` is ``d_model``).
     embedding_dim : int, optional
         E. None (default): one-hot inputs, so ``rnn.weight_ih_l0`` (G*H, V) is the input map.
         Otherwise a learned table ``encoder.weight`` (V, E) (``torch.nn.Embedding``) feeds the
@@ -136,10 +141,12 @@ class CharRNN:
         self._rng = rng  # default source of dropout masks
         V, H = self.vocab_size, self.hidden_size
         input_size = V if self.embedding_dim is None else self.embedding_dim
-        if self.cell in LINEAR_CELLS:
-            if drop_probability("weight_drop", weight_drop):
-                raise ValueError(f"weight_drop must be 0 for cell={self.cell!r}, which has no recurrent weights to "
-                                 f"drop; got {weight_drop}. Use dropout instead.")
+        if self.cell in LINEAR_CELLS + ("mamba",) and drop_probability("weight_drop", weight_drop):
+            raise ValueError(f"weight_drop must be 0 for cell={self.cell!r}, which has no recurrent weights to "
+                             f"drop; got {weight_drop}. Use dropout instead.")
+        if self.cell == "mamba":
+            self.rnn = MambaStack(input_size, H, self.num_layers, dropout=self.dropout, dtype=self.dtype, rng=rng)
+        elif self.cell in LINEAR_CELLS:
             self.rnn = MinStack(input_size, H, self.num_layers, cell=self.cell, dropout=self.dropout,
                                 dtype=self.dtype, rng=rng)
         else:

@@ -28,7 +28,7 @@ import numpy as np
 
 from hiddenstate.layers import BY_KIND
 from hiddenstate.train.rundir.checkpoint import META_FILE, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
-from hiddenstate.train.rundir.snapshot_schema import check_meta, check_weights
+from hiddenstate.train.rundir.snapshot_schema import check_mamba_carry, check_meta, check_weights
 
 __all__ = ["ARRAYS", "HISTORY", "KIND", "META", "Snapshot"]
 
@@ -59,6 +59,8 @@ ARRAYS = {
     "ema.step": "Snapshot.ema_steps: updates folded into the moving average, int64 (), only with ema",
     "carry.h": "Snapshot.carry: the hidden state carried into the next chunk, (L, N, H)",
     "carry.c": "Snapshot.carry: the LSTM's carried cell state, (L, N, H)",
+    "carry.ssm": "Snapshot.carry: a mamba model's carried SSM states, (L, N, Di, S)",
+    "carry.conv": "Snapshot.carry: a mamba model's carried convolution inputs, (L, N, Di, K-1)",
     "history.": "Snapshot.history: one 1-D array per entry of HISTORY",
 }
 
@@ -67,7 +69,7 @@ ARRAYS = {
 #: i+1); ``val_step`` and ``val_loss`` one per validation pass. Losses in nats/char.
 HISTORY = {"train_loss": np.float64, "grad_norm": np.float64, "val_step": np.int64, "val_loss": np.float64}
 
-_ADAM, _RAW, _EMA_STEP, _CARRY_H, _CARRY_C, _HISTORY = ARRAYS  # the names, in the table's order
+_ADAM, _RAW, _EMA_STEP, _CARRY_H, _CARRY_C, _CARRY_SSM, _CARRY_CONV, _HISTORY = ARRAYS  # the names, in the table's order
 _DERIVED = ("kind", "torch")  # meta entries that are not fields: a constant and a note
 
 
@@ -93,8 +95,10 @@ def _check_arrays(params: dict, meta: dict, arrays: dict, where_model: str, wher
         raise ValueError(f"{where_arrays} must hold '{_EMA_STEP}' and one '{_RAW}<name>' per weight together (a run "
                          f"with ema) or neither; got '{_EMA_STEP}' {'present' if ema is not None else 'absent'} "
                          f"and {len(raw)} of {len(params)} raw weights.")
-    carry = {key: arrays[key] for key in (_CARRY_H, _CARRY_C) if key in arrays}
-    if carry:
+    carry = {key: arrays[key] for key in (_CARRY_H, _CARRY_C, _CARRY_SSM, _CARRY_CONV) if key in arrays}
+    if carry and model.get("cell") == "mamba":
+        check_mamba_carry(where_arrays, carry, model, meta["batcher"]["batch_size"])
+    elif carry:
         cell = model.get("cell", "gru")
         paired = BY_KIND[cell].kind.has_cell  # the state is (h, c)
         want = (model.get("num_layers", 1), meta["batcher"]["batch_size"], model["hidden_size"])
@@ -161,6 +165,9 @@ class Snapshot:
         """
         m = self.model
         input_size = m["embedding_dim"] if m.get("embedding_dim") else m["vocab_size"]
+        if m["cell"] == "mamba":
+            return ("no torch.nn module loads the 'rnn.' weights of a mamba model (hiddenstate.train.mamba_stack."
+                    "MambaStack); its 'rnn.layers.{l}.mixer.' weights are named as in transformers' MambaMixer")
         if not BY_KIND[m["cell"]].kind.recurrent:  # minGRU/minLSTM blocks: torch.nn has no such module
             return (f"no torch.nn module loads the 'rnn.' weights of a {m['cell']} model (residual blocks of "
                     f"linear recurrences, hiddenstate.train.blocks.MinStack); the names follow torch's conventions")
@@ -185,7 +192,10 @@ class Snapshot:
         if self.raw_weights is not None:
             arrays.update(_prefixed(_RAW, self.raw_weights))
             arrays[_EMA_STEP] = np.array(self.ema_steps, dtype=np.int64)
-        if isinstance(self.carry, tuple):
+        if isinstance(self.carry, tuple) and self.model["cell"] == "mamba":
+            arrays[_CARRY_SSM] = np.ascontiguousarray(self.carry[0])
+            arrays[_CARRY_CONV] = np.ascontiguousarray(self.carry[1])
+        elif isinstance(self.carry, tuple):
             arrays[_CARRY_H] = np.ascontiguousarray(self.carry[0])
             arrays[_CARRY_C] = np.ascontiguousarray(self.carry[1])
         elif self.carry is not None:
@@ -238,7 +248,9 @@ class Snapshot:
         check_meta(meta, where(META_FILE))
         _check_arrays(params, meta, arrays, where(MODEL_FILE), where(OPTIMIZER_FILE))
         carry = arrays.get(_CARRY_H)
-        if carry is not None:
+        if _CARRY_SSM in arrays:
+            carry = (arrays[_CARRY_SSM].copy(), arrays[_CARRY_CONV].copy())
+        elif carry is not None:
             carry = (carry.copy(), arrays[_CARRY_C].copy()) if _CARRY_C in arrays else carry.copy()
         ema = _EMA_STEP in arrays
         return cls(**{key: meta[key] for key in META if key not in _DERIVED},

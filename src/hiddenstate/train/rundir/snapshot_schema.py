@@ -24,11 +24,13 @@ import numpy as np
 
 from hiddenstate.train.config import DTYPES, RULES, TrainConfig
 from hiddenstate.train.corpus import Vocabulary
+from hiddenstate.train.mamba_stack import D_CONV, D_STATE, EXPAND
 from hiddenstate.train.model import CELLS
 from hiddenstate.train.rundir.checkpoint_record import check_field
 from hiddenstate.validation import choice, drop_probability, nonnegative_int, positive_int, real
 
-__all__ = ["BATCHER", "INT64_MAX", "MODEL", "RNG", "TEXT", "check_meta", "check_weights"]
+__all__ = ["BATCHER", "INT64_MAX", "MODEL", "RNG", "TEXT", "check_mamba_carry", "check_meta",
+           "check_weights"]
 
 #: The largest integer an entry may hold (every count ends up in an int64 array or a C loop).
 INT64_MAX = 2**63 - 1
@@ -229,3 +231,34 @@ def check_weights(where: str, tensors: dict, dtype: str, what: str = "tensor") -
             raise ValueError(f"{where}: {what} '{key}' must be finite as {target}; got {bad} value(s) that are or "
                              f"become inf or nan{largest}. The checkpoint was written by another program or "
                              "with another dtype; it cannot be loaded into this model.")
+
+
+def check_mamba_carry(where: str, carry: dict, model: dict, batch_size: int) -> None:
+    """The carried state of a ``cell="mamba"`` run: both arrays, of their shapes, finite.
+
+    Parameters
+    ----------
+    where : str
+        The file, for messages.
+    carry : dict of str to ndarray
+        The ``carry.*`` arrays found.
+    model : dict
+        ``meta["model"]`` (already checked).
+    batch_size : int
+        N, ``meta["batcher"]["batch_size"]``.
+
+    Raises
+    ------
+    ValueError
+        Not exactly ``carry.ssm`` (L, N, Di, S) and ``carry.conv`` (L, N, Di, K-1) with
+        ``Di = EXPAND * hidden_size``, ``S = D_STATE``, ``K = D_CONV``; non-finite values.
+    """
+    L, Di = model.get("num_layers", 1), EXPAND * model["hidden_size"]
+    want = {"carry.ssm": (L, batch_size, Di, D_STATE), "carry.conv": (L, batch_size, Di, D_CONV - 1)}
+    if set(carry) != set(want):
+        raise ValueError(f"{where} must hold exactly {sorted(want)} for cell 'mamba'; got {sorted(carry)}.")
+    for key, shape in want.items():
+        if carry[key].shape != shape:
+            raise ValueError(f"{where}: array '{key}' must have shape {shape} (L, N, Di, "
+                             f"{'S' if key == 'carry.ssm' else 'K-1'}); got {carry[key].shape}.")
+    check_weights(where, carry, model["dtype"], what="array")
