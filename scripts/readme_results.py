@@ -79,6 +79,7 @@ TRAININGS = {
     "gru512x2-d0.3-wd0.2-ema": ("2 x GRU 512, T = 100, dropout 0.3, weight drop 0.2, lr 3e-3, EMA 0.998",
                                 {"preset": "long", "dropout": 0.3, "weight_drop": 0.2, "ema": 0.998}),
     "mingru": ("2 minGRU blocks of 128, `--preset mingru`", {"preset": "mingru"}),
+    "mamba": ("2 Mamba blocks of d_model 64 (d_state 16), `--preset mamba`", {"preset": "mamba"}),
     "gru256-1500-beside-mingru": ("GRU 256, the defaults with 1,500 steps (measured beside the next row)",
                                   {"preset": "demo", "steps": 1500}),
     "mingru-1500": ("2 minGRU blocks of 128, lr 4e-3 (`--preset mingru` had 1,500 steps then)",
@@ -102,6 +103,7 @@ LONG_RUNS = CALIBRATION[6:]
 MINGRU_ROWS = (
     ("GRU 256, the defaults, `--preset demo` (the demo's table above)", ("demo",)),
     (None, ("train:mingru",)),
+    (None, ("train:mamba",)),
     (None, ("train:gru256-1500-beside-mingru",)),
     (None, ("train:mingru-1500",)),
     ("the same with lr 8e-3 / 6e-3 / 1.5e-2", ("train:mingru-lr8e-3", "train:mingru-lr6e-3", "train:mingru-lr1.5e-2")),

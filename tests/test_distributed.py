@@ -152,7 +152,7 @@ dist.destroy_process_group()
 def test_every_cell_kind_trains_on_two_ranks_as_on_one(text_file, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    cells = ["gru", "lstm", "rnn", "mingru", "minlstm"]
+    cells = ["gru", "lstm", "rnn", "mingru", "minlstm", "mamba"]
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
            "127.0.0.1", "--master-port", str(port), str(script), str(tmp_path / "two"), ",".join(cells), str(text_file)]
