@@ -318,6 +318,10 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if is_transformers_mamba(model) or isinstance(model, (Mamba, MambaLM)):
         return _inspect_mamba(model, x, h0, out, title, max_lag)
+    if isinstance(model, CharRNN) and model.cell == "mamba":
+        raise ValueError("model must be a character model of gru, lstm, rnn, mingru or minlstm layers for "
+                         "inspect_model; got a CharRNN of cell 'mamba', which the tools do not read yet. Inspect "
+                         "a Mamba block, a MambaLM or a transformers Mamba model instead.")
     layer, converted = as_layer(model)
     source = converted if source is None else source
     fp = None
