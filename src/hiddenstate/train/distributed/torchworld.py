@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 
 import numpy as np
 
@@ -112,15 +113,17 @@ class TorchWorld(World):
         return self.device
 
     def _lost(self, error: BaseException, doing: str) -> LostRank:
-        dead = []
         here = socket.gethostname()
-        for r, peer in enumerate(self.peers or ()):
-            if r != self.rank and peer["host"] == here and not _alive(peer["pid"]):
-                dead.append(f"rank {r} (pid {peer['pid']})")
+        local = [(r, p["pid"]) for r, p in enumerate(self.peers or ()) if r != self.rank and p["host"] == here]
+        dead, end = [], time.monotonic() + 2.0
+        while local and not dead and time.monotonic() < end:  # a killed peer's sockets close before it is a zombie
+            dead = [f"rank {r} (pid {pid})" for r, pid in local if not _alive(pid)]
+            if not dead:
+                time.sleep(0.05)
         who = (" and ".join(dead) + (" was" if len(dead) == 1 else " were") + " lost" if dead
                else "another rank was lost or stopped answering")
         return LostRank(f"rank {self.rank} stopped at step {self.step}: {who} during {doing} "
-                        f"({_one_line(error)}).")
+                        f"({_first_sentence(error)}).")
 
     def _collective(self, doing: str, call, *args, **kwargs):
         try:
@@ -477,6 +480,14 @@ class TorchWorld(World):
         if self.owns_group and self.dist.is_initialized():
             with contextlib.suppress(Exception):  # leaving after a lost rank
                 self.dist.destroy_process_group()
+
+
+def _first_sentence(error: BaseException) -> str:
+    """The start of a backend's message, up to its first sentence (gloo's go on for lines)."""
+    text = _one_line(error)
+    cut = text.find(". ")
+    text = text if cut < 0 else text[:cut]
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _alive(pid: int) -> bool:
