@@ -29,7 +29,8 @@ from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constan
 from hiddenstate.probe.pca import PCAResult, pca
 from hiddenstate.validation import positive_int
 
-__all__ = ["NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "decay_flow", "trace_mamba"]
+__all__ = ["NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids", "decay_flow",
+           "is_mamba_char_model", "trace_mamba"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on Mamba, and why.
 NOT_MEASURED = {
@@ -45,34 +46,101 @@ NOT_MEASURED = {
 }
 
 
+def is_mamba_char_model(model) -> bool:
+    """Whether ``model`` is a character model of Mamba blocks (a ``CharRNN`` of ``cell="mamba"``).
+
+    Recognised by what it has (the probes do not import :mod:`hiddenstate.train`): ``cell ==
+    "mamba"``, ``vocab_size``, ``embed`` and the stack ``rnn`` whose ``forward`` records.
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
+    return (getattr(model, "cell", None) == "mamba" and callable(getattr(model, "embed", None))
+            and isinstance(getattr(model, "vocab_size", None), int) and hasattr(getattr(model, "rnn", None), "layers"))
+
+
+def char_ids(x, vocab_size: int) -> np.ndarray:
+    """A character model's input as time-major ids (T, N), validated.
+
+    Parameters
+    ----------
+    x : array_like of int, shape (T,) or (T, N)
+        Character ids in [0, V); (T,) is one sequence.
+    vocab_size : int
+        V.
+
+    Returns
+    -------
+    ndarray of int64, shape (T, N)
+
+    Raises
+    ------
+    TypeError
+        Not an integer array (bool included), or ragged.
+    ValueError
+        Not 1-D or 2-D, no sequence (N = 0), ids outside [0, V).
+    """
+    try:
+        ids = np.asarray(x)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"x must be character ids of shape (T,) or (T, N); got a ragged {type(x).__name__}.") from None
+    if ids.dtype == np.bool_ or ids.dtype.kind not in "iu":
+        raise TypeError(f"x must be integer character ids of shape (T,) or (T, N); got dtype {ids.dtype}.")
+    if ids.ndim not in (1, 2):
+        raise ValueError(f"x must have shape (T,) or (T, N) (time-major, as the CharRNN takes it); got shape "
+                         f"{ids.shape}.")
+    ids = ids[:, None] if ids.ndim == 1 else ids  # (T, N)
+    if ids.shape[1] == 0:
+        raise ValueError(f"x must hold at least one sequence (N >= 1); got shape {ids.shape}.")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"x must hold ids in [0, V={vocab_size}); got values in [{ids.min()}, {ids.max()}].")
+    return ids.astype(np.int64, copy=False)
+
+
 def trace_mamba(model, x, states=None) -> list[MambaRecord]:
     """Every step's states and selective parameters of every layer.
 
     Parameters
     ----------
-    model : MambaLM or Mamba
-        A language model (``x``: token ids) or one block (``x``: (T, N, M) floats, or (N, T, M)
-        with ``batch_first``).
+    model : MambaLM, Mamba or CharRNN of cell "mamba"
+        A language model (``x``: token ids), one block (``x``: (T, N, M) floats, or (N, T, M)
+        with ``batch_first``), or a character model of Mamba blocks
+        (:class:`hiddenstate.train.mamba_stack.MambaStack`: ``x`` its character ids; each layer
+        reads ``rms_norm`` of the residual stream, as the model computes it).
     x : array_like
-        Token ids (N, T) (``batch_first``, as transformers) or (T, N); or the block's input.
-    states : list of MambaState, or MambaState for a block, optional
-        The initial states (None: zeros).
+        Token ids (N, T) (``batch_first``, as transformers) or (T, N); or the block's input; for a
+        CharRNN, character ids (T,) or (T, N), time-major as :meth:`CharRNN.forward` takes them.
+    states : list of MambaState, MambaState for a block, or a CharRNN's state, optional
+        The initial states (None: zeros); for a CharRNN the pair ``(ssm (L, N, Di, S), conv (L,
+        N, Di, K-1))`` its ``forward`` takes and returns.
 
     Returns
     -------
     list of MambaRecord
-        One per layer, time-major (T, N, ...).
+        One per layer, time-major (T, N, ...). For a CharRNN: exactly what its own forward pass
+        computes (the last step's states are the state it returns).
 
     Raises
     ------
     TypeError
-        ``model`` is neither; and the errors of the model's ``forward``.
+        ``model`` is none of those; and the errors of the model's ``forward``.
+    ValueError
+        For a CharRNN, ids that are not (T,) or (T, N) in [0, V) (:func:`char_ids`).
     """
     if isinstance(model, MambaLM):
         return model.forward(x, states, record=True)[3]
     if isinstance(model, Mamba):
         return [model.forward(x, states, record=True)[3]]
-    raise TypeError(f"model must be a hiddenstate MambaLM or Mamba; got {type(model).__name__}.")
+    if is_mamba_char_model(model):
+        ids = char_ids(x, model.vocab_size)  # (T, N)
+        return model.rnn.forward(model.embed(ids), states, need_cache=False, record=True)[3]
+    raise TypeError(f"model must be a hiddenstate MambaLM, Mamba or CharRNN of cell 'mamba'; got "
+                    f"{type(model).__name__}{f' of cell {model.cell!r}' if hasattr(model, 'cell') else ''}.")
 
 
 def decay_flow(decay, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,9 +262,9 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
 
     Parameters
     ----------
-    model : MambaLM or Mamba
+    model : MambaLM, Mamba or CharRNN of cell "mamba"
     x : array_like
-        Token ids (an LM) or the block's input (see :func:`trace_mamba`).
+        Token ids (an LM, a CharRNN) or the block's input (see :func:`trace_mamba`).
     states : optional
         Initial states (see :func:`trace_mamba`).
     max_lag : int, default 30
@@ -219,7 +287,7 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     T, N, Di, S = records[0].ssm.shape
     if T == 0:
         raise ValueError("x must have at least one step; got T = 0.")
-    blk = model.layers[0] if isinstance(model, MambaLM) else model
+    blk = model.layers[0] if isinstance(model, MambaLM) else model.rnn.layers[0] if is_mamba_char_model(model) else model
     out = []
     for i, rec in enumerate(records):
         decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {i} decay", keep=True)
@@ -229,7 +297,8 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
                                       channel_time_constant=tau.max(axis=1), mean_dt=rec.dt.reshape(-1, Di).mean(axis=0),
                                       flow_spectral=spectral, flow_rms=rms, pca=pca(rec.ssm.reshape(T, N, Di * S))))
     meta = {"T": T, "N": N, "d_inner": Di, "d_state": S, "d_conv": blk.d_conv, "num_layers": len(records),
-            "model": model_name or f"hiddenstate {type(model).__name__}"}
+            "model": model_name or (f"hiddenstate {type(model).__name__}"
+                                    + (" (mamba)" if is_mamba_char_model(model) else ""))}
     return MambaAnalysis(layers=out, meta=meta)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from hiddenstate.cells import mamba as kernel
 from hiddenstate.mamba import Mamba
-from hiddenstate.validation import drop_probability, float_dtype, generator, positive_int, shape_str
+from hiddenstate.validation import boolean, drop_probability, float_dtype, generator, positive_int, shape_str
 
 __all__ = ["D_CONV", "D_STATE", "EPS", "EXPAND", "MambaStack"]
 
@@ -147,7 +147,7 @@ class MambaStack:
             out.append(a.astype(self.dtype, copy=False))
         return tuple(out)
 
-    def forward(self, x, state=None, *, training=False, rng=None, need_cache=True):
+    def forward(self, x, state=None, *, training=False, rng=None, need_cache=True, record=False):
         """The blocks over a time-major input.
 
         Parameters
@@ -161,6 +161,11 @@ class MambaStack:
             Draws the dropout masks (default: the generator given at construction).
         need_cache : bool, default True
             False: the cache is None (no backward follows).
+        record : bool, default False
+            Also return every layer's :class:`~hiddenstate.cells.mamba.MambaRecord`: what each
+            block computed at every step of this very pass (its SSM and conv states, ``dt``, the
+            decay ``exp(dt A)``, ``B``, ``C``, the gate), as :meth:`hiddenstate.mamba.Mamba.forward`
+            records it.
 
         Returns
         -------
@@ -168,12 +173,16 @@ class MambaStack:
         state : pair of ndarray
             The final states, shaped as ``state``.
         cache : tuple or None
+        records : list of MambaRecord
+            Only with ``record=True``: one per layer, time-major (T, N, ...).
 
         Raises
         ------
         TypeError, ValueError
-            A state that is not a pair of the shapes above; ``x`` not (T, N, I).
+            A state that is not a pair of the shapes above; ``x`` not (T, N, I); a ``record``
+            that is not a bool.
         """
+        record = boolean("record", record)
         x = np.asarray(x, dtype=self.dtype)
         if x.ndim != 3 or x.shape[2] != self.input_size:
             raise ValueError(f"x must have shape (T, N, I={self.input_size}); got {shape_str(x.shape)}.")
@@ -183,10 +192,11 @@ class MambaStack:
         drop = training and self.dropout > 0.0
         p, M = self.params, self.hidden_size
         stream = (x.reshape(T * N, -1) @ p["in_proj.weight"].T).reshape(T, N, M)
-        steps, ssm, conv = [], [], []
+        steps, ssm, conv, records = [], [], [], []
         for i, blk in enumerate(self.layers):
             xn, inv = kernel.rms_norm(stream, p[f"layers.{i}.norm.weight"], EPS)
-            y, fin, bc = blk.forward(xn, (ssm0[i], conv0[i]))
+            y, fin, bc, *rec = blk.forward(xn, (ssm0[i], conv0[i]), record=record)
+            records += rec
             mask = None
             if drop:
                 mask = (drng.random((T, N, M)) >= self.dropout).astype(self.dtype) / self.dtype.type(1.0 - self.dropout)
@@ -197,6 +207,8 @@ class MambaStack:
             stream = stream + y
         out, inv_f = kernel.rms_norm(stream, p["norm_f.weight"], EPS)
         cache = (x, steps, stream, inv_f) if need_cache else None
+        if record:
+            return out, (np.stack(ssm), np.stack(conv)), cache, records
         return out, (np.stack(ssm), np.stack(conv)), cache
 
     def backward(self, cache, d_output, d_state_n=None):
