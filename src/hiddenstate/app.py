@@ -8,6 +8,7 @@ HTML report (:mod:`hiddenstate.report`). None of those packages imports this one
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import pathlib
 import time
@@ -16,14 +17,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from hiddenstate.probe.analysis import analyze_model
+from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba, char_ids, is_mamba_char_model
 from hiddenstate.report import build_report
+from hiddenstate.report.mamba_page import build_mamba_report
 from hiddenstate.report.target import check_report_path
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.history import read_history
 from hiddenstate.train.rundir import LOG_FILE, Trained, load, run_dir_of, training_text_path
 from hiddenstate.validation import generator, positive_int
 
-__all__ = ["InspectedText", "check_report_path", "inspect_checkpoint", "inspected_text", "loss_history"]
+__all__ = ["InspectedText", "char_mamba_report", "check_report_path", "inspect_checkpoint", "inspect_mamba_checkpoint",
+           "inspected_text", "loss_history", "mamba_text_options"]
 
 
 
@@ -153,6 +157,10 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
                        echo=None) -> pathlib.Path:
     """Analyse a trained character model and write its HTML report (``hiddenstate inspect``).
 
+    A model of ``cell="mamba"`` gets the Mamba report (:func:`inspect_mamba_checkpoint`; ``rng``
+    and ``n_fixed_point_starts`` are then not used: there is no fixed-point search, and the
+    report's "Not measured" card says why).
+
     Parameters
     ----------
     checkpoint : str, os.PathLike or Trained
@@ -196,6 +204,9 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     rng = np.random.default_rng(0) if rng is None else generator(rng)
     out = check_report_path(out)
     trained = checkpoint if isinstance(checkpoint, Trained) else load(checkpoint)
+    if trained.model.cell == "mamba":
+        inspect_mamba_checkpoint(trained, out, text_file, n_chars=n_chars, echo=echo)
+        return out
     model, vocab, cfg = trained.model, trained.vocab, trained.config
     measured = inspected_text(trained, text_file, n_chars=n_chars)
     text, source = measured.text, measured.source
@@ -229,3 +240,141 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     if echo is not None:
         echo(f"wrote the report (figures and HTML): {time.perf_counter() - t0:.1f} s")
     return report
+
+
+def mamba_text_options(text, tokens) -> dict:
+    """The one place where a character model's text and ids are handed to :func:`analyze_mamba`.
+
+    ``text`` (sequence 0's characters, one per step: the units that track text features and the
+    explorer) and ``tokens`` (the ids (T, N): the memory curve) are passed when
+    :func:`hiddenstate.probe.mamba.analyze_mamba` takes them; otherwise the report lists those
+    measurements under "Not measured", with the reason.
+
+    Parameters
+    ----------
+    text : str or None
+    tokens : ndarray of int, shape (T, N), or None
+
+    Returns
+    -------
+    dict
+        The keyword arguments for ``analyze_mamba`` (only those it accepts, only those not None).
+    """
+    accepted = inspect.signature(analyze_mamba).parameters
+    return {k: v for k, v in (("text", text), ("tokens", tokens)) if v is not None and k in accepted}
+
+
+def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=None, max_lag: int = 30,
+                      model_name: str | None = None, title: str = "Inside a Mamba model", subtitle: str = "",
+                      echo=None) -> MambaAnalysis:
+    """Measure a character model of Mamba blocks on its ids and optionally write the Mamba report.
+
+    Parameters
+    ----------
+    model : CharRNN of cell "mamba"
+        Its stack :class:`hiddenstate.train.mamba_stack.MambaStack` is traced as it computes
+        (:func:`hiddenstate.probe.mamba.trace_mamba`).
+    ids : array_like of int, shape (T,) or (T, N)
+        Character ids, time-major.
+    out : str or os.PathLike, optional
+        The report to write: a new file or a previous hiddenstate report (checked before any work).
+    text : str, optional
+        Sequence 0's characters, one per step (:func:`mamba_text_options`).
+    tokens : array_like of int, shape (T, N), optional
+        The ids behind the steps for the memory curve; default ``ids``.
+    states : pair of ndarray, optional
+        The CharRNN's initial state ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))`` (None: zeros).
+    max_lag : int, default 30
+        Largest lag of the Jacobian products.
+    model_name : str, optional
+        What the summary and the report call the model (default ``"hiddenstate CharRNN (mamba)"``).
+    title : str, default "Inside a Mamba model"
+    subtitle : str, default ""
+    echo : callable, optional
+        Called with one line per stage and its seconds (the measurements, then the report).
+
+    Returns
+    -------
+    MambaAnalysis
+
+    Raises
+    ------
+    TypeError
+        ``model`` is not a CharRNN of cell "mamba"; ids that are not integers.
+    ValueError
+        Ids not (T,) or (T, N) in [0, V), no step, a state of another shape, an ``out`` that
+        may not be written; and the errors of :func:`analyze_mamba`.
+    """
+    if not is_mamba_char_model(model):
+        raise TypeError(f"model must be a hiddenstate CharRNN of cell 'mamba'; got {type(model).__name__}"
+                        f"{f' of cell {model.cell!r}' if hasattr(model, 'cell') else ''}.")
+    out = None if out is None else check_report_path(out)
+    ids = char_ids(ids, model.vocab_size)  # (T, N)
+    t0 = time.perf_counter()
+    an = analyze_mamba(model, ids, states, max_lag=max_lag, model_name=model_name,
+                       **mamba_text_options(text, ids if tokens is None else tokens))
+    if echo is not None:
+        echo(f"measured every layer's states, decay (keep gate), time constants, gradient against lag and PCA "
+             f"({ids.shape[0]:,} steps of {ids.shape[1]:,} sequence(s)): {time.perf_counter() - t0:.1f} s")
+    if out is not None:
+        t0 = time.perf_counter()
+        build_mamba_report(out, an, title=title, subtitle=subtitle)
+        if echo is not None:
+            echo(f"wrote the report (HTML): {time.perf_counter() - t0:.1f} s")
+    return an
+
+
+def inspect_mamba_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars: int = 2000,
+                             echo=None) -> MambaAnalysis:
+    """The Mamba report of a trained character model of ``cell="mamba"`` (``hiddenstate inspect``).
+
+    The model reads the text as it was trained to (one-hot or embedded characters, every
+    layer ``x + mixer(rms_norm(x))``); every layer's states are measured on every step
+    (:func:`char_mamba_report`).
+
+    Parameters
+    ----------
+    checkpoint : str, os.PathLike or Trained
+        A run directory of :func:`hiddenstate.train.train` (or its ``checkpoint/``), or the model
+        loaded from one.
+    out : str or os.PathLike, default "report.html"
+        The HTML file to write: new, or a previous report (checked first, :func:`check_report_path`).
+    text_file : str or os.PathLike, optional
+        Text to run the model on (characters outside the vocabulary dropped, the subtitle says how
+        many); default the start of the run's validation text (:func:`inspected_text`).
+    n_chars : int, default 2000
+        Characters of text measured (one sequence).
+    echo : callable, optional
+        Called with one line per stage and its seconds.
+
+    Returns
+    -------
+    MambaAnalysis
+        Its ``layers[l].record`` holds every step's states of layer l.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As :func:`inspect_checkpoint`; a checkpoint whose model is not of ``cell="mamba"``.
+    """
+    n_chars = positive_int("n_chars", n_chars)
+    out = check_report_path(out)
+    trained = checkpoint if isinstance(checkpoint, Trained) else load(checkpoint)
+    model, cfg = trained.model, trained.config
+    if model.cell != "mamba":
+        raise ValueError(f"checkpoint must hold a model of cell 'mamba' for inspect_mamba_checkpoint; got cell "
+                         f"{model.cell!r}. Use inspect_checkpoint.")
+    measured = inspected_text(trained, text_file, n_chars=n_chars)
+    text = measured.text
+    ids = trained.vocab.encode(text)[:, None]  # (T, 1)
+    data = "embedded Shakespeare" if cfg.data is None else pathlib.Path(cfg.data).name
+    facts = [f"Character-level Mamba ({model.num_layers} block(s), d_model {model.hidden_size}, SSM state "
+             f"(Di={model.rnn.d_inner}, S={model.rnn.d_state}) per layer) trained {trained.step:,} steps on {data}"]
+    if trained.val_loss is not None:
+        facts.append(f"validation loss {float(trained.val_loss):.4f} nats/char")
+    if cfg.ema is not None:
+        facts.append(f"moving-average weights (decay {cfg.ema:g})")
+    dropped = f" ({measured.dropped:,} characters outside the vocabulary dropped)" if measured.dropped else ""
+    facts.append(f"measured on {len(text):,} characters of {measured.source}{dropped}.")
+    return char_mamba_report(model, ids, out, text=text, model_name="hiddenstate CharRNN (mamba)",
+                             subtitle="; ".join(facts), echo=echo)

@@ -189,7 +189,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--out", default="report.html", metavar="FILE",
                      help="output HTML file, in an existing directory (default: report.html in the current directory; "
                           "a previous report is replaced, any other file refused)")
-    ins.add_argument("--fixed-point-starts", type=_typed("--fixed-point-starts", int, nonnegative_int), default=32,
+    ins.add_argument("--fixed-point-starts", type=_typed("--fixed-point-starts", int, nonnegative_int), default=None,
                      metavar="N", help="starts of the fixed-point search (default 32; 0 skips the search)")
     sd = ins.add_argument_group("a .safetensors state dict (sizes, layers, directions are read off the names and shapes)")
     sd.add_argument("--kind", choices=("rnn", "gru", "lstm", "mingru", "minlstm"),

@@ -6,8 +6,11 @@ inspected as the run it is). A file that holds a character model's tensors (``rn
 ``decoder.weight``) without that ``meta.json`` is refused, naming the command that inspects it:
 read as a bare state dict it would be a different model (the recurrent layer alone, fed Gaussian
 noise instead of characters). Any other ``.safetensors`` file is a torch RNN/GRU/LSTM state dict
-(:func:`hiddenstate.inspection.inspect_file`). Errors are ValueError/OSError with one-line
-messages naming the flag; the CLI prints them as ``hiddenstate: error: ...`` with exit status 2.
+(:func:`hiddenstate.inspection.inspect_file`). A run of ``--cell mamba`` gets the Mamba report
+(:func:`hiddenstate.app.inspect_mamba_checkpoint`) and its summary on stdout;
+``--fixed-point-starts N`` with N > 0, which only the other kinds have, is refused. Errors are
+ValueError/OSError with one-line messages naming the flag; the CLI prints them as
+``hiddenstate: error: ...`` with exit status 2.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["character_model_file", "check_report_out", "checkpoint_or_pretrained", "run_inspect", "stage_lines"]
+__all__ = ["FIXED_POINT_STARTS", "character_model_file", "check_report_out", "checkpoint_or_pretrained", "run_inspect",
+           "stage_lines"]
+
+#: Starts of the fixed-point search when ``--fixed-point-starts`` is left out.
+FIXED_POINT_STARTS = 32
 
 #: Tensor names that only a hiddenstate CharRNN's model file has together
 _OUR_DECODER = "decoder.weight"
@@ -165,11 +172,12 @@ def run_inspect(args) -> int:
         A user error, one line naming the flag (printed by the CLI, exit status 2).
     """
     from hiddenstate import train as _train
-    from hiddenstate.app import inspect_checkpoint, inspected_text
+    from hiddenstate.app import check_report_path, inspect_checkpoint, inspect_mamba_checkpoint, inspected_text
     from hiddenstate.train.corpus import load_text
 
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
              "prefix": args.prefix, "inputs": args.inputs}
+    starts = FIXED_POINT_STARTS if args.fixed_point_starts is None else args.fixed_point_starts
     path = os.fspath(checkpoint_or_pretrained(args))
     # a file is a torch state dict (a pickle is refused, unread), or one of our model files
     if os.path.isfile(path) or path.endswith(".safetensors"):
@@ -181,7 +189,7 @@ def run_inspect(args) -> int:
 
             check_report_out(args.out)  # before the work, not after it
             inspect_file(path, args.out, seed=args.seed, echo=print,
-                         n_fixed_point_starts=args.fixed_point_starts, stages=stage_lines(), **flags)
+                         n_fixed_point_starts=starts, stages=stage_lines(), **flags)
             return 0
         _check_no_state_dict_flags(args, flags, f"the model file of the checkpoint '{ckpt}'")
         print(f"model: '{path}' is the model file of the checkpoint '{ckpt}': inspected as that run")
@@ -192,12 +200,23 @@ def run_inspect(args) -> int:
     if args.text is not None:
         load_text(args.text, name="--text")
     trained = _train.load(ckpt)
+    mamba = trained.model.cell == "mamba"
+    if mamba and args.fixed_point_starts:  # 0 asks to skip a search that a Mamba model has not: accepted
+        raise ValueError(f"--fixed-point-starts applies to models of rnn, gru, lstm, mingru or minlstm layers; got "
+                         f"{starts} for the mamba run '{ckpt}', whose SSM step has one stable fixed point per input "
+                         "by construction (no search to run; the report's Not measured card says why). Leave the "
+                         "flag out.")
     measured = inspected_text(trained, args.text)
     if measured.dropped:
         shown = ", ".join(repr(c) for c in measured.unknown)
         print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
               f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
-    report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=args.fixed_point_starts,
-                                echo=stage_lines())
+    if mamba:
+        analysis = inspect_mamba_checkpoint(trained, args.out, text_file=args.text, echo=stage_lines())
+        print(analysis.summary())
+        report = check_report_path(args.out)
+    else:
+        report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=starts,
+                                    echo=stage_lines())
     print(f"report: {report}")
     return 0

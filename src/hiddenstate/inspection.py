@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hiddenstate.app import check_report_path
+from hiddenstate.app import char_mamba_report, check_report_path
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
@@ -255,7 +255,11 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         block is measured by :func:`hiddenstate.probe.mamba.analyze_mamba` instead (``x``: token
         ids (N, T) as transformers takes them, or the block's input; ``h0``: the initial states;
         only ``out``, ``title`` and ``max_lag`` of the options below apply) and its report is
-        :func:`hiddenstate.report.mamba_page.build_mamba_report`.
+        :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a CharRNN of
+        ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or a str with
+        ``vocab``, ``h0`` its state pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``; ``text``,
+        ``vocab``, ``tokens``, ``out``, ``title``, ``max_lag``, ``echo`` and ``source`` apply,
+        ``lengths`` is refused, and there is no fixed-point search).
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
@@ -319,9 +323,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if is_transformers_mamba(model) or isinstance(model, (Mamba, MambaLM)):
         return _inspect_mamba(model, x, h0, out, title, max_lag)
     if isinstance(model, CharRNN) and model.cell == "mamba":
-        raise ValueError("model must be a character model of gru, lstm, rnn, mingru or minlstm layers for "
-                         "inspect_model; got a CharRNN of cell 'mamba', which the tools do not read yet. Inspect "
-                         "a Mamba block, a MambaLM or a transformers Mamba model instead.")
+        return _inspect_char_mamba(model, x, h0, lengths, text, vocab, tokens, out, title, max_lag, echo, source)
     layer, converted = as_layer(model)
     source = converted if source is None else source
     fp = None
@@ -372,6 +374,25 @@ def _inspect_mamba(model, x, states, out, title, max_lag) -> MambaAnalysis:
         build_mamba_report(out, an, title=title or "Inside a Mamba model",
                            subtitle=f"{source}, converted exactly; every layer's state measured on every step.")
     return an
+
+
+def _inspect_char_mamba(model, x, states, lengths, text, vocab, tokens, out, title, max_lag, echo,
+                        source) -> MambaAnalysis:
+    """:func:`inspect_model` of a CharRNN of cell "mamba": ids or text in, the Mamba report out."""
+    if lengths is not None:
+        raise ValueError("lengths must be None for a CharRNN of cell 'mamba' (its stack runs whole sequences); got "
+                         "lengths. Inspect each sequence's valid steps as x instead.")
+    _, ids, text, _ = _char_input(model, x, text, vocab)  # ids (T, N); text decoded with vocab
+    if ids.shape[0] == 0:
+        raise ValueError(f"x must have at least one step; got shape {shape_str(ids.shape)}.")
+    tokens = None if tokens is None else _numpy("tokens", tokens)
+    source = "hiddenstate CharRNN (mamba)" if source is None else source
+    T, N = ids.shape
+    subtitle = (f"{source}: {model.num_layers} Mamba block(s), d_model {model.hidden_size}, SSM state "
+                f"(Di={model.rnn.d_inner}, S={model.rnn.d_state}) per layer; every layer's state measured on "
+                f"{T:,} steps of {N:,} sequence(s).")
+    return char_mamba_report(model, ids, out, text=text, tokens=tokens, states=states, max_lag=max_lag,
+                             model_name=source, title=title or "Inside a Mamba model", subtitle=subtitle, echo=echo)
 
 
 def read_inputs(path, input_size: int, *, seed: int = 0, name: str = "--inputs") -> tuple[np.ndarray, str]:

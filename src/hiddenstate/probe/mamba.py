@@ -287,7 +287,8 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     T, N, Di, S = records[0].ssm.shape
     if T == 0:
         raise ValueError("x must have at least one step; got T = 0.")
-    blk = model.layers[0] if isinstance(model, MambaLM) else model.rnn.layers[0] if is_mamba_char_model(model) else model
+    blk = (model.layers[0] if isinstance(model, MambaLM) else
+           model.rnn.layers[0] if is_mamba_char_model(model) else model)
     out = []
     for i, rec in enumerate(records):
         decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {i} decay", keep=True)
