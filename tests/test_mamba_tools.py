@@ -88,7 +88,7 @@ def test_inspect_model_of_a_transformers_model_in_one_call(tmp_path):
 
 
 def test_tools_refuse_other_models():
-    with pytest.raises(TypeError, match="model must be a hiddenstate MambaLM or Mamba; got GRU"):
+    with pytest.raises(TypeError, match="model must be a hiddenstate MambaLM, Mamba or CharRNN of cell 'mamba'; got GRU"):
         trace_mamba(hs.GRU(2, 3), np.zeros((2, 1, 2)))
 
 

@@ -183,11 +183,3 @@ def test_cli_trains_samples_and_refuses_what_mamba_does_not_have(text_file, tmp_
                    "--out", str(tmp_path / "w"), *tiny]) == 2
     one_line_error("--weight-drop must be 0 for cell='mamba', which has no recurrent weights")
     assert not (tmp_path / "w").exists()
-
-
-def test_inspect_model_refuses_a_mamba_character_model_in_one_clear_message():
-    from hiddenstate.inspection import inspect_model
-
-    model = CharRNN(5, 16, cell="mamba", rng=np.random.default_rng(0))
-    with pytest.raises(ValueError, match="got a CharRNN of cell 'mamba'"):
-        inspect_model(model, np.array([[0, 1], [2, 3]]))
