@@ -18,6 +18,7 @@ import numpy as np
 
 from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba, char_ids, is_mamba_char_model
+from hiddenstate.progress import progress
 from hiddenstate.report import build_report
 from hiddenstate.report.mamba_page import build_mamba_report
 from hiddenstate.report.target import check_report_path
@@ -310,17 +311,22 @@ def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=No
                         f"{f' of cell {model.cell!r}' if hasattr(model, 'cell') else ''}.")
     out = None if out is None else check_report_path(out)
     ids = char_ids(ids, model.vocab_size)  # (T, N)
-    t0 = time.perf_counter()
-    an = analyze_mamba(model, ids, states, max_lag=max_lag, model_name=model_name,
-                       **mamba_text_options(text, ids if tokens is None else tokens))
-    if echo is not None:
-        echo(f"measured every layer's states, decay (keep gate), time constants, gradient against lag and PCA "
-             f"({ids.shape[0]:,} steps of {ids.shape[1]:,} sequence(s)): {time.perf_counter() - t0:.1f} s")
-    if out is not None:
+    with progress(1 if out is None else 2, "analysing the Mamba state", unit="stage") as bar:  # a terminal's only
+        bar.set_postfix_str("trace, decay, gradient against lag, PCA")
         t0 = time.perf_counter()
-        build_mamba_report(out, an, title=title, subtitle=subtitle)
+        an = analyze_mamba(model, ids, states, max_lag=max_lag, model_name=model_name,
+                           **mamba_text_options(text, ids if tokens is None else tokens))
+        bar.update()
         if echo is not None:
-            echo(f"wrote the report (HTML): {time.perf_counter() - t0:.1f} s")
+            echo(f"measured every layer's states, decay (keep gate), time constants, gradient against lag and PCA "
+                 f"({ids.shape[0]:,} steps of {ids.shape[1]:,} sequence(s)): {time.perf_counter() - t0:.1f} s")
+        if out is not None:
+            bar.set_postfix_str("report")
+            t0 = time.perf_counter()
+            build_mamba_report(out, an, title=title, subtitle=subtitle)
+            bar.update()
+            if echo is not None:
+                echo(f"wrote the report (HTML): {time.perf_counter() - t0:.1f} s")
     return an
 
 
