@@ -11,6 +11,7 @@ import pytest
 
 from hiddenstate.xp import to_numpy
 from tests._torch import require_torch
+from tests._torchrun import TORCHRUN
 from tests.strategies import make_layer, state_parts
 from tests.test_array_api import (
     SEEDS,
@@ -101,7 +102,7 @@ def test_two_ranks_on_nccl_equal_one_process(tmp_path):
     one = subprocess.run([sys.executable, "-m", "hiddenstate", *flags, "--out", str(tmp_path / "one")], env=ENV,
                          capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+    two = subprocess.run([*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2",
                           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "hiddenstate", *flags,
                           "--out", str(tmp_path / "two")], env=ENV, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stderr
