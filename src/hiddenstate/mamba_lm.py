@@ -6,7 +6,8 @@ embedding by default). The parameters are named as in ``MambaForCausalLM``'s sta
 the ``backbone.`` prefix (``embeddings.weight``, ``layers.0.norm.weight``,
 ``layers.0.mixer.in_proj.weight``, ..., ``norm_f.weight``), so
 :func:`hiddenstate.interop.transformers_io.from_transformers` copies them by name. Forward and
-exact backward, every layer's states in and out.
+exact backward, every layer's states in and out, right-padded ragged batches (``lengths``) and
+rows restarted mid-sequence (``reset``) as :meth:`hiddenstate.Mamba.forward` takes them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ import numpy as np
 
 from hiddenstate.cells import mamba as kernel
 from hiddenstate.mamba import Mamba
-from hiddenstate.validation import boolean, float_array, float_dtype, generator, positive_int, real, shape_str
+from hiddenstate.validation import (
+    bool_mask,
+    boolean,
+    float_array,
+    float_dtype,
+    generator,
+    positive_int,
+    real,
+    shape_str,
+)
+from hiddenstate.validation import lengths as valid_lengths
 
 __all__ = ["MambaLM"]
 
@@ -95,15 +106,36 @@ class MambaLM:
             for k in blk.params:
                 blk.params[k] = self.params[f"layers.{i}.mixer.{k}"]
 
-    def forward(self, ids, states=None, *, record=False):
+    def _masks(self, lengths, reset, T, N):
+        """The validated ``lengths`` (N,) or None, ``keep`` (T, N, 1) or None, and ``reset`` time-major (T, N) or None."""
+        lens = keep = None
+        if lengths is not None:
+            lens = valid_lengths(lengths, T, N)
+            keep = (np.arange(T)[:, None] < lens[None, :])[:, :, None] if (lens < T).any() else None
+        if reset is not None:
+            reset = bool_mask("reset", reset, (N, T) if self.batch_first else (T, N))
+            reset = np.ascontiguousarray(reset.T if self.batch_first else reset)  # (T, N)
+        return lens, keep, reset
+
+    def forward(self, ids, states=None, *, lengths=None, reset=None, record=False):
         """Logits for token ids, every layer's final states, and what :meth:`backward` needs.
 
         Parameters
         ----------
         ids : array_like of int, shape (N, T) (``batch_first``) or (T, N)
-            Token ids in ``[0, V)``.
+            Token ids in ``[0, V)`` (with ``lengths``: at every valid step; a padded step's id is
+            never read and may be any integer, e.g. a pad id of -1).
         states : list of MambaState, optional
             One per layer (None: zeros); pass the previous call's ``states_n`` to carry them.
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each row of a right-padded batch, each in [0, T]: the logits past a
+            row's length are 0 (and take no gradient), and every layer's ``states_n`` is its
+            state at the row's own last valid step (a length-0 row keeps its initial states), as
+            :meth:`hiddenstate.Mamba.forward` does.
+        reset : ndarray of bool, shape (N, T) (``batch_first``) or (T, N), optional
+            Where True, the row starts that step from its initial states (``states``, or zeros) in
+            every layer, both the SSM and the convolution state, and no gradient flows back across
+            that boundary (ignored on padded steps).
         record : bool, default False
             Also return every layer's :class:`MambaRecord`.
 
@@ -120,9 +152,10 @@ class MambaLM:
         Raises
         ------
         ValueError
-            Ids out of range or not 2-D, a wrong number of states.
+            Ids out of range or not 2-D, a wrong number of states, lengths out of [0, T] or not of
+            shape (N,), a reset mask of another shape.
         TypeError
-            Non-integer ids.
+            Non-integer ids or lengths, a reset mask that is not bool.
         """
         record = boolean("record", record)
         ids = np.asarray(ids)
@@ -131,18 +164,22 @@ class MambaLM:
         if ids.ndim != 2:
             raise ValueError(f"ids must have shape {'(N, T)' if self.batch_first else '(T, N)'}; got "
                              f"{shape_str(ids.shape)}.")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"ids must lie in [0, V={self.vocab_size}); got values in [{ids.min()}, {ids.max()}].")
+        tm = ids.T if self.batch_first else ids  # (T, N)
+        lens, keep, reset = self._masks(lengths, reset, *tm.shape)
+        if keep is not None:  # a padded step's id is never read: embed token 0 there
+            tm = np.where(keep[:, :, 0], tm, 0)
+        if tm.size and (tm.min() < 0 or tm.max() >= self.vocab_size):
+            where = " at the valid steps" if lens is not None else ""
+            raise ValueError(f"ids must lie in [0, V={self.vocab_size}){where}; got values in [{tm.min()}, {tm.max()}].")
         if states is not None and len(states) != self.num_layers:
             raise ValueError(f"states must hold one state per layer (L={self.num_layers}); got {len(states)}.")
         self._sync()
-        tm = ids.T if self.batch_first else ids  # (T, N)
         x = self.params["embeddings.weight"][tm]  # (T, N, M)
         steps, finals, records = [], [], []
         for i, blk in enumerate(self.layers):
             w = self.params[f"layers.{i}.norm.weight"]
             xn, inv = kernel.rms_norm(x, w, self.eps)
-            res = blk.forward(xn, None if states is None else states[i], record=record)
+            res = blk.forward(xn, None if states is None else states[i], lengths=lens, reset=reset, record=record)
             steps.append((x, inv, res[2]))
             finals.append(res[1])
             if record:
@@ -150,24 +187,30 @@ class MambaLM:
             x = x + res[0]
         xf, inv_f = kernel.rms_norm(x, self.params["norm_f.weight"], self.eps)
         logits = xf @ self.head.T  # (T, N, V)
-        cache = (tm, steps, x, inv_f, xf)
+        if keep is not None:
+            logits *= keep  # 0 past each row's length, as the block's output
+        cache = (tm, steps, x, inv_f, xf, keep)
         logits = logits.transpose(1, 0, 2) if self.batch_first else logits
         return (logits, finals, cache, records) if record else (logits, finals, cache)
 
-    def __call__(self, ids, states=None):
+    def __call__(self, ids, states=None, *, lengths=None, reset=None):
         """``logits, states_n = model(ids, states)`` (see :meth:`forward`).
 
         Parameters
         ----------
         ids : array_like of int, shape (N, T) or (T, N)
         states : list of MambaState, optional
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each row of a right-padded batch.
+        reset : ndarray of bool, shape (N, T) or (T, N), optional
+            Where a row restarts from its initial states.
 
         Returns
         -------
         logits : ndarray
         states_n : list of MambaState
         """
-        logits, finals, _ = self.forward(ids, states)
+        logits, finals, _ = self.forward(ids, states, lengths=lengths, reset=reset)
         return logits, finals
 
     def backward(self, cache, d_logits, d_states_n=None):
@@ -193,12 +236,14 @@ class MambaLM:
         ValueError, TypeError
             ``d_logits`` not of the logits' shape, or not finite floats.
         """
-        tm, steps, x, inv_f, xf = cache
+        tm, steps, x, inv_f, xf, keep = cache
         d_logits = float_array("d_logits", d_logits, dtype=self.dtype)
         want = (tm.shape[1], tm.shape[0], self.vocab_size) if self.batch_first else tm.shape + (self.vocab_size,)
         if d_logits.shape != want:
             raise ValueError(f"d_logits must have the logits' shape {shape_str(want)}; got {shape_str(d_logits.shape)}.")
         d_logits = d_logits.transpose(1, 0, 2) if self.batch_first else d_logits  # (T, N, V)
+        if keep is not None:
+            d_logits = d_logits * keep  # padded logits are constants (0)
         V, M = self.vocab_size, self.d_model
         grads = {k: np.zeros_like(v) for k, v in self.params.items()}
         head = "embeddings.weight" if self.tie_embeddings else "lm_head.weight"
