@@ -2,6 +2,7 @@
 
 import base64
 import json
+import pathlib
 import re
 
 import numpy as np
@@ -274,3 +275,16 @@ def test_bad_text_and_tokens_are_refused_and_short_inputs_skip_the_curve():
     assert all(la.memory is None for la in an.layers)
     assert "too short for a held-out split" in an.not_measured["memory curve"]
     assert 'id="memory"' not in mamba_page(an) and "memory capacity" not in an.summary()
+
+
+def test_the_readme_example_of_the_tools_prints_what_it_says(tmp_path, monkeypatch, capsys):
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "an.layers[0].memory" in b)
+    said = [line.split("# ", 1)[1] for line in block.splitlines() if line.startswith("print(")]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == len(said) == 4
+    for out, comment in zip(printed, said):
+        assert comment.startswith(out), (out, comment)  # the comment is what it prints, then what it means
+    assert (tmp_path / "mamba.html").exists()
