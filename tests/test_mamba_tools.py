@@ -4,6 +4,7 @@ import base64
 import json
 import pathlib
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -288,3 +289,54 @@ def test_the_readme_example_of_the_tools_prints_what_it_says(tmp_path, monkeypat
     for out, comment in zip(printed, said):
         assert comment.startswith(out), (out, comment)  # the comment is what it prints, then what it means
     assert (tmp_path / "mamba.html").exists()
+
+
+_DRIVE = """<script>
+window.__errs = [];
+window.addEventListener('error', function (e) { window.__errs.push(String(e.message)); });
+window.addEventListener('load', function () {
+  var res = {errors: []};
+  try {
+    var spans = document.querySelectorAll('#ex-text span');
+    res.n_spans = spans.length;
+    res.n_rows = document.querySelectorAll('#ex-units li').length;
+    document.querySelector('#ex-units li[data-unit="%(k)d"]').click();
+    document.querySelector('#ex-signals button[data-signal="decay"]').click();
+    res.title = document.getElementById('ex-title').textContent;
+    res.bg = Array.prototype.map.call(spans, function (s) { return getComputedStyle(s).backgroundColor; });
+  } catch (e) { res.errors.push(String(e)); }
+  res.errors = res.errors.concat(window.__errs);
+  var pre = document.createElement('pre'); pre.id = 'hs-drive'; pre.textContent = JSON.stringify(res);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_the_explorer_colours_the_text_by_a_channels_decay_in_headless_chromium(tmp_path):
+    from tests.test_report import _browser
+    from tests.test_report_explorer import _expected, _same_colour
+
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no Chromium found; install it with `apt-get install chromium` or set HIDDENSTATE_CHROMIUM")
+    m = lm()
+    ids = np.random.default_rng(10).integers(0, 9, (1, len(TEXT)))
+    an = analyze_mamba(m, ids, text=TEXT, max_lag=5)
+    decay = an.layers[-1].channel_decay[:, 0]  # (T, Di)
+    k = int(np.argmax(np.ptp(decay, axis=0)))
+    page = mamba_page(an).replace("</body>", _DRIVE % {"k": k} + "</body>", 1)
+    (tmp_path / "p.html").write_text(page, encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+           (tmp_path / "p.html").as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="hs-drive">(.*?)</pre>', proc.stdout, re.S)
+    assert proc.returncode == 0 and found, proc.stderr[-2000:]
+    res = json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                     .replace("&amp;", "&"))
+    assert res["errors"] == [] and res["n_spans"] == len(TEXT) and res["n_rows"] == 12
+    assert res["title"].startswith(f"decay gate of unit {k}")
+    want, tol = _expected(decay[:, k]), 0.88 / 255 + 0.0005 + 1 / 255  # the gate scale, quantised to 8 bits
+    bad = [t for t in range(len(TEXT)) if not _same_colour(res["bg"][t], want[t], tol)]
+    assert not bad, [(t, res["bg"][t], want[t]) for t in bad[:5]]

@@ -21,9 +21,10 @@ that it stays well posed and fast at that width:
   .. math:: P = X_{te} (X^\\top X + \\alpha I)^{-1} X^\\top = X_{te} X^\\top (X X^\\top + \\alpha I)^{-1},
 
   so the curve costs one M x M solve (the dual form, when M <= F) or one F x F solve (the primal
-  form, when F < M) and then one matrix product per lag. Measured (one thread, 2 shared CPUs):
-  2 ms a layer for the README's model (T = 12, N = 2, F = 512), and 1.2 s a layer for a
-  character model of ``d_model`` 64 (F = 2,048) on T = 2,000 steps (M = 1,470, 31 lags).
+  form, when F < M) and then one matrix product per lag. Measured (one thread, 2 shared CPUs at
+  load average 5): 0.4 ms a layer for the README's model (T = 12, N = 2, F = 512), and 1.0 to
+  1.1 s a layer for a character model of ``d_model`` 64 (F = 2,048) on T = 2,000 steps
+  (M = 1,470 training rows, 31 lags).
 
 Token ids are decoded by a one-vs-all ridge classifier on one-hot targets (score: accuracy,
 chance the frequency of the most common training token among the test targets); real-valued
