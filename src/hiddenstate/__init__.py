@@ -30,6 +30,7 @@ oldpaths.install()
 __getattr__, __dir__ = attach(__name__, {
     "CharRNN": "hiddenstate.train.model",
     "Mamba": "hiddenstate.mamba",
+    "Mamba2": "hiddenstate.mamba2",
     "MambaLM": "hiddenstate.mamba_lm",
     "MambaState": "hiddenstate.cells.mamba",
     "analyze_model": "hiddenstate.probe.analysis",
@@ -53,6 +54,7 @@ __all__ = [
     "GRUCell",
     "LSTMCell",
     "Mamba",
+    "Mamba2",
     "MambaLM",
     "MambaState",
     "MinGRU",
