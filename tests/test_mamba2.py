@@ -233,3 +233,33 @@ def test_a_torch_tensor_is_refused_clearly():
     torch = require_torch()
     with pytest.raises(TypeError, match="u must be a NumPy array for Mamba2 .*; got Tensor"):
         block(4, head_dim=2)(torch.zeros(3, 2, 4))
+
+
+def test_lm_gradients_equal_finite_differences_and_carry_states():
+    from hiddenstate.cells.mamba import MambaState
+    from hiddenstate.mamba_lm import Mamba2LM, MambaLM
+
+    rng = np.random.default_rng(5)
+    lm = Mamba2LM(7, 4, 2, d_state=3, d_conv=3, expand=2, head_dim=2, n_groups=2, eps=1e-3, rng=rng)
+    assert not isinstance(lm, MambaLM) and all(isinstance(b, Mamba2) and b.eps == 1e-3 for b in lm.layers)
+    assert "lm_head.weight" in lm.params and repr(lm).startswith("Mamba2LM(7, 4, 2, Mamba2(4, d_state=3")
+    for v in lm.params.values():
+        v += 0.3 * rng.standard_normal(v.shape)
+    ids = rng.integers(0, 7, (2, 5))
+    w = rng.standard_normal((2, 5, 7))
+    w_h = [rng.standard_normal((2, 4, 2, 3)) for _ in range(2)]
+
+    def loss():
+        logits, states, _ = lm.forward(ids)
+        return float((logits * w).sum() + sum((s.ssm * wh).sum() for s, wh in zip(states, w_h)))
+
+    _, _, cache = lm.forward(ids)
+    grads, _ = lm.backward(cache, w, [MambaState(wh, None) for wh in w_h])
+    check_grads(loss, dict(lm.params), grads, rtol=1e-6, max_entries=32)
+    full, fin = lm(ids)
+    a, s = lm(ids[:, :3])
+    b, s2 = lm(ids[:, 3:], s)
+    np.testing.assert_allclose(np.concatenate([a, b], axis=1), full, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(s2[1].ssm, fin[1].ssm, rtol=1e-12, atol=1e-13)
+    _, _, _, records = lm.forward(ids, record=True)
+    assert records[1].ssm.shape == (5, 2, 4, 2, 3)
