@@ -79,6 +79,10 @@ def test_token_by_token_decoding_with_the_cache_equals_our_carried_states():
     np.testing.assert_allclose(np.concatenate([a, b], axis=1), full, rtol=1e-12, atol=1e-12)
     for ours, ref in zip(s, states_from_cache(cache, 3)):
         assert rel(ours.ssm, ref.ssm) <= RTOL and rel(ours.conv, ref.conv) <= RTOL
+    # a multi-token call on a filled cache starts both the SSM and the convolution from it, as ours does
+    with torch.no_grad():
+        second = m(ids[:, 5:], cache=m(ids[:, :5], use_cache=True).cache, use_cache=True)
+    assert rel(b, second.logits.numpy()) <= RTOL
 
 
 def test_weights_go_back_bit_for_bit():
