@@ -9,6 +9,7 @@ per-step states.
 import numpy as np
 import pytest
 
+from hiddenstate.cells import ssd
 from hiddenstate.cells.scan import CHUNK
 from hiddenstate.gradcheck import check_grads
 from hiddenstate.mamba2 import Mamba2
@@ -77,11 +78,12 @@ CONFIGS = [(5, dict(d_state=4, d_conv=4, expand=2, head_dim=2)),
            (5, dict(d_state=4, d_conv=1, expand=2, head_dim=5, conv_bias=False))]
 
 
-@pytest.mark.parametrize("scan", ["parallel", "sequential"])
+@pytest.mark.parametrize("scan", ["parallel", "sequential", "ssd"])
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("T", [0, 1, 2, 9])
-def test_forward_and_every_gradient_equal_torch_autograd_float64(scan, config, T):
+def test_forward_and_every_gradient_equal_torch_autograd_float64(scan, config, T, monkeypatch):
     torch = require_torch()
+    monkeypatch.setattr(ssd, "SSD_CHUNK", 4)  # T = 9: SSD's chunks of 4, 4 and 1 steps
     b = block(config[0], scan=scan, **config[1])
     u, h0, c0 = inputs(b, T, 3)
     out, (hT, cT), cache = b.forward(u, (h0, c0))
@@ -104,9 +106,10 @@ def test_forward_and_every_gradient_equal_torch_autograd_float64(scan, config, T
         assert rel(got, np.zeros(t.shape) if t.grad is None else t.grad.numpy()) < TOL
 
 
-@pytest.mark.parametrize("config", CONFIGS[1:3])
-def test_gradcheck_every_parameter_the_input_and_both_initial_states(config):
-    b = block(config[0], **config[1])
+@pytest.mark.parametrize("config, scan", [(CONFIGS[1], "parallel"), (CONFIGS[2], "parallel"), (CONFIGS[1], "ssd")])
+def test_gradcheck_every_parameter_the_input_and_both_initial_states(config, scan, monkeypatch):
+    monkeypatch.setattr(ssd, "SSD_CHUNK", 4)
+    b = block(config[0], scan=scan, **config[1])
     u, h0, c0 = inputs(b, 6, 2)
     rng = np.random.default_rng(3)
     w_out, w_h, w_c = rng.standard_normal(u.shape[:2] + (b.d_model,)), rng.standard_normal(h0.shape), \
@@ -123,16 +126,17 @@ def test_gradcheck_every_parameter_the_input_and_both_initial_states(config):
     assert max(errs.values()) < 1e-6
 
 
-def test_parallel_and_sequential_scans_agree_across_chunk_boundaries():
+@pytest.mark.parametrize("scan", ["parallel", "ssd"])
+def test_each_scan_agrees_with_the_sequential_one_across_chunk_boundaries(scan):
     b = block(4, d_state=3, d_conv=3, expand=2, head_dim=2, n_groups=2)
-    u, h0, c0 = inputs(b, CHUNK + 37, 2)
+    u, h0, c0 = inputs(b, CHUNK + 37, 2)  # 5 SSD chunks (the last of 37 steps), 2 scan chunks
     res = {}
-    for scan in ("parallel", "sequential"):
-        b.scan = scan
-        out, st, cache = b.forward(u, (h0, c0))
-        res[scan] = (out, st, b.backward(cache, np.cos(out), (np.sin(st.ssm), None)))
-    (o1, s1, (g1, du1, d1)), (o2, s2, (g2, du2, d2)) = res["parallel"], res["sequential"]
-    assert rel(o1, o2) < 1e-12 and rel(s1.ssm, s2.ssm) < 1e-12
+    for s in (scan, "sequential"):
+        b.scan = s
+        out, st, cache, rec = b.forward(u, (h0, c0), record=True)
+        res[s] = (out, st, b.backward(cache, np.cos(out), (np.sin(st.ssm), None)), rec.ssm)
+    (o1, s1, (g1, du1, d1), r1), (o2, s2, (g2, du2, d2), r2) = res[scan], res["sequential"]
+    assert rel(o1, o2) < 1e-12 and rel(s1.ssm, s2.ssm) < 1e-12 and rel(r1, r2) < 1e-12
     assert max(rel(g1[k], g2[k]) for k in g1) < 1e-12
     assert rel(du1, du2) < 1e-12 and rel(d1.ssm, d2.ssm) < 1e-12 and rel(d1.conv, d2.conv) < 1e-12
 
@@ -206,7 +210,7 @@ def test_bad_sizes_states_and_inputs_are_refused_with_the_rule():
     with pytest.raises(ValueError, match="eps must be a finite number > 0; got 0"):
         Mamba2(4, head_dim=2, eps=0)
     with pytest.raises(ValueError, match="scan must be one of parallel, sequential"):
-        Mamba2(4, head_dim=2, scan="ssd")
+        Mamba2(4, head_dim=2, scan="fast")
     b = block(4, d_state=4, d_conv=3, head_dim=2)
     u, h0, c0 = inputs(b, 3, 2)
     with pytest.raises(ValueError, match=r"state\.ssm must have shape \(N=2, H=4, P=2, S=4\); got \(4, 2, 4\)"):

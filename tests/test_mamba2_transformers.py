@@ -41,7 +41,7 @@ def rel(a, b):
 @pytest.mark.parametrize("config", [dict(), dict(n_groups=1), dict(n_groups=4, use_bias=True),
                                     dict(use_conv_bias=False, d_conv=2, expand=1, head_dim=4),
                                     dict(tie_word_embeddings=True, layer_norm_epsilon=1e-3)])
-@pytest.mark.parametrize("scan", ["parallel", "sequential"])
+@pytest.mark.parametrize("scan", ["parallel", "sequential", "ssd"])
 def test_logits_and_every_layers_final_states_equal_transformers(config, scan):
     m = hf_model(**config)
     ids = torch.randint(0, 40, (3, 13), generator=torch.Generator().manual_seed(1))

@@ -35,7 +35,8 @@ from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["Mamba2", "Mamba2Cache", "Mamba2Record", "MambaState"]
 
-SCANS = ("parallel", "sequential")
+#: The evaluation modes of the SSM recurrence (option ``scan``).
+SCANS = ("parallel", "sequential", "ssd")
 
 
 class Mamba2Cache:
@@ -90,9 +91,10 @@ class Mamba2:
         Whether ``conv1d.bias`` exists.
     eps : float, default 1e-5
         The gated RMS norm's epsilon (transformers' ``layer_norm_epsilon``).
-    scan : {"parallel", "sequential"}, default "parallel"
-        The SSM recurrence as a chunked Brent-Kung scan or as the per-step loop (the same states
-        to round-off).
+    scan : {"parallel", "sequential", "ssd"}, default "parallel"
+        The SSM recurrence as a chunked Brent-Kung scan, as the per-step loop, or in SSD's
+        chunked matrix form (:mod:`hiddenstate.cells.ssd`; ``record=True`` then runs the scan
+        for the per-step states); the same outputs, states and gradients to round-off.
     batch_first : bool, default False
         Input and output as (N, T, M) instead of (T, N, M).
     dtype : {float64, float32}, default float64

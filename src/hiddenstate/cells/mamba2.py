@@ -28,9 +28,11 @@ oldest of which the next step never reads). Both are inputs (:func:`scan_forward
 
 The recurrence is linear in ``h`` with a decay in (0, 1]: it runs through
 :mod:`hiddenstate.cells.scan` with the decay broadcast over (P, S), either as the per-step loop
-(``scan="sequential"``) or as the chunked Brent-Kung scan (``"parallel"``); its adjoint is the
-same scan backwards in time. Everything else is per step and runs as whole-sequence matrix
-products.
+(``scan="sequential"``) or as the chunked Brent-Kung scan (``"parallel"``), whose adjoint is the
+same scan backwards in time; or (``scan="ssd"``) in SSD's chunked matrix form
+(:mod:`hiddenstate.cells.ssd`: within a chunk a masked (Q, Q) matrix ``L o (C B^T)`` applied to
+``dt x``, between chunks the state), which forms no per-step state, with its own exact adjoint.
+Everything else is per step and runs as whole-sequence matrix products.
 
 Kernel contract
 ---------------
@@ -57,6 +59,7 @@ import numpy as np
 
 from hiddenstate.cells.mamba import MambaState, silu
 from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
+from hiddenstate.cells.ssd import ssd_backward, ssd_forward
 from hiddenstate.functional import sigmoid
 
 __all__ = ["PARAMS", "Mamba2Record", "MambaState", "gated_rms_norm", "gated_rms_norm_backward", "recorded",
@@ -177,8 +180,9 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
         The gated norm's epsilon.
     n_groups : int
         G, the groups of heads that share B and C (and the groups of the norm).
-    scan : {"parallel", "sequential"}, default "parallel"
-        How the SSM recurrence runs: a chunked Brent-Kung scan or the per-step loop.
+    scan : {"parallel", "sequential", "ssd"}, default "parallel"
+        How the SSM recurrence runs: a chunked Brent-Kung scan, the per-step loop, or SSD's
+        chunked matrix form.
 
     Returns
     -------
@@ -210,17 +214,22 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
     A = -np.exp(p["A_log"])  # (H,)
     with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
         decay = np.exp(dt * A)  # (T, N, H)
-    b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
-    hs = recurrence_forward(decay[..., None, None], b, h0, parallel=scan == "parallel")  # (T, N, H, P, S)
-    y = (hs @ Ch[..., None])[..., 0] + p["D"][:, None] * x  # (T, N, H, P)
+    if scan == "ssd":  # the chunked matrix form: y without forming every state
+        hs = None
+        y_ssm, h_T, starts = ssd_forward(dt * A, dt[..., None] * x, Bh, Ch, h0)
+    else:
+        b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
+        hs = recurrence_forward(decay[..., None, None], b, h0, parallel=scan == "parallel")  # (T, N, H, P, S)
+        y_ssm, h_T, starts = (hs @ Ch[..., None])[..., 0], (hs[-1].copy() if T else h0.copy()), None
+    y = y_ssm + p["D"][:, None] * x  # (T, N, H, P)
     sz, dsz = silu(z)
     g = y.reshape(T, N, Di) * sz  # (T, N, Di)
     nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, G)
     out = nrm @ p["out_proj.weight"].T  # (T, N, M)
     if p.get("out_proj.bias") is not None:
         out += p["out_proj.bias"]
-    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
-    cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, hs, y, sz, dsz, g, nrm, inv, scan)
+    final = MambaState(h_T, np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
+    cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan)
     return out, final, cache
 
 
@@ -251,7 +260,7 @@ def scan_backward(cache, d_out, d_final):
     d_state : MambaState
         Gradients with respect to ``h0`` (N, H, P, S) and ``conv0`` (N, Dc, K-1).
     """
-    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, hs, y, sz, dsz, g, nrm, inv, scan = cache
+    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan = cache
     T, N, M = u.shape
     H, P, G, S, K, Di, Dc = _sizes(p, G)
     d_h_T, d_conv_T = (None, None) if d_final is None else d_final
@@ -263,19 +272,22 @@ def scan_backward(cache, d_out, d_final):
     d_g, grads["norm.weight"] = gated_rms_norm_backward(g, p["norm.weight"], inv, d_out @ p["out_proj.weight"])
     d_y = (d_g * sz).reshape(T, N, H, P)
     d_z = d_g * y.reshape(T, N, Di) * dsz
-    d_hs = d_y[..., None] * Ch[:, :, :, None, :]  # (T, N, H, P, S)
-    d_Ch = (d_y[:, :, :, None, :] @ hs)[:, :, :, 0, :]  # (T, N, H, S): sum_p d_y h
     grads["D"] = (d_y * x).sum(axis=(0, 1, 3))
     d_x = d_y * p["D"][:, None]  # (T, N, H, P)
-    d_dec, d_b, d_h0 = recurrence_backward(decay[..., None, None], hs, h0, None, None, d_hs, d_h_T,
-                                           parallel=scan == "parallel")
-    d_lin = d_dec.sum(axis=(3, 4)) * decay  # (T, N, H): dL/d(dt A)
+    if scan == "ssd":
+        d_lin, d_u_ssm, d_Bh, d_Ch, d_h0 = ssd_backward(dt * A, dt[..., None] * x, Bh, Ch, starts, d_y, d_h_T)
+    else:
+        d_hs = d_y[..., None] * Ch[:, :, :, None, :]  # (T, N, H, P, S)
+        d_Ch = (d_y[:, :, :, None, :] @ hs)[:, :, :, 0, :]  # (T, N, H, S): sum_p d_y h
+        d_dec, d_b, d_h0 = recurrence_backward(decay[..., None, None], hs, h0, None, None, d_hs, d_h_T,
+                                               parallel=scan == "parallel")
+        d_lin = d_dec.sum(axis=(3, 4)) * decay  # (T, N, H): dL/d(dt A)
+        d_u_ssm = (d_b @ Bh[..., None])[..., 0]  # (T, N, H, P): dL/d(dt x) = sum_s d_b B
+        d_Bh = ((dt[..., None] * x)[:, :, :, None, :] @ d_b)[:, :, :, 0, :]  # (T, N, H, S)
     d_dt = d_lin * A
     grads["A_log"] = (d_lin * dt).sum(axis=(0, 1)) * A  # dA/dA_log = A
-    dbB = (d_b @ Bh[..., None])[..., 0]  # (T, N, H, P): sum_s d_b B
-    d_dt += (dbB * x).sum(axis=-1)
-    d_x += dbB * dt[..., None]
-    d_Bh = ((dt[..., None] * x)[:, :, :, None, :] @ d_b)[:, :, :, 0, :]  # (T, N, H, S)
+    d_dt += (d_u_ssm * x).sum(axis=-1)
+    d_x += d_u_ssm * dt[..., None]
     d_pre = d_dt * sigmoid(pre)  # (T, N, H)
     grads["dt_bias"] = d_pre.sum(axis=(0, 1))
     d_B = d_Bh.reshape(T, N, G, H // G, S).sum(axis=3)  # the heads of a group share its B
@@ -315,11 +327,14 @@ def recorded(cache) -> Mamba2Record:
     Mamba2Record
         Time-major arrays (see :class:`Mamba2Record`).
     """
-    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, hs, y, sz, dsz, g, nrm, inv, scan = cache
+    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan = cache
     T, N = u.shape[:2]
     K = xpad.shape[0] - T + 1
     idx = np.arange(T)[:, None] + np.arange(1, K)[None, :]  # (T, K-1): the window after step t
     conv = np.ascontiguousarray(xpad[idx].transpose(0, 2, 3, 1))  # (T, N, Dc, K-1)
     H = A.shape[0]
+    if hs is None:  # the SSD form formed no states: the scan gives them
+        b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
+        hs = recurrence_forward(decay[..., None, None], b, h0)
     return Mamba2Record(ssm=hs, conv=conv, dt=dt, decay=decay, B=Bh[:, :, ::H // G], C=Ch[:, :, ::H // G], x=x, y=y,
                         gate=sz)

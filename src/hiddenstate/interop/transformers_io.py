@@ -64,8 +64,9 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
         Any dtype; its weights are copied (the model is not changed).
     dtype : {float64, float32}, default float64
         Our model's dtype (float32 weights are exact in float64).
-    scan : {"parallel", "sequential"}, default "parallel"
-        How our blocks run the SSM recurrence.
+    scan : {"parallel", "sequential", "ssd"}, default "parallel"
+        How our blocks run the SSM recurrence (``"ssd"``, the chunked matrix form, for Mamba-2
+        only).
 
     Returns
     -------
@@ -86,7 +87,7 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
         raise TypeError(f"model must be a transformers MambaForCausalLM (or Mamba2ForCausalLM); got "
                         f"{type(model).__name__}.")
     dtype = float_dtype("dtype", dtype)
-    scan = choice("scan", scan, ("parallel", "sequential"))
+    scan = choice("scan", scan, ("parallel", "sequential", "ssd") if mamba2 else ("parallel", "sequential"))
     cfg = model.config
     if cfg.hidden_act != "silu":
         raise ValueError(f"model.config.hidden_act must be 'silu' (Mamba's activation); got {cfg.hidden_act!r}.")
