@@ -1,9 +1,11 @@
-"""A language model of Mamba blocks, as transformers' ``MambaForCausalLM`` stacks them: :class:`MambaLM`.
+"""Language models of Mamba blocks, as transformers' ``MambaForCausalLM`` and ``Mamba2ForCausalLM`` stack them.
 
-An embedding, then per layer ``x = x + mixer(rms_norm(x))`` (a :class:`hiddenstate.mamba.Mamba`
-block behind an RMS norm, on a residual stream), a final RMS norm and a linear head (tied to the
-embedding by default). The parameters are named as in ``MambaForCausalLM``'s state dict without
-the ``backbone.`` prefix (``embeddings.weight``, ``layers.0.norm.weight``,
+:class:`MambaLM` (Mamba-1 blocks) and :class:`Mamba2LM` (Mamba-2 blocks): an embedding, then
+per layer ``x = x + mixer(rms_norm(x))`` (a :class:`hiddenstate.mamba.Mamba` or
+:class:`hiddenstate.mamba2.Mamba2` block behind an RMS norm, on a residual stream), a final RMS
+norm and a linear head (tied to the embedding by default for Mamba-1, untied for Mamba-2, as
+transformers' configurations default). The parameters are named as in the transformers model's
+state dict without the ``backbone.`` prefix (``embeddings.weight``, ``layers.0.norm.weight``,
 ``layers.0.mixer.in_proj.weight``, ..., ``norm_f.weight``), so
 :func:`hiddenstate.interop.transformers_io.from_transformers` copies them by name. Forward and
 exact backward, every layer's states in and out, right-padded ragged batches (``lengths``) and
@@ -16,6 +18,7 @@ import numpy as np
 
 from hiddenstate.cells import mamba as kernel
 from hiddenstate.mamba import Mamba
+from hiddenstate.mamba2 import Mamba2
 from hiddenstate.validation import (
     bool_mask,
     boolean,
@@ -28,47 +31,15 @@ from hiddenstate.validation import (
 )
 from hiddenstate.validation import lengths as valid_lengths
 
-__all__ = ["MambaLM"]
+__all__ = ["Mamba2LM", "MambaLM"]
 
 
-class MambaLM:
-    """A stack of Mamba blocks with RMS norms and residuals, as transformers' ``MambaForCausalLM``.
+class _ResidualLM:
+    """The stack both language models share; ``_block`` is the mixer's class."""
 
-    ``x = embed(ids)``; per layer ``x = x + mixer_l(rms_norm_l(x))``; ``logits = lm_head(norm_f(x))``.
-
-    Parameters
-    ----------
-    vocab_size : int
-        V.
-    d_model : int
-        M.
-    num_layers : int
-        L.
-    eps : float, default 1e-5
-        The RMS norms' epsilon (``layer_norm_epsilon``).
-    tie_embeddings : bool, default True
-        The head's weight is the embedding's (one array, ``embeddings.weight``).
-    batch_first : bool, default True
-        Token ids (N, T) and logits (N, T, V), as transformers takes them; False: (T, N).
-    dtype : {float64, float32}, default float64
-    rng : numpy.random.Generator, optional
-    **block
-        Options of every :class:`Mamba` block (``d_state``, ``d_conv``, ``expand``, ``dt_rank``,
-        ``bias``, ``conv_bias``, ``scan``).
-
-    Attributes
-    ----------
-    layers : list of Mamba
-        The mixers (their parameters are also in :attr:`params` as ``layers.{l}.mixer.<name>``).
-    params : dict of str to ndarray
-        ``embeddings.weight`` (V, M), ``layers.{l}.norm.weight`` (M,), ``layers.{l}.mixer.*``,
-        ``norm_f.weight`` (M,), and ``lm_head.weight`` (V, M) when not tied.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :class:`Mamba`, and ``eps`` not a positive number.
-    """
+    _block = Mamba
+    _shared_eps = False
+    _ragged = True  # the blocks take lengths= and reset=
 
     def __init__(self, vocab_size, d_model, num_layers, *, eps=1e-5, tie_embeddings=True, batch_first=True,
                  dtype=np.float64, rng=None, **block):
@@ -80,11 +51,13 @@ class MambaLM:
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
+        if self._shared_eps:  # the blocks' own (gated) norms take the model's epsilon
+            block["eps"] = self.eps
         V, M = self.vocab_size, self.d_model
         self.params = {"embeddings.weight": rng.normal(0.0, 0.02, size=(V, M)).astype(self.dtype)}
         self.layers = []
         for i in range(self.num_layers):
-            blk = Mamba(M, dtype=self.dtype, rng=rng, **block)
+            blk = self._block(M, dtype=self.dtype, rng=rng, **block)
             self.layers.append(blk)
             self.params[f"layers.{i}.norm.weight"] = np.ones(M, dtype=self.dtype)
             for k, v in blk.params.items():
@@ -94,7 +67,7 @@ class MambaLM:
             self.params["lm_head.weight"] = rng.normal(0.0, 0.02, size=(V, M)).astype(self.dtype)
 
     def __repr__(self) -> str:
-        return f"MambaLM({self.vocab_size}, {self.d_model}, {self.num_layers}, {self.layers[0]!r})"
+        return f"{type(self).__name__}({self.vocab_size}, {self.d_model}, {self.num_layers}, {self.layers[0]!r})"
 
     @property
     def head(self) -> np.ndarray:
@@ -108,6 +81,10 @@ class MambaLM:
 
     def _masks(self, lengths, reset, T, N):
         """The validated ``lengths`` (N,) or None, ``keep`` (T, N, 1) or None, and ``reset`` time-major (T, N) or None."""
+        if not self._ragged and (lengths is not None or reset is not None):
+            given = " and ".join(n for n, v in (("lengths", lengths), ("reset", reset)) if v is not None)
+            raise ValueError(f"lengths and reset must be None for a {type(self).__name__} (its blocks take whole "
+                             f"sequences: no padding, no restarts yet); got {given}. Run each sequence on its own.")
         lens = keep = None
         if lengths is not None:
             lens = valid_lengths(lengths, T, N)
@@ -137,7 +114,7 @@ class MambaLM:
             every layer, both the SSM and the convolution state, and no gradient flows back across
             that boundary (ignored on padded steps).
         record : bool, default False
-            Also return every layer's :class:`MambaRecord`.
+            Also return every layer's record (:class:`MambaRecord`; :class:`Mamba2Record` for :class:`Mamba2LM`).
 
         Returns
         -------
@@ -146,7 +123,7 @@ class MambaLM:
             Every layer's final SSM and conv states.
         cache : tuple
             For :meth:`backward`.
-        records : list of MambaRecord
+        records : list of MambaRecord or Mamba2Record
             Only with ``record=True``.
 
         Raises
@@ -179,7 +156,8 @@ class MambaLM:
         for i, blk in enumerate(self.layers):
             w = self.params[f"layers.{i}.norm.weight"]
             xn, inv = kernel.rms_norm(x, w, self.eps)
-            res = blk.forward(xn, None if states is None else states[i], lengths=lens, reset=reset, record=record)
+            ragged = {} if lens is None and reset is None else {"lengths": lens, "reset": reset}
+            res = blk.forward(xn, None if states is None else states[i], record=record, **ragged)
             steps.append((x, inv, res[2]))
             finals.append(res[1])
             if record:
@@ -263,3 +241,103 @@ class MambaLM:
             d_x = d_x + d_in
         np.add.at(grads["embeddings.weight"], tm.reshape(-1), d_x.reshape(-1, M))
         return grads, d_states
+
+
+class MambaLM(_ResidualLM):
+    """A stack of Mamba blocks with RMS norms and residuals, as transformers' ``MambaForCausalLM``.
+
+    ``x = embed(ids)``; per layer ``x = x + mixer_l(rms_norm_l(x))``; ``logits = lm_head(norm_f(x))``.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    d_model : int
+        M.
+    num_layers : int
+        L.
+    eps : float, default 1e-5
+        The RMS norms' epsilon (``layer_norm_epsilon``).
+    tie_embeddings : bool, default True
+        The head's weight is the embedding's (one array, ``embeddings.weight``).
+    batch_first : bool, default True
+        Token ids (N, T) and logits (N, T, V), as transformers takes them; False: (T, N).
+    dtype : {float64, float32}, default float64
+    rng : numpy.random.Generator, optional
+    **block
+        Options of every :class:`Mamba` block (``d_state``, ``d_conv``, ``expand``, ``dt_rank``,
+        ``bias``, ``conv_bias``, ``scan``).
+
+    Attributes
+    ----------
+    layers : list of Mamba
+        The mixers (their parameters are also in :attr:`params` as ``layers.{l}.mixer.<name>``).
+    params : dict of str to ndarray
+        ``embeddings.weight`` (V, M), ``layers.{l}.norm.weight`` (M,), ``layers.{l}.mixer.*``,
+        ``norm_f.weight`` (M,), and ``lm_head.weight`` (V, M) when not tied.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`Mamba`, and ``eps`` not a positive number.
+    """
+
+    _block = Mamba
+
+    def __init__(self, vocab_size, d_model, num_layers, *, eps=1e-5, tie_embeddings=True, batch_first=True,
+                 dtype=np.float64, rng=None, **block):
+        super().__init__(vocab_size, d_model, num_layers, eps=eps, tie_embeddings=tie_embeddings,
+                         batch_first=batch_first, dtype=dtype, rng=rng, **block)
+
+
+class Mamba2LM(_ResidualLM):
+    """A stack of Mamba-2 blocks with RMS norms and residuals, as transformers' ``Mamba2ForCausalLM``.
+
+    ``x = embed(ids)``; per layer ``x = x + mixer_l(rms_norm_l(x))``; ``logits = lm_head(norm_f(x))``,
+    every mixer a :class:`hiddenstate.mamba2.Mamba2` whose gated norm takes the same ``eps``.
+    The methods are :class:`MambaLM`'s; the states are ``(ssm (N, H, P, S), conv (N, Dc, K-1))``
+    per layer and the records :class:`~hiddenstate.cells.mamba2.Mamba2Record`.
+
+    Parameters
+    ----------
+    vocab_size : int
+        V.
+    d_model : int
+        M.
+    num_layers : int
+        L.
+    eps : float, default 1e-5
+        The RMS norms' epsilon (``layer_norm_epsilon``), the blocks' gated norms included.
+    tie_embeddings : bool, default False
+        The head's weight is the embedding's (one array, ``embeddings.weight``); untied by
+        default, as ``Mamba2Config`` defaults.
+    batch_first : bool, default True
+        Token ids (N, T) and logits (N, T, V), as transformers takes them; False: (T, N).
+    dtype : {float64, float32}, default float64
+    rng : numpy.random.Generator, optional
+    **block
+        Options of every :class:`~hiddenstate.mamba2.Mamba2` block (``d_state``, ``d_conv``,
+        ``expand``, ``head_dim``, ``n_groups``, ``bias``, ``conv_bias``, ``scan``).
+
+    Attributes
+    ----------
+    layers : list of Mamba2
+        The mixers (their parameters are also in :attr:`params` as ``layers.{l}.mixer.<name>``).
+    params : dict of str to ndarray
+        ``embeddings.weight`` (V, M), ``layers.{l}.norm.weight`` (M,), ``layers.{l}.mixer.*``,
+        ``norm_f.weight`` (M,), and ``lm_head.weight`` (V, M) when not tied.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`~hiddenstate.mamba2.Mamba2`, and ``eps`` not a positive number.
+    """
+
+    _block = Mamba2
+    _shared_eps = True
+    _ragged = False  # Mamba2 blocks take whole sequences
+
+    def __init__(self, vocab_size, d_model, num_layers, *, eps=1e-5, tie_embeddings=False, batch_first=True,
+                 dtype=np.float64, rng=None, **block):
+        super().__init__(vocab_size, d_model, num_layers, eps=eps, tie_embeddings=tie_embeddings,
+                         batch_first=batch_first, dtype=dtype, rng=rng, **block)
