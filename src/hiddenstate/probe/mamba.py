@@ -32,9 +32,10 @@ from hiddenstate.mamba import Mamba
 from hiddenstate.mamba_lm import MambaLM
 from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
 from hiddenstate.probe.mamba_memory import memory_rows, state_memory_curve
-from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data, usable_text_features
+from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult, pca
+from hiddenstate.probe.textfeatures import usable_text_features
 from hiddenstate.validation import positive_int, shape_str
 
 __all__ = ["NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "decay_flow",
@@ -278,7 +279,7 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
         skip_memory = f"the sequences are too short for a held-out split: {exc}"
     else:
         skip_memory = None
-    feats, skipped = usable_text_features(text) if text is not None else ({}, {})
+    feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
     blk = model.layers[0] if isinstance(model, MambaLM) else model
     out = []
     for i, rec in enumerate(records):

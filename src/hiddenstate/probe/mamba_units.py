@@ -25,10 +25,9 @@ from hiddenstate.cells.mamba import MambaRecord
 from hiddenstate.functional import sigmoid
 from hiddenstate.probe.explore import varying_memory_unit
 from hiddenstate.probe.gatestats import time_constant
-from hiddenstate.probe.textfeatures import text_features
 from hiddenstate.probe.unitfeatures import best_units, featured_units
 
-__all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data", "usable_text_features"]
+__all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data"]
 
 
 def channel_activations(record: MambaRecord) -> np.ndarray:
@@ -60,35 +59,6 @@ def channel_decay(record: MambaRecord) -> np.ndarray:
     return record.decay.mean(axis=-1)
 
 
-def usable_text_features(text: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """:func:`~hiddenstate.probe.textfeatures.text_features` of ``text``, less those no channel can track.
-
-    Parameters
-    ----------
-    text : str
-        Length ``T'``.
-
-    Returns
-    -------
-    features : dict of str to ndarray of shape (T',)
-    skipped : dict of str to str
-        ``"feature 'NAME'"`` -> why it was left out (constant on the text, or a binary feature true
-        or false at fewer than 5 characters).
-    """
-    feats, skipped = {}, {}
-    for name, v in text_features(text).items():
-        binary = np.isin(v, (0.0, 1.0)).all()
-        if np.ptp(v) == 0:
-            hint = " (the text has no double quote)" if name == "inside quotes" else ""
-            skipped[f"feature {name!r}"] = f"constant on this text{hint}, so no channel can track it."
-        elif binary and min(v.sum(), v.size - v.sum()) < 5:
-            skipped[f"feature {name!r}"] = (f"true at only {int(min(v.sum(), v.size - v.sum()))} of {v.size} "
-                                            "characters, too few to correlate.")
-        else:
-            feats[name] = v
-    return feats, skipped
-
-
 def channel_features(record: MambaRecord, features: dict) -> dict:
     """The channels of sequence 0 that track each text feature best (Pearson r of ``y`` with the feature).
 
@@ -97,7 +67,7 @@ def channel_features(record: MambaRecord, features: dict) -> dict:
     record : MambaRecord
         One layer's record; sequence 0 read the text.
     features : dict of str to ndarray of shape (T',)
-        Per-character features, ``T' <= T`` (e.g. :func:`usable_text_features`).
+        Per-character features, ``T' <= T`` (e.g. :func:`hiddenstate.probe.textfeatures.usable_text_features`).
 
     Returns
     -------
