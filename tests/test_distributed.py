@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests._torch import require_torch
+from tests._torchrun import TORCHRUN  # torchrun, its store listening on 127.0.0.1 only
 
 require_torch()  # the distributed extra; CI requires it
 pytestmark = pytest.mark.slow
@@ -52,7 +54,7 @@ def text_file(tmp_path_factory):
 
 def torchrun(*args, nproc=2, extra=(), port=None, **kwargs):
     """``torchrun --nproc-per-node nproc -m hiddenstate ARGS`` on 127.0.0.1 (a free port)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", f"--nproc-per-node={nproc}",
+    cmd = [*TORCHRUN, "--nnodes", "1", f"--nproc-per-node={nproc}",
            "--master-addr", "127.0.0.1", "--master-port", str(port or free_port()), *extra, "-m", "hiddenstate", *args]
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=WAIT_S, **kwargs)
 
@@ -154,7 +156,7 @@ def test_every_cell_kind_trains_on_two_ranks_as_on_one(text_file, tmp_path):
     script.write_text(WORKER)
     cells = ["gru", "lstm", "rnn", "mingru", "minlstm", "mamba"]
     port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
            "127.0.0.1", "--master-port", str(port), str(script), str(tmp_path / "two"), ",".join(cells), str(text_file)]
     run = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=WAIT_S)
     assert run.returncode == 0, run.stderr
@@ -198,7 +200,7 @@ def test_resumes_across_world_sizes_continue_the_same_run(text_file, tmp_path):
     assert whole.returncode == 0, whole.stderr
     # 2 ranks stop at step 20 (a callback: every rank stops there), 1 process finishes
     port = free_port()
-    first = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+    first = subprocess.run([*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2",
                             "--master-addr", "127.0.0.1", "--master-port", str(port), str(script),
                             str(tmp_path / "a"), "20", str(text_file)],
                            env=ENV, capture_output=True, text=True, timeout=WAIT_S)
@@ -219,13 +221,18 @@ def test_resumes_across_world_sizes_continue_the_same_run(text_file, tmp_path):
     assert_same_run(tmp_path / "whole", tmp_path / "b")
 
 
+# the c10d agents' shared worker store would listen on every interface: rank 0 hosts it, on --local-addr
+SHARED_STORE_OFF = {**ENV, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def test_two_machines_on_one_rendezvous_through_c10d(text_file, tmp_path):
     flags = ["train", "--data", str(text_file), *SMALL, "--steps", "20", "--out", str(tmp_path / "two")]
     port = free_port()
-    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(r),
+    nodes = [subprocess.Popen([*TORCHRUN, "--nnodes", "2", "--node-rank", str(r),
                                "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                               f"127.0.0.1:{port}", "--rdzv-id", "hs-test", "--rdzv-conf", "join_timeout=60",
-                               "-m", "hiddenstate", *flags], env=ENV, stdout=subprocess.PIPE,
+                               f"127.0.0.1:{port}", "--rdzv-id", "hs-test", "--rdzv-conf",
+                               f"join_timeout=60,is_host={str(r == 0).lower()}", "--local-addr", "127.0.0.1",
+                               "-m", "hiddenstate", *flags], env=SHARED_STORE_OFF, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in (0, 1)]
     try:
         outs = [n.communicate(timeout=WAIT_S) for n in nodes]
@@ -259,7 +266,7 @@ def _wait_for_checkpoint(run, proc, timeout=WAIT_S):
 
 def test_a_killed_rank_stops_the_others_with_one_line_and_the_checkpoint_resumes(text_file, tmp_path):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
            "127.0.0.1", "--master-port", str(free_port()), "-m", "hiddenstate", "train", "--data", str(text_file),
            *SMALL, "--steps", "100000", "--save-every", "5", "--out", str(run)]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -294,7 +301,7 @@ def test_a_killed_rank_stops_the_others_with_one_line_and_the_checkpoint_resumes
 @pytest.mark.parametrize("how", ["sigterm-to-torchrun", "ctrl-c-to-the-group"])
 def test_sigterm_or_ctrl_c_saves_the_step_in_flight(text_file, tmp_path, how):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
+    cmd = [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr",
            "127.0.0.1", "--master-port", str(free_port()), "-m", "hiddenstate", "train", "--data", str(text_file),
            *SMALL, "--steps", "100000", "--save-every", "1000", "--eval-every", "1000", "--out", str(run)]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -442,3 +449,118 @@ def test_a_diverging_run_stops_every_rank_at_the_same_step_with_one_line(text_fi
     ours = [line for line in run.stderr.splitlines() if line.startswith("hiddenstate: error:")]
     assert len(ours) == 1 and "training diverged at step" in ours[0] and "--lr" in ours[0], run.stderr
     assert "was lost" not in run.stderr
+
+
+# -- nothing of a run on 127.0.0.1 listens beyond it -------------------------------------------------
+def _listening_sockets() -> dict[int, tuple[str, int]]:
+    """Inode -> (address, port) of every listening TCP socket of this machine (/proc/net/tcp, tcp6)."""
+    import ipaddress
+
+    found = {}
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            lines = pathlib.Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            hexaddr, hexport = fields[1].split(":")
+            raw = bytes.fromhex(hexaddr)  # 32-bit words in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, width // 2, 4))
+            found[int(fields[9])] = (str(ipaddress.ip_address(packed)), int(hexport, 16))
+    return found
+
+
+def _family(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    parents = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(text.rsplit(")", 1)[1].split()[1])
+    family, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in family and pid not in family:
+                family.add(pid)
+                grew = True
+    return sorted(family)
+
+
+def _listening_of(pids) -> set[tuple[str, int]]:
+    sockets, seen = _listening_sockets(), set()
+    for pid in pids:
+        for fd in pathlib.Path(f"/proc/{pid}/fd").glob("*") if pathlib.Path(f"/proc/{pid}/fd").exists() else ():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and int(target[8:-1]) in sockets:
+                seen.add(sockets[int(target[8:-1])])
+    return seen
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/net/tcp").exists(), reason="reads the sockets from Linux's /proc")
+@pytest.mark.parametrize("how", ["--processes", "torchrun", "by-hand", "two-nodes-c10d"])
+def test_a_run_on_127_0_0_1_listens_on_the_loopback_address_only(text_file, tmp_path, how):
+    flags = ["train", "--data", str(text_file), *SMALL, "--steps", "40", "--out", str(tmp_path / "run")]
+    if how == "--processes":
+        procs = [subprocess.Popen([sys.executable, "-m", "hiddenstate", *flags, "--processes", "2"], env=ENV,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
+    elif how == "torchrun":
+        procs = [subprocess.Popen([*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                                   "--master-port", str(free_port()), "-m", "hiddenstate", *flags], env=ENV,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
+    elif how == "two-nodes-c10d":
+        port = free_port()
+        procs = [subprocess.Popen([*TORCHRUN, "--nnodes", "2", "--node-rank", str(r), "--nproc-per-node", "1",
+                                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf",
+                                   f"join_timeout=60,is_host={str(r == 0).lower()}", "--local-addr", "127.0.0.1",
+                                   "-m", "hiddenstate", *flags], env=SHARED_STORE_OFF, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    else:
+        port = free_port()
+        procs = [subprocess.Popen([sys.executable, "-m", "hiddenstate", *flags], text=True, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env={**ENV, "RANK": str(r), "WORLD_SIZE": "2",
+                                                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                 for r in (0, 1)]
+    seen, deadline = set(), time.monotonic() + WAIT_S
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            seen |= _listening_of([pid for p in procs for pid in _family(p.pid)])
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            p.kill()
+    errs = [p.communicate(timeout=30)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), [e[-2000:] for e in errs]
+    assert seen, "no listening socket was seen while the run lasted"
+    assert all(_is_loopback(address) for address, _ in seen), sorted(seen)
+
+
+def test_only_a_loopback_master_addr_gets_the_loopback_store(monkeypatch):
+    from hiddenstate.train.distributed.store import is_loopback, rendezvous
+
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.3.2.1", "localhost", "::1")] == [True] * 4
+    assert [is_loopback(h) for h in ("10.0.0.1", "0.0.0.0", "::", "example.org", "")] == [False] * 5
+    monkeypatch.setenv("MASTER_ADDR", "10.1.2.3")  # other machines must reach it: torch's env:// as it is
+    assert rendezvous(None, 0, 2, 5.0) == {"init_method": "env://"}
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")  # under torchrun its agent hosts the store
+    assert rendezvous(None, 0, 2, 5.0) == {"init_method": "env://"}
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE")
+    monkeypatch.setenv("MASTER_PORT", "29x")
+    with pytest.raises(ValueError, match=r"MASTER_PORT must be an integer; got '29x'"):
+        rendezvous(None, 0, 2, 5.0)

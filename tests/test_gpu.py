@@ -2,8 +2,9 @@
 
 Skipped, with the reason, where torch sees no GPU (CuPy's tests: where CuPy is not installed or
 sees no GPU). On a GPU: float64 parity with torch.nn (cuDNN) and torch autograd to 1e-10, with
-our NumPy kernels for every kind and option, the cells and step maps, unbatched input, and a few
-training steps on ``cuda`` against the NumPy run.
+our NumPy kernels for every kind and option, the cells and step maps, unbatched input, the Mamba
+block's forward and backward (tests/test_mamba_array_api.py), and a few training steps on ``cuda``
+against the NumPy run.
 """
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from hiddenstate.xp import to_numpy
 from tests._torch import require_torch
+from tests._torchrun import TORCHRUN
 from tests.strategies import make_layer, state_parts
 from tests.test_array_api import (
     SEEDS,
@@ -21,6 +23,8 @@ from tests.test_array_api import (
     check_training,
     check_unbatched,
 )
+from tests.test_mamba_array_api import CONFIGS as MAMBA_CONFIGS
+from tests.test_mamba_array_api import check_autograd_through_the_forward_loop, check_equals_the_numpy_kernels
 
 torch = require_torch()
 
@@ -51,6 +55,15 @@ def test_unbatched_input_on_cuda():
 
 def test_cells_and_step_maps_on_cuda():
     check_cells_and_step_maps("cuda")
+
+
+@pytest.mark.parametrize("config", MAMBA_CONFIGS)
+def test_the_mamba_block_equals_the_numpy_kernels_on_cuda(config):
+    check_equals_the_numpy_kernels("cuda", config, batch_first=True)
+
+
+def test_torch_autograd_through_the_mamba_loop_equals_its_adjoint_on_cuda():
+    check_autograd_through_the_forward_loop("cuda")
 
 
 def test_results_stay_on_the_gpu():
@@ -101,7 +114,7 @@ def test_two_ranks_on_nccl_equal_one_process(tmp_path):
     one = subprocess.run([sys.executable, "-m", "hiddenstate", *flags, "--out", str(tmp_path / "one")], env=ENV,
                          capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+    two = subprocess.run([*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2",
                           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "hiddenstate", *flags,
                           "--out", str(tmp_path / "two")], env=ENV, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stderr

@@ -15,6 +15,7 @@ from hiddenstate.app import inspect_checkpoint, inspect_mamba_checkpoint
 from hiddenstate.cells.mamba import rms_norm
 from hiddenstate.cli import main
 from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba, trace_mamba
+from hiddenstate.probe.mamba_memory import state_memory_curve
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.mamba_stack import EPS
 from hiddenstate.train.model import CharRNN
@@ -100,7 +101,7 @@ def test_analyze_mamba_measures_every_layer_of_the_char_model():
     ids = np.random.default_rng(2).integers(0, 6, (40, 3))
     an = analyze_mamba(model, ids, state, max_lag=5)
     assert an.meta == {"T": 40, "N": 3, "d_inner": 16, "d_state": 16, "d_conv": 4, "num_layers": 2,
-                       "model": "hiddenstate CharRNN (mamba)"}
+                       "model": "hiddenstate CharRNN (mamba)", "memory target": "the token k steps back (held-out accuracy)"}
     records = trace_mamba(model, ids, state)
     for la, rec in zip(an.layers, records):
         np.testing.assert_array_equal(la.record.ssm, rec.ssm)
@@ -109,12 +110,16 @@ def test_analyze_mamba_measures_every_layer_of_the_char_model():
         # the exact Jacobian product over the last 5 steps: the product of the last 5 decays
         prod = rec.decay[-5:].prod(axis=0).reshape(3, -1)  # (N, Di*S)
         np.testing.assert_allclose(la.flow_spectral[-1], prod.max(axis=1).mean(), rtol=1e-12)
+        # the memory curve decodes the character ids the model read (its tokens by default)
+        ref = state_memory_curve(rec.ssm.reshape(40, 3, -1), ids, max_lag=5)
+        np.testing.assert_array_equal(la.memory.score, ref.score)
+    assert an.text is None and an.explore is None  # no text: the card says what the explorer needs
 
 
 def test_inspect_model_takes_text_with_its_vocabulary_and_writes_the_mamba_report(tmp_path):
     model, _ = model_and_state(N=1)
     vocab = "abc de"
-    text = "a bad cab, deed bead".replace(",", "")
+    text = "a bad cab deed bead be a dace add ebb " * 3
     out = tmp_path / "r.html"
     heard = []
     an = hs.inspect_model(model, text, vocab=vocab, out=out, echo=heard.append)
@@ -126,6 +131,12 @@ def test_inspect_model_takes_text_with_its_vocabulary_and_writes_the_mamba_repor
     assert "<h1>Inside a Mamba model</h1>" in page and 'id="layer1"' in page and 'id="skipped"' in page
     assert "2 Mamba block(s), d_model 8" in page
     assert len(heard) == 2 and heard[0].startswith("measured every layer's states") and heard[1].startswith("wrote")
+    # the text decoded with the vocabulary reaches the channels and the explorer; the ids the memory curve
+    assert an.text == text and an.explore is not None and 'id="ex-data"' in page and 'id="memory"' in page
+    np.testing.assert_array_equal(an.explore["signals"]["decay"], an.layers[-1].channel_decay[:, 0])
+    for la in an.layers:
+        ref = state_memory_curve(la.record.ssm.reshape(len(text), 1, -1), ids[:, None], max_lag=la.memory.lags.size - 1)
+        np.testing.assert_array_equal(la.memory.score, ref.score)
     by_ids = hs.inspect_model(model, ids)  # ids and no out: the same measurements, nothing written
     np.testing.assert_array_equal(by_ids.layers[1].record.decay, an.layers[1].record.decay)
     with pytest.raises(ValueError, match="lengths must be None for a CharRNN of cell 'mamba'"):
@@ -167,6 +178,8 @@ def test_cli_inspect_of_a_mamba_run_writes_the_report_and_prints_its_summary(mam
     page = out.read_text(encoding="utf-8")
     assert "Character-level Mamba (2 block(s), d_model 8" in page and "trained 3 steps on small.txt" in page
     assert "characters of validation text" in page
+    assert 'id="ex-data"' in page and 'id="units"' in page and 'id="memory"' in page  # the text and ids reached it
+    assert "memory capacity" in lines[1] and again.text in load_text()[:20_000] and len(again.text) == again.meta["T"]
     # inspect_checkpoint (what demo and the API call) gives the same report for a mamba run
     assert inspect_checkpoint(mamba_run, tmp_path / "ck.html") == tmp_path / "ck.html"
     assert 'id="layer1"' in (tmp_path / "ck.html").read_text(encoding="utf-8")

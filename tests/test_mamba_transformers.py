@@ -95,9 +95,9 @@ def test_weights_go_back_bit_for_bit():
 
 
 def test_the_conversion_refuses_other_models_clearly():
-    with pytest.raises(TypeError, match="model must be a transformers MambaForCausalLM; got Linear"):
+    with pytest.raises(TypeError, match=r"model must be a transformers MambaForCausalLM \(or Mamba2ForCausalLM\); got Linear"):
         from_transformers(torch.nn.Linear(2, 2))
-    with pytest.raises(TypeError, match="lm must be a hiddenstate MambaLM; got dict"):
+    with pytest.raises(TypeError, match=r"lm must be a hiddenstate MambaLM \(or Mamba2LM\); got dict"):
         to_transformers({})
 
 

@@ -51,3 +51,16 @@ def test_errors(rng):
         unit_feature_correlation(rng.normal(size=(5, 2)), np.zeros(4))
     with pytest.raises(ValueError, match="at least 2 valid steps"):
         unit_feature_correlation(rng.normal(size=(1, 2)), np.zeros(1))
+
+
+def test_usable_text_features_leaves_out_what_no_unit_can_track():
+    from hiddenstate.probe.textfeatures import usable_text_features
+
+    text = "ab cd\nEf gh ij\n" * 3  # no double quote, no bracket; 6 newlines, 3 capitals
+    features, skipped = usable_text_features(text, unit="channel")
+    assert sorted(features) == ["after newline", "position in line", "whitespace"]
+    assert skipped["feature 'inside quotes'"] == ("constant on this text (the text has no double quote), so no channel "
+                                                  "can track it.")
+    assert skipped["feature 'bracket depth'"] == "constant on this text, so no channel can track it."
+    assert skipped["feature 'upper case'"] == f"true at only 3 of {len(text)} characters, too few to correlate."
+    np.testing.assert_array_equal(features["whitespace"], [float(c in " \n") for c in text])

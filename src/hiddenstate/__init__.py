@@ -30,6 +30,8 @@ oldpaths.install()
 __getattr__, __dir__ = attach(__name__, {
     "CharRNN": "hiddenstate.train.model",
     "Mamba": "hiddenstate.mamba",
+    "Mamba2": "hiddenstate.mamba2",
+    "Mamba2LM": "hiddenstate.mamba_lm",
     "MambaLM": "hiddenstate.mamba_lm",
     "MambaState": "hiddenstate.cells.mamba",
     "analyze_model": "hiddenstate.probe.analysis",
@@ -53,6 +55,8 @@ __all__ = [
     "GRUCell",
     "LSTMCell",
     "Mamba",
+    "Mamba2",
+    "Mamba2LM",
     "MambaLM",
     "MambaState",
     "MinGRU",

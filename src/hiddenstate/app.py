@@ -8,7 +8,6 @@ HTML report (:mod:`hiddenstate.report`). None of those packages imports this one
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 import pathlib
 import time
@@ -28,7 +27,7 @@ from hiddenstate.train.rundir import LOG_FILE, Trained, load, run_dir_of, traini
 from hiddenstate.validation import generator, positive_int
 
 __all__ = ["InspectedText", "char_mamba_report", "check_report_path", "inspect_checkpoint", "inspect_mamba_checkpoint",
-           "inspected_text", "loss_history", "mamba_text_options"]
+           "inspected_text", "loss_history"]
 
 
 
@@ -243,28 +242,6 @@ def inspect_checkpoint(checkpoint, out="report.html", text_file=None, *, n_chars
     return report
 
 
-def mamba_text_options(text, tokens) -> dict:
-    """The one place where a character model's text and ids are handed to :func:`analyze_mamba`.
-
-    ``text`` (sequence 0's characters, one per step: the units that track text features and the
-    explorer) and ``tokens`` (the ids (T, N): the memory curve) are passed when
-    :func:`hiddenstate.probe.mamba.analyze_mamba` takes them; otherwise the report lists those
-    measurements under "Not measured", with the reason.
-
-    Parameters
-    ----------
-    text : str or None
-    tokens : ndarray of int, shape (T, N), or None
-
-    Returns
-    -------
-    dict
-        The keyword arguments for ``analyze_mamba`` (only those it accepts, only those not None).
-    """
-    accepted = inspect.signature(analyze_mamba).parameters
-    return {k: v for k, v in (("text", text), ("tokens", tokens)) if v is not None and k in accepted}
-
-
 def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=None, max_lag: int = 30,
                       model_name: str | None = None, title: str = "Inside a Mamba model", subtitle: str = "",
                       echo=None) -> MambaAnalysis:
@@ -280,9 +257,10 @@ def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=No
     out : str or os.PathLike, optional
         The report to write: a new file or a previous hiddenstate report (checked before any work).
     text : str, optional
-        Sequence 0's characters, one per step (:func:`mamba_text_options`).
+        Sequence 0's characters, one per step: the channels that track text features and the
+        report's explorer (without it the "Not measured" card says they need it).
     tokens : array_like of int, shape (T, N), optional
-        The ids behind the steps for the memory curve; default ``ids``.
+        The ids the memory curve decodes k steps back; default ``ids``.
     states : pair of ndarray, optional
         The CharRNN's initial state ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))`` (None: zeros).
     max_lag : int, default 30
@@ -314,8 +292,8 @@ def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=No
     with progress(1 if out is None else 2, "analysing the Mamba state", unit="stage") as bar:  # a terminal's only
         bar.set_postfix_str("trace, decay, gradient against lag, PCA")
         t0 = time.perf_counter()
-        an = analyze_mamba(model, ids, states, max_lag=max_lag, model_name=model_name,
-                           **mamba_text_options(text, ids if tokens is None else tokens))
+        an = analyze_mamba(model, ids, states, max_lag=max_lag, model_name=model_name, text=text,
+                           tokens=ids if tokens is None else tokens)
         bar.update()
         if echo is not None:
             echo(f"measured every layer's states, decay (keep gate), time constants, gradient against lag and PCA "

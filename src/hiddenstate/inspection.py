@@ -254,12 +254,14 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         ``MambaForCausalLM``, a :class:`~hiddenstate.MambaLM` or a :class:`~hiddenstate.Mamba`
         block is measured by :func:`hiddenstate.probe.mamba.analyze_mamba` instead (``x``: token
         ids (N, T) as transformers takes them, or the block's input; ``h0``: the initial states;
-        only ``out``, ``title`` and ``max_lag`` of the options below apply) and its report is
-        :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a CharRNN of
-        ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or a str with
-        ``vocab``, ``h0`` its state pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``; ``text``,
-        ``vocab``, ``tokens``, ``out``, ``title``, ``max_lag``, ``echo`` and ``source`` apply,
-        ``lengths`` is refused, and there is no fixed-point search).
+        only ``out``, ``title``, ``max_lag``, ``text`` (the channels that track text features and
+        the explorer) and ``tokens`` (time-major (T, N); default the ids) of the options below
+        apply) and its report is :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a
+        CharRNN of ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or
+        a str with ``vocab``, ``h0`` its state pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``;
+        ``text`` (default the decoded ``x``), ``vocab``, ``tokens``, ``out``, ``title``,
+        ``max_lag``, ``echo`` and ``source`` apply, ``lengths`` is refused, and there is no
+        fixed-point search).
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
@@ -321,7 +323,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if is_transformers_mamba(model) or isinstance(model, (Mamba, MambaLM)):
-        return _inspect_mamba(model, x, h0, out, title, max_lag)
+        return _inspect_mamba(model, x, h0, out, title, max_lag, text, tokens)
     if isinstance(model, CharRNN) and model.cell == "mamba":
         return _inspect_char_mamba(model, x, h0, lengths, text, vocab, tokens, out, title, max_lag, echo, source)
     layer, converted = as_layer(model)
@@ -362,14 +364,16 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
 
 
 
-def _inspect_mamba(model, x, states, out, title, max_lag) -> MambaAnalysis:
+def _inspect_mamba(model, x, states, out, title, max_lag, text=None, tokens=None) -> MambaAnalysis:
     """:func:`inspect_model` of a Mamba model: a transformers ``MambaForCausalLM`` or ours."""
     source = f"hiddenstate {type(model).__name__}"
     if is_transformers_mamba(model):
         model, source = from_transformers(model), "transformers MambaForCausalLM"
     if type(x).__module__.split(".")[0] == "torch":
         x = x.detach().cpu().numpy()
-    an = analyze_mamba(model, x, states, max_lag=max_lag, model_name=source)
+    if tokens is not None:
+        tokens = _numpy("tokens", tokens)
+    an = analyze_mamba(model, x, states, max_lag=max_lag, model_name=source, text=text, tokens=tokens)
     if out is not None:
         build_mamba_report(out, an, title=title or "Inside a Mamba model",
                            subtitle=f"{source}, converted exactly; every layer's state measured on every step.")

@@ -14,6 +14,8 @@ every step      ``forward(..., record=True)`` returns every step's SSM and conv 
 gradients       :meth:`Mamba.backward`: every parameter, the input, ``d_h0`` and ``d_conv0``,
                 with the final states' gradients honoured
 carry           pass the returned state to the next call: two chunks give what one long call gives
+array API       a torch tensor or CuPy array runs forward and backward in its own library
+                (:mod:`hiddenstate.xp.mamba`), lengths, resets and both initial states included
 ==============  ===========================================================================
 
 :class:`hiddenstate.mamba_lm.MambaLM` stacks the blocks into a language model.
@@ -41,7 +43,7 @@ from hiddenstate.validation import (
 )
 from hiddenstate.validation import lengths as valid_lengths
 from hiddenstate.xp import mamba as xp_mamba
-from hiddenstate.xp.arrays import converted, float_input, is_foreign, namespace, state_input
+from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["Mamba", "MambaCache", "MambaRecord", "MambaState"]
 
@@ -254,17 +256,17 @@ class Mamba:
         Parameters
         ----------
         u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-            The input; cast to the layer's dtype.
+            The input; cast to the layer's dtype. A torch tensor or CuPy array runs in its library.
         state : MambaState or pair (ssm (N, Di, S), conv (N, Di, K-1)), optional
             The initial states; None: zeros. Pass the previous call's ``state_n`` to carry it.
         lengths : array_like of int, shape (N,), optional
             Valid steps of each row of a right-padded batch, each in [0, T]: outputs past a row's
             length are 0 and ``state_n`` is its state at its own last valid step (a length-0 row
-            keeps its initial states). NumPy input only.
+            keeps its initial states).
         reset : ndarray of bool, shape (T, N) ((N, T) with ``batch_first``), optional
             Where ``reset[t, n]`` is True, row n starts step t from its initial states (both the
             SSM state and the convolution's inputs) instead of its previous ones, and no gradient
-            flows back across that boundary (ignored on padded steps). NumPy input only.
+            flows back across that boundary (ignored on padded steps).
         record : bool, default False
             Also return every step's states and selective parameters.
 
@@ -273,28 +275,29 @@ class Mamba:
         out : ndarray shaped like ``u``
         state_n : MambaState
             The final SSM state (N, Di, S) and conv state (N, Di, K-1).
-        cache : MambaCache or None
-            Pass it to :meth:`backward`; None for an array of another library (a torch tensor, a
-            CuPy array: computed in that library by :mod:`hiddenstate.xp.mamba`, forward only).
+        cache : MambaCache or MambaXPCache
+            Pass it to :meth:`backward`. For an array of another library (a torch tensor, a CuPy
+            array) the call is computed in that library, on its device, by
+            :func:`hiddenstate.xp.mamba.forward` (outputs and states of that library, a
+            :class:`~hiddenstate.xp.mamba.MambaXPCache`).
         record : MambaRecord
             Only with ``record=True``: time-major arrays (T, N, ...), whatever ``batch_first``.
 
         Raises
         ------
         ValueError
-            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, lengths out of range.
+            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, lengths out of range,
+            ``record=True`` for an array of another library.
         TypeError
-            Non-float input, a state that is not a pair, a non-bool ``record``, non-integer lengths.
+            Non-float input, a state that is not a pair, a non-bool ``record``, non-integer lengths,
+            a non-bool ``reset``.
         """
         record = boolean("record", record)
         if is_foreign(u):  # a torch tensor, a CuPy array, ...: the reference step in its library
-            if lengths is not None or reset is not None:
-                raise ValueError("lengths and reset must be None for an input of another array library; got "
-                                 f"{'lengths' if lengths is not None else 'reset'}. Pass a NumPy array.")
             if record:
                 raise ValueError("record must be False for an input of another array library (the array-API path "
                                  "keeps no record); got True. Pass a NumPy array to record every step.")
-            return self._forward_xp(u, state)
+            return xp_mamba.forward(self, u, state, lengths=lengths, reset=reset)
         x = float_array("u", u, dtype=self.dtype)
         legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
         if x.ndim != 3 or x.shape[2] != self.d_model:
@@ -317,30 +320,6 @@ class Mamba:
             return out, final, cache, kernel.recorded(kc)
         return out, final, cache
 
-    def _forward_xp(self, u, state):
-        """:meth:`forward` of an array of another library (:mod:`hiddenstate.xp.mamba`): output, states, no cache."""
-        xp, device = namespace(u)
-        x = float_input("u", u, xp, device, self.dtype)
-        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
-        if x.ndim != 3 or x.shape[2] != self.d_model:
-            raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(tuple(x.shape))}.")
-        if self.batch_first:
-            x = xp.permute_dims(x, (1, 0, 2))
-        N, Di = x.shape[1], self.d_inner
-        shapes = ((N, Di, self.d_state), "(N, Di, S)"), ((N, Di, self.d_conv - 1), "(N, Di, K-1)")
-        if state is None:
-            s = [xp.zeros(w, dtype=x.dtype, device=device) for w, _ in shapes]
-        elif isinstance(state, tuple) and len(state) == 2:
-            s = [state_input(f"state.{n}", v, w, leg, xp, device, self.dtype)
-                 for n, v, (w, leg) in zip(("ssm", "conv"), state, shapes)]
-        else:
-            raise TypeError(f"state must be a pair (ssm, conv) (a MambaState); got {type(state).__name__}.")
-        check_params(self.params, self.shapes(), self.dtype, "Mamba")
-        out, ssm, conv = xp_mamba.run(xp, converted(self, xp, device), x, *s)
-        if self.batch_first:
-            out = xp.permute_dims(out, (1, 0, 2))
-        return out, MambaState(ssm, conv), None
-
     def __call__(self, u, state=None):
         """``out, state_n = block(u, state)`` (see :meth:`forward`).
 
@@ -362,8 +341,9 @@ class Mamba:
 
         Parameters
         ----------
-        cache : MambaCache
-            From this layer's :meth:`forward`.
+        cache : MambaCache or MambaXPCache
+            From this layer's :meth:`forward` (a cache of another library's arrays is differentiated
+            in that library by :func:`hiddenstate.xp.mamba.backward`: every result is an array of it).
         d_out : ndarray shaped like that call's output, or None
             Gradient of the loss with respect to the output (None: zeros).
         d_state_n : pair (d_ssm (N, Di, S), d_conv (N, Di, K-1)), optional
@@ -384,6 +364,8 @@ class Mamba:
         ValueError
             A cache of another layer, gradients of the wrong shape or with NaN/Inf.
         """
+        if isinstance(cache, xp_mamba.MambaXPCache):
+            return xp_mamba.backward(self, cache, d_out, d_state_n)
         if not isinstance(cache, MambaCache):
             raise TypeError(f"cache must be what Mamba.forward returned; got {type(cache).__name__}.")
         if cache.owner is not self:

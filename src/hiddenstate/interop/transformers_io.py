@@ -1,13 +1,14 @@
 """Mamba models of Hugging Face ``transformers`` in and out: :func:`from_transformers`, :func:`to_transformers`.
 
-A ``MambaForCausalLM`` becomes a :class:`hiddenstate.MambaLM` with the same weights under the
-same names (its state dict without the ``backbone.`` prefix), and back. transformers and torch
-are imported inside the functions only, so ``import hiddenstate`` loads neither.
+A ``MambaForCausalLM`` becomes a :class:`hiddenstate.MambaLM`, a ``Mamba2ForCausalLM`` a
+:class:`hiddenstate.mamba_lm.Mamba2LM`, with the same weights under the same names (its state
+dict without the ``backbone.`` prefix), and back. transformers and torch are imported inside the
+functions only, so ``import hiddenstate`` loads neither.
 
-The states: transformers' cache keeps, per layer, the SSM state (N, Di, S) and the last K
-inputs of the convolution (N, Di, K); ours keeps the K - 1 the next step reads
-(:class:`hiddenstate.MambaState`), which are the cache's last K - 1 columns
-(:func:`states_from_cache`).
+The states: transformers' cache keeps, per layer, the SSM state (N, Di, S) for Mamba, (N, H,
+P, S) for Mamba-2, and the last K inputs of the convolution (N, Di, K) or (N, Dc, K); ours
+keeps the K - 1 the next step reads (:class:`hiddenstate.MambaState`), which are the cache's
+last K - 1 columns (:func:`states_from_cache`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.cells.mamba import MambaState
-from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.mamba_lm import Mamba2LM, MambaLM
 from hiddenstate.validation import choice, float_dtype
 
-__all__ = ["from_transformers", "is_transformers_mamba", "states_from_cache", "to_transformers"]
+__all__ = ["from_transformers", "is_transformers_mamba", "is_transformers_mamba2", "states_from_cache",
+           "to_transformers"]
 
 _PREFIX = "backbone."
 
@@ -38,35 +40,54 @@ def is_transformers_mamba(model) -> bool:
     return cls.__name__ == "MambaForCausalLM" and cls.__module__.split(".")[0] == "transformers"
 
 
-def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM:
-    """A :class:`~hiddenstate.MambaLM` with the weights of a transformers ``MambaForCausalLM``.
+def is_transformers_mamba2(model) -> bool:
+    """Whether ``model`` is a transformers ``Mamba2ForCausalLM`` (told by its class, without importing transformers).
 
     Parameters
     ----------
-    model : transformers.MambaForCausalLM
-        Any dtype; its weights are copied (the model is not changed).
-    dtype : {float64, float32}, default float64
-        Our model's dtype (float32 weights are exact in float64).
-    scan : {"parallel", "sequential"}, default "parallel"
-        How our blocks run the SSM recurrence.
+    model : object
 
     Returns
     -------
-    MambaLM
+    bool
+    """
+    cls = type(model)
+    return cls.__name__ == "Mamba2ForCausalLM" and cls.__module__.split(".")[0] == "transformers"
+
+
+def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM | Mamba2LM:
+    """A :class:`~hiddenstate.MambaLM` (or :class:`~hiddenstate.mamba_lm.Mamba2LM`) with a transformers model's weights.
+
+    Parameters
+    ----------
+    model : transformers.MambaForCausalLM or transformers.Mamba2ForCausalLM
+        Any dtype; its weights are copied (the model is not changed).
+    dtype : {float64, float32}, default float64
+        Our model's dtype (float32 weights are exact in float64).
+    scan : {"parallel", "sequential", "ssd"}, default "parallel"
+        How our blocks run the SSM recurrence (``"ssd"``, the chunked matrix form, for Mamba-2
+        only).
+
+    Returns
+    -------
+    MambaLM or Mamba2LM
         ``batch_first=True`` (ids (N, T), as transformers takes them), the head tied to the
         embedding when the model's is.
 
     Raises
     ------
     TypeError
-        ``model`` is not a ``MambaForCausalLM``.
+        ``model`` is neither a ``MambaForCausalLM`` nor a ``Mamba2ForCausalLM``.
     ValueError
-        A configuration this package does not compute (an activation other than SiLU).
+        A configuration this package does not compute (an activation other than SiLU; for
+        Mamba-2 a ``time_step_limit`` other than (0, inf)).
     """
-    if not is_transformers_mamba(model):
-        raise TypeError(f"model must be a transformers MambaForCausalLM; got {type(model).__name__}.")
+    mamba2 = is_transformers_mamba2(model)
+    if not (mamba2 or is_transformers_mamba(model)):
+        raise TypeError(f"model must be a transformers MambaForCausalLM (or Mamba2ForCausalLM); got "
+                        f"{type(model).__name__}.")
     dtype = float_dtype("dtype", dtype)
-    scan = choice("scan", scan, ("parallel", "sequential"))
+    scan = choice("scan", scan, ("parallel", "sequential", "ssd") if mamba2 else ("parallel", "sequential"))
     cfg = model.config
     if cfg.hidden_act != "silu":
         raise ValueError(f"model.config.hidden_act must be 'silu' (Mamba's activation); got {cfg.hidden_act!r}.")
@@ -74,51 +95,63 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
           v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     emb = model.get_input_embeddings().weight
     tied = model.lm_head.weight is emb or model.lm_head.weight.data_ptr() == emb.data_ptr()
-    lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, eps=cfg.layer_norm_epsilon,
-                 tie_embeddings=tied, batch_first=True, dtype=dtype, d_state=cfg.state_size, d_conv=cfg.conv_kernel,
-                 expand=cfg.expand, dt_rank=int(cfg.time_step_rank), bias=cfg.use_bias, conv_bias=cfg.use_conv_bias,
-                 scan=scan, rng=np.random.default_rng(0))
+    common = dict(eps=cfg.layer_norm_epsilon, tie_embeddings=tied, batch_first=True, dtype=dtype, d_state=cfg.state_size,
+                  d_conv=cfg.conv_kernel, expand=cfg.expand, bias=cfg.use_bias, conv_bias=cfg.use_conv_bias, scan=scan,
+                  rng=np.random.default_rng(0))
+    if mamba2:
+        if tuple(cfg.time_step_limit) != (0.0, float("inf")):
+            raise ValueError(f"model.config.time_step_limit must be (0.0, inf) (no clamp of dt, transformers' "
+                             f"default); got {tuple(cfg.time_step_limit)}.")
+        lm = Mamba2LM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, head_dim=cfg.head_dim,
+                      n_groups=cfg.n_groups, **common)
+    else:
+        lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, dt_rank=int(cfg.time_step_rank), **common)
     for key, arr in lm.params.items():
         src = "lm_head.weight" if key == "lm_head.weight" else _PREFIX + key
         if src not in sd:
-            raise ValueError(f"model's state dict must have {src!r} (a MambaForCausalLM's layout); it has none.")
+            raise ValueError(f"model's state dict must have {src!r} (a {type(model).__name__}'s layout); it has none.")
         if sd[src].shape != arr.shape:
             raise ValueError(f"model's {src!r} must have shape {arr.shape} for its config; got {sd[src].shape}.")
         arr[...] = sd[src]
     return lm
 
 
-def to_transformers(lm: MambaLM, *, torch_dtype=None):
-    """A transformers ``MambaForCausalLM`` with the weights of a :class:`~hiddenstate.MambaLM`, bit for bit.
+def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
+    """A transformers ``MambaForCausalLM`` (``Mamba2ForCausalLM``) with the weights of a MambaLM (Mamba2LM), bit for bit.
 
     Parameters
     ----------
-    lm : MambaLM
+    lm : MambaLM or Mamba2LM
     torch_dtype : torch.dtype, optional
         The model's dtype; default float32 (transformers' CPU path computes in float32). Our
         float64 weights that came from a float32 model go back unchanged.
 
     Returns
     -------
-    transformers.MambaForCausalLM
+    transformers.MambaForCausalLM or transformers.Mamba2ForCausalLM
         In eval mode.
 
     Raises
     ------
     TypeError
-        ``lm`` is not a MambaLM.
+        ``lm`` is neither a MambaLM nor a Mamba2LM.
     """
-    if not isinstance(lm, MambaLM):
-        raise TypeError(f"lm must be a hiddenstate MambaLM; got {type(lm).__name__}.")
+    if not isinstance(lm, (MambaLM, Mamba2LM)):
+        raise TypeError(f"lm must be a hiddenstate MambaLM (or Mamba2LM); got {type(lm).__name__}.")
     import torch
-    from transformers import MambaConfig, MambaForCausalLM
+    import transformers
 
     blk = lm.layers[0]
-    cfg = MambaConfig(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
-                      num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
-                      conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,
-                      time_step_rank=blk.dt_rank, tie_word_embeddings=lm.tie_embeddings)
-    model = MambaForCausalLM(cfg).to(torch_dtype or torch.float32)
+    common = dict(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
+                  num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
+                  conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,
+                  tie_word_embeddings=lm.tie_embeddings)
+    if isinstance(lm, Mamba2LM):
+        cfg = transformers.Mamba2Config(num_heads=blk.num_heads, head_dim=blk.head_dim, n_groups=blk.n_groups, **common)
+        model = transformers.Mamba2ForCausalLM(cfg)
+    else:
+        model = transformers.MambaForCausalLM(transformers.MambaConfig(time_step_rank=blk.dt_rank, **common))
+    model = model.to(torch_dtype or torch.float32)
     state = {(k if k == "lm_head.weight" else _PREFIX + k): torch.from_numpy(np.ascontiguousarray(v))
              for k, v in lm.params.items()}
     if lm.tie_embeddings:
@@ -135,15 +168,15 @@ def states_from_cache(cache, num_layers: int) -> list[MambaState]:
     Parameters
     ----------
     cache : transformers.Cache
-        The ``cache`` of a ``MambaForCausalLM`` output (``use_cache=True``).
+        The ``cache`` of a ``MambaForCausalLM`` or ``Mamba2ForCausalLM`` output (``use_cache=True``).
     num_layers : int
         L.
 
     Returns
     -------
     list of MambaState
-        ``ssm`` (N, Di, S) = the cache's recurrent state; ``conv`` (N, Di, K-1) = the last K - 1
-        columns of its conv state.
+        ``ssm`` (N, Di, S) (Mamba-2: (N, H, P, S)) = the cache's recurrent state; ``conv``
+        (N, Di, K-1) (Mamba-2: (N, Dc, K-1)) = the last K - 1 columns of its conv state.
     """
     out = []
     for i in range(num_layers):

@@ -44,7 +44,7 @@ from hiddenstate.probe.gradflow import (
 )
 from hiddenstate.probe.memory import check_lags, memory_curve
 from hiddenstate.probe.pca import pca
-from hiddenstate.probe.textfeatures import text_features
+from hiddenstate.probe.textfeatures import usable_text_features
 from hiddenstate.probe.trace import Trace, sequence_layer, trace
 from hiddenstate.probe.unitfeatures import best_units, featured_units
 from hiddenstate.progress import progress
@@ -183,17 +183,6 @@ def _done(bar, echo, timings, key: str, seconds: float, following: str | None, w
         bar.set_postfix_str(following)
     if echo is not None:
         echo(f"measured {what or _MEASURED[key]}: {seconds:.1f} s")
-
-
-def _unusable_feature(name: str, v: np.ndarray) -> str | None:
-    """Why a text feature cannot be correlated with the units (None when it can)."""
-    if np.ptp(v) == 0:
-        hint = " (the text has no double quote)" if name == "inside quotes" else ""
-        return f"constant on this text{hint}, so no unit can track it."
-    binary = np.isin(v, (0.0, 1.0)).all()
-    if binary and min(v.sum(), v.size - v.sum()) < 5:
-        return f"true at only {int(min(v.sum(), v.size - v.sum()))} of {v.size} characters, too few to correlate."
-    return None
 
 
 def analyze_model(
@@ -404,13 +393,8 @@ def analyze_model(
     if text is not None:
         n_chars = min(len(text), int(tr.mask[:, 0].sum()))
         acts = states[:n_chars, 0]  # (T', D*H)
-        feats = {}
-        for name, v in text_features(text[:n_chars]).items():
-            why = _unusable_feature(name, v)
-            if why:
-                an.skipped[f"feature {name!r}"] = why
-            else:
-                feats[name] = v
+        feats, skipped = usable_text_features(text[:n_chars])
+        an.skipped.update(skipped)
         featured = []  # (label, signal, unit) buttons of the explorer
         if feats and n_chars >= 2:
             an.units = best_units(acts, feats, top=3)

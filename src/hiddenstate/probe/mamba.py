@@ -1,4 +1,4 @@
-"""The hidden-state tools on Mamba: trace, the decay as a keep gate, time constants, gradient against lag, PCA.
+"""The hidden-state tools on Mamba: trace, decay as keep gate, time constants, gradient, memory, PCA, units.
 
 A Mamba block's state ``h`` (N, Di, S) follows ``h_t = exp(dt_t A) * h_{t-1} + dt_t B_t a_t``
 (:mod:`hiddenstate.cells.mamba`): the step Jacobian ``dh_t/dh_{t-1}`` is the diagonal
@@ -10,7 +10,12 @@ A Mamba block's state ``h`` (N, Di, S) follows ``h_t = exp(dt_t A) * h_{t-1} + d
 * the Jacobian product over the last k steps, ``dh_T/dh_{T-k}``, is the diagonal of the products
   of the last k decays: its largest entry (the spectral norm) against k is the gradient-against-lag
   curve, computed exactly, with no backward pass;
-* the states themselves go through PCA (:func:`hiddenstate.probe.pca.pca`) flattened to Di*S.
+* the states themselves go through PCA (:func:`hiddenstate.probe.pca.pca`) flattened to Di*S,
+  and through the memory curve: a ridge readout of the token (or the block's input) ``k`` steps
+  back from the whole flattened state (:mod:`hiddenstate.probe.mamba_memory`);
+* a channel is a unit (:mod:`hiddenstate.probe.mamba_units`): its activation is its readout
+  ``y = C_t . h_t + D a_t`` before the gate, its keep gate the mean decay of its S entries; with
+  the text behind the steps, the channels that track text features and the explorer's data.
 
 What does not carry over is said with its reason in :attr:`MambaAnalysis.not_measured`.
 """
@@ -26,11 +31,15 @@ from hiddenstate.functional import sigmoid
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba_lm import MambaLM
 from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
+from hiddenstate.probe.mamba_memory import memory_rows, state_memory_curve
+from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data
+from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult, pca
-from hiddenstate.validation import positive_int
+from hiddenstate.probe.textfeatures import usable_text_features
+from hiddenstate.validation import positive_int, shape_str
 
-__all__ = ["NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids", "decay_flow",
-           "is_mamba_char_model", "trace_mamba"]
+__all__ = ["NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids",
+           "decay_flow", "is_mamba_char_model", "trace_mamba"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on Mamba, and why.
 NOT_MEASURED = {
@@ -38,12 +47,11 @@ NOT_MEASURED = {
                     "(0, 1], so its one fixed point h* = dt B a / (1 - exp(dt A)) exists and is stable by "
                     "construction, and it moves with every input (dt, B and a are functions of the input): there "
                     "is no search to run and no attractor landscape of the state alone to show",
-    "memory curve": "not yet implemented for Mamba: it needs a decoder of the token k steps back from the "
-                    "(Di*S)-dimensional state of every layer",
-    "unit features and the explorer": "not yet implemented for Mamba: a channel's state is S entries, not one "
-                                      "unit, and the text features and the explorable report read one value "
-                                      "per unit",
 }
+
+#: Why the unit features and the explorer are missing from an analysis made without ``text``.
+NEEDS_TEXT = ("they need the characters behind the steps: pass text= (the characters of sequence 0, one per "
+              "step) to analyze_mamba or inspect_model")
 
 
 def is_mamba_char_model(model) -> bool:
@@ -201,6 +209,12 @@ class MambaLayerAnalysis:
         :func:`decay_flow`: the norms of ``dh_T/dh_{T-k}`` for k = 0 .. K-1.
     pca : PCAResult
         PCA of the SSM states flattened to Di*S features.
+    memory : MemoryCurve or None
+        The memory curve of the SSM state (:func:`hiddenstate.probe.mamba_memory.state_memory_curve`);
+        None when the steps are too few for a held-out split.
+    units : dict of str to UnitCorrelation, or None
+        With a text: the channels whose activation ``y`` tracks each text feature
+        (:func:`hiddenstate.probe.mamba_units.channel_features`).
     """
 
     layer: int
@@ -213,6 +227,18 @@ class MambaLayerAnalysis:
     flow_spectral: np.ndarray
     flow_rms: np.ndarray
     pca: PCAResult
+    memory: MemoryCurve | None = None
+    units: dict | None = None
+
+    @property
+    def channels(self) -> np.ndarray:
+        """Each channel's activation ``y = C_t . h_t + D a_t`` (before the gate), shape (T, N, Di)."""
+        return self.record.y
+
+    @property
+    def channel_decay(self) -> np.ndarray:
+        """Each channel's keep gate, the mean of its S decays ``exp(dt A)``, shape (T, N, Di), in (0, 1]."""
+        return self.record.decay.mean(axis=-1)
 
 
 @dataclass(frozen=True)
@@ -225,15 +251,23 @@ class MambaAnalysis:
     not_measured : dict of str to str
         What the analysis of the other kinds has that this one has not, with the reason.
     meta : dict
-        ``T``, ``N``, ``d_inner``, ``d_state``, ``d_conv``, ``num_layers`` and ``model``.
+        ``T``, ``N``, ``d_inner``, ``d_state``, ``d_conv``, ``num_layers``, ``model`` and, with a
+        memory curve, ``memory target`` (what it decodes).
+    text : str or None
+        The characters of sequence 0 the unit features and the explorer read.
+    explore : dict or None
+        With a text: the explorer's data of the top layer's channels
+        (:func:`hiddenstate.probe.mamba_units.mamba_explore_data`).
     """
 
     layers: list
     not_measured: dict = field(default_factory=lambda: dict(NOT_MEASURED))
     meta: dict = field(default_factory=dict)
+    text: str | None = None
+    explore: dict | None = None
 
     def summary(self) -> str:
-        """One line per layer: decay, time constants, step size, gradient at the largest lag, PCA.
+        """One line per layer: decay, time constants, step size, gradient, memory capacity, PCA, channels.
 
         Returns
         -------
@@ -248,7 +282,8 @@ class MambaAnalysis:
                          f"{100 * float(np.mean(la.decay.right)):.0f}% of entries > {la.decay.high:g}; "
                          f"channel time constants median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} "
                          f"steps; mean dt {float(np.mean(la.mean_dt)):.3g}; |dh_T/dh_(T-{la.flow_spectral.size - 1})| "
-                         f"{la.flow_spectral[-1]:.3g}; {la.pca.n_components_for(0.9)} PCs explain 90%")
+                         f"{la.flow_spectral[-1]:.3g}; {la.pca.n_components_for(0.9)} PCs explain 90%"
+                         + _memory_phrase(la.memory) + _units_phrase(la.units))
         lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
         return "\n".join(lines)
 
@@ -257,8 +292,9 @@ class MambaAnalysis:
         return self.summary()
 
 
-def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str | None = None) -> MambaAnalysis:
-    """Trace a Mamba model and measure its state: decay statistics, time constants, gradient against lag, PCA.
+def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str | None = None, text: str | None = None,
+                  tokens=None) -> MambaAnalysis:
+    """Trace a Mamba model and measure its state: decay, time constants, gradient against lag, memory, PCA, channels.
 
     Parameters
     ----------
@@ -268,9 +304,18 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     states : optional
         Initial states (see :func:`trace_mamba`).
     max_lag : int, default 30
-        Largest lag of the Jacobian products.
+        Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
     model_name : str, optional
         What the model was, for the summary (``"transformers MambaForCausalLM"``).
+    text : str, optional
+        The characters of sequence 0, one per step (``1 <= len(text) <= T``): adds each layer's
+        channels that track text features (``layers[l].units``) and the explorer's data of the top
+        layer (``explore``). Without it the "Not measured" card says that they need it.
+    tokens : array_like of int, shape (T, N) (or (T,) for one sequence), optional
+        The token ids behind the steps, time-major: the memory curve decodes the token ``k``
+        steps back (accuracy). Default: for a MambaLM its ids ``x`` (time-major); for a block,
+        None, and the curve regresses the block's real input ``u_{t-k}`` (variance-weighted
+        ``R^2``; one more matrix product a lag, of the same ridge readout).
 
     Returns
     -------
@@ -280,13 +325,28 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     ------
     TypeError, ValueError
         From :func:`trace_mamba`; a ``max_lag`` that is not a positive integer; an input of
-        no steps.
+        no steps; ``text`` that is not a str, empty or longer than T; ``tokens`` that are not
+        integers or not of shape (T, N).
     """
     max_lag = positive_int("max_lag", max_lag)
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"text must be a str or None; got {type(text).__name__}.")
     records = trace_mamba(model, x, states)
     T, N, Di, S = records[0].ssm.shape
     if T == 0:
         raise ValueError("x must have at least one step; got T = 0.")
+    if text is not None and not 1 <= len(text) <= T:
+        raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={T} characters; got "
+                         f"{len(text)}.")
+    target, what = _memory_target(model, x, tokens, T, N)
+    K = min(max_lag, T // 3)
+    try:
+        memory_rows(T, N, K)
+    except ValueError as exc:
+        skip_memory = f"the sequences are too short for a held-out split: {exc}"
+    else:
+        skip_memory = None
+    feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
     blk = (model.layers[0] if isinstance(model, MambaLM) else
            model.rnn.layers[0] if is_mamba_char_model(model) else model)
     out = []
@@ -294,13 +354,65 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
         decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {i} decay", keep=True)
         tau = time_constant(np.clip(decay.mean, 0.0, 1.0)).reshape(Di, S)
         spectral, rms = decay_flow(rec.decay, max_lag)
-        out.append(MambaLayerAnalysis(layer=i, record=rec, decay=decay, gate=_gate_stats(rec, i), time_constants=tau,
-                                      channel_time_constant=tau.max(axis=1), mean_dt=rec.dt.reshape(-1, Di).mean(axis=0),
-                                      flow_spectral=spectral, flow_rms=rms, pca=pca(rec.ssm.reshape(T, N, Di * S))))
+        flat = rec.ssm.reshape(T, N, Di * S)
+        out.append(MambaLayerAnalysis(
+            layer=i, record=rec, decay=decay, gate=_gate_stats(rec, i), time_constants=tau,
+            channel_time_constant=tau.max(axis=1), mean_dt=rec.dt.reshape(-1, Di).mean(axis=0), flow_spectral=spectral,
+            flow_rms=rms, pca=pca(flat), memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
+            units=channel_features(rec, feats) if feats and len(text) >= 2 else None))
     meta = {"T": T, "N": N, "d_inner": Di, "d_state": S, "d_conv": blk.d_conv, "num_layers": len(records),
             "model": model_name or (f"hiddenstate {type(model).__name__}"
                                     + (" (mamba)" if is_mamba_char_model(model) else ""))}
-    return MambaAnalysis(layers=out, meta=meta)
+    not_measured = dict(NOT_MEASURED)
+    if skip_memory:
+        not_measured["memory curve"] = skip_memory
+    else:
+        meta["memory target"] = what
+    if text is None:
+        not_measured["unit features and the explorer"] = NEEDS_TEXT
+    else:
+        not_measured.update(skipped)
+        if not feats:
+            not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
+    explore = mamba_explore_data(records[-1], text, out[-1].units) if text is not None else None
+    return MambaAnalysis(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore)
+
+
+def _memory_target(model, x, tokens, T: int, N: int) -> tuple[np.ndarray, str]:
+    """What the memory curve decodes, time-major (T, N) ids or (T, N, M) floats, and how the report names it."""
+    if tokens is None and isinstance(model, MambaLM):
+        ids = np.asarray(x)
+        tokens = ids.T if model.batch_first else ids
+    if tokens is None and is_mamba_char_model(model):
+        tokens = char_ids(x, model.vocab_size)  # (T, N): the characters the model read
+    if tokens is None:
+        u = np.asarray(x, dtype=np.float64)
+        return (u.transpose(1, 0, 2) if model.batch_first else u), "the block's input u (held-out R^2)"
+    tok = np.asarray(tokens)
+    if tok.dtype == bool or tok.dtype.kind not in "iu":
+        raise TypeError(f"tokens must be an integer array of shape (T={T}, N={N}); got dtype {tok.dtype}.")
+    tok = tok[:, None] if (tok.ndim == 1 and N == 1) else tok
+    if tok.shape != (T, N):
+        raise ValueError(f"tokens must have shape (T={T}, N={N}) (time-major; or (T,) for one sequence), one id per "
+                         f"step; got {shape_str(np.shape(tokens))}.")
+    return tok, "the token k steps back (held-out accuracy)"
+
+
+def _memory_phrase(mc) -> str:
+    """``; memory capacity 2.3 (accuracy, chance 0.12)`` for the summary ('' without a curve)."""
+    if mc is None:
+        return ""
+    chance = f", chance {mc.chance:.2f}" if mc.metric == "accuracy" else ""
+    return (f"; memory capacity {mc.capacity:.3g} ({mc.metric} over lags 0..{int(mc.lags[-1])}{chance}, "
+            f"lag 1: {mc.score[min(1, mc.score.size - 1)]:.2f})")
+
+
+def _units_phrase(units) -> str:
+    """``; channel 17 tracks position in line (r = +0.62)`` for the summary: the best-tracked feature."""
+    if not units:
+        return ""
+    name, u = max(units.items(), key=lambda kv: abs(float(kv[1].top_r[0])))
+    return f"; channel {u.best_unit} tracks {name} (r = {float(u.top_r[0]):+.2f})"
 
 
 def _gate_stats(rec: MambaRecord, i: int) -> GateStats:

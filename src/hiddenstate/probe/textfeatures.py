@@ -28,6 +28,7 @@ __all__ = [
     "is_upper",
     "position_in_line",
     "text_features",
+    "usable_text_features",
 ]
 
 
@@ -223,3 +224,41 @@ def text_features(text: str) -> dict[str, np.ndarray]:
         "whitespace": is_space(text),
         "upper case": is_upper(text),
     }
+
+
+def usable_text_features(text: str, *, unit: str = "unit") -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """:func:`text_features` of ``text``, less those no unit can track.
+
+    A feature is left out when it is constant on the text, or binary and true (or false) at fewer
+    than 5 characters: its correlation with a unit would be undefined or rest on a handful of
+    characters.
+
+    Parameters
+    ----------
+    text : str
+        Length ``T``.
+    unit : str, default "unit"
+        What the reasons call a unit (``"channel"`` for Mamba).
+
+    Returns
+    -------
+    features : dict of str to ndarray of shape (T,)
+    skipped : dict of str to str
+        ``"feature 'NAME'"`` -> why it was left out.
+
+    Raises
+    ------
+    TypeError
+        ``text`` is not a str.
+    """
+    features, skipped = {}, {}
+    for name, v in text_features(text).items():
+        if np.ptp(v) == 0:
+            hint = " (the text has no double quote)" if name == "inside quotes" else ""
+            skipped[f"feature {name!r}"] = f"constant on this text{hint}, so no {unit} can track it."
+        elif np.isin(v, (0.0, 1.0)).all() and min(v.sum(), v.size - v.sum()) < 5:
+            skipped[f"feature {name!r}"] = (f"true at only {int(min(v.sum(), v.size - v.sum()))} of {v.size} "
+                                            "characters, too few to correlate.")
+        else:
+            features[name] = v
+    return features, skipped

@@ -2,17 +2,23 @@
 
 Reads a :class:`hiddenstate.probe.mamba.MambaAnalysis` by its attributes (this layer does not
 import the probes): per layer the decay ``exp(dt A)`` as the keep gate (statistics, the
-channels' time constants), the step size, the exact gradient-against-lag curve, PCA, and the
-"Not measured" card with its reasons.
+channels' time constants), the step size, the exact gradient-against-lag curve, PCA; the memory
+curve of every layer's state; with a text, the channels that track text features and the explorer
+(:func:`hiddenstate.report.explorer.explorer_html`: a channel is a unit, its decay the gate view,
+with the report's own script and style sheet inlined); and the "Not measured" card with its
+reasons.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import html
+from importlib import resources
 
 import numpy as np
 
+from hiddenstate.report.explorer import explorer_html
 from hiddenstate.report.target import write_report
 from hiddenstate.version import __version__
 
@@ -21,7 +27,14 @@ __all__ = ["build_mamba_report", "mamba_page"]
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
           "table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
           "text-align:right}th{background:#f4f4f4}section{border:1px solid #ddd;border-radius:6px;padding:.5rem 1rem;"
-          "margin:1rem 0}footer{color:#888;font-size:.8rem;margin-top:2rem}")
+          "margin:1rem 0}footer{color:#888;font-size:.8rem;margin-top:2rem}.key{font-size:.8rem;color:#555}")
+_COLOURS = ("#1f77b4", "#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e")
+
+
+@functools.cache
+def _static(name: str) -> str:
+    """A file of the package data folder ``hiddenstate/report/static/`` (the explorer's script and style)."""
+    return (resources.files("hiddenstate.report") / "static" / name).read_text(encoding="utf-8")
 
 
 def _curve(ys: np.ndarray, label: str) -> str:
@@ -36,6 +49,86 @@ def _curve(ys: np.ndarray, label: str) -> str:
             f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{pts}"/>'
             f'<text x="{pad}" y="{pad - 6}" font-size="11">1</text>'
             f'<text x="{w - pad - 40}" y="{h - 6}" font-size="11">lag {len(ys) - 1}</text></svg>')
+
+
+def _curves(curves, label: str, chance=None) -> str:
+    """An inline SVG of several curves (name -> values in [0, 1] against their index) and a dotted chance line."""
+    w, h, pad = 420, 170, 26
+    n = max(max(len(ys) for ys in curves.values()) - 1, 1)
+
+    def y_of(v):
+        return h - pad - (h - 2 * pad) * float(np.clip(v, 0, 1))
+
+    lines = "".join(
+        f'<polyline fill="none" stroke="{_COLOURS[i % len(_COLOURS)]}" stroke-width="2" points="'
+        + " ".join(f"{pad + (w - 2 * pad) * t / n:.1f},{y_of(v):.1f}" for t, v in enumerate(ys)) + '"/>'
+        for i, ys in enumerate(curves.values()))
+    if chance is not None:
+        lines += (f'<line x1="{pad}" y1="{y_of(chance):.1f}" x2="{w - pad}" y2="{y_of(chance):.1f}" stroke="#666" '
+                  f'stroke-dasharray="3,3"/>')
+    key = " ".join(f'<span style="color:{_COLOURS[i % len(_COLOURS)]}">&#9632; {html.escape(name)}</span>'
+                   for i, name in enumerate(curves))
+    return (f'<svg width="{w}" height="{h}" role="img" aria-label="{html.escape(label)}">'
+            f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>'
+            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#999"/>{lines}'
+            f'<text x="{pad - 18}" y="{pad + 4}" font-size="11">1</text>'
+            f'<text x="{pad - 18}" y="{h - pad + 4}" font-size="11">0</text>'
+            f'<text x="{w - pad - 40}" y="{h - 6}" font-size="11">lag {n}</text></svg>'
+            f'<div class="key">{key}{" · dashed: chance" if chance is not None else ""}</div>')
+
+
+def _memory(analysis) -> str:
+    """The memory-curve section: every layer's curve, its capacity and horizon; '' when none was measured."""
+    mcs = {f"layer {la.layer}": la.memory for la in analysis.layers if getattr(la, "memory", None) is not None}
+    if not mcs:
+        return ""
+    first = next(iter(mcs.values()))
+    acc = first.metric == "accuracy"
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{mc.capacity:.3g}</td><td>{mc.horizon(0.5)}</td>"
+        + "".join(f"<td>{float(mc.score[j]):.3f}</td>" for j in range(min(4, mc.score.size))) + "</tr>"
+        for k, mc in mcs.items())
+    heads = "".join(f"<th>lag {j}</th>" for j in range(min(4, first.score.size)))
+    target = analysis.meta.get("memory target", "the input k steps back")
+    chance = (f" Chance (dashed) is {first.chance:.3f}: always guessing the most common token of the training "
+              "steps." if acc else "")
+    return (f'<section id="memory"><h2>Memory curve</h2><p>How well a ridge readout of the whole SSM state h<sub>t'
+            f"</sub> (Di*S entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
+            f", fitted on the first 3/4 of the steps and scored on the rest. Its area above chance is the memory "
+            f"capacity (Jaeger 2001); the horizon is the last lag of an unbroken run of scores &ge; 0.5.{chance}</p>"
+            f"{_curves({k: mc.score for k, mc in mcs.items()}, 'memory curve', first.chance if acc else None)}"
+            f"<table><tr><th></th><th>capacity</th><th>horizon</th>{heads}</tr>{rows}</table></section>")
+
+
+def _units(analysis) -> str:
+    """The table of the channels that track text features, per layer; '' without any."""
+    rows = []
+    for la in analysis.layers:
+        for name, u in (getattr(la, "units", None) or {}).items():
+            tops = ", ".join(f"{int(c)} (r = {float(r):+.2f})" for c, r in zip(u.top_units, u.top_r))
+            rows.append(f"<tr><td>{la.layer}</td><th>{html.escape(name)}</th><td>{tops}</td></tr>")
+    if not rows:
+        return ""
+    return ('<section id="units"><h2>Channels that track text features</h2><p>A channel d is a unit: its activation '
+            "is its readout before the gate, y<sub>t</sub>[d] = C<sub>t</sub> &middot; h<sub>t</sub>[d] + D<sub>d</sub> "
+            "a<sub>t</sub>[d]. Each feature of the text (after reading each character) against every channel's y on "
+            "sequence 0, by Pearson r; the three best channels (Karpathy et al. 2015).</p>"
+            f"<table><tr><th>layer</th><th>feature</th><th>best channels</th></tr>{''.join(rows)}</table></section>")
+
+
+def _explorer(analysis) -> str:
+    """The explorer section of the top layer's channels; '' without a text."""
+    ex = getattr(analysis, "explore", None)
+    if ex is None:
+        return ""
+    return ('<section id="text" class="card wide"><h2>Explore the channels</h2><p class="what">The top layer\'s '
+            "channels are the units (unit k is channel k). Pick one to colour the text by its activation y after each "
+            "character (warm positive, cool negative); the gate buttons switch to its decay, the mean of exp(dt A) "
+            "over its S state entries (its keep gate, in (0, 1]: white forgets at once, warm keeps), and to its "
+            "output gate sigmoid(z). The list sorts by the feature a channel tracks best, its time constant "
+            "1/(1 - mean decay) or its saturation; hover a character for its value and the norm of the whole SSM "
+            "state; select a span to list the channels that are on all over it. The values are embedded at 8 bits "
+            f"per channel and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
 
 
 def _layer(la) -> str:
@@ -76,18 +169,21 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     """
     m = analysis.meta
     skipped = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in analysis.not_measured.items())
+    explorer = _explorer(analysis)
+    style = (_static("report.css") if explorer else "") + _STYLE  # the explorer's classes; ours win elsewhere
+    script = f"<script>\n{_static('report.js')}</script>" if explorer else ""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} layer(s), SSM state (Di={m.get('d_inner')}, "
             f"S={m.get('d_state')}) and convolution state (Di, K-1={m.get('d_conv', 1) - 1}) per sequence; measured on "
             f"{m.get('T')} steps of {m.get('N')} sequence(s).</p>")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}"
-            + "".join(_layer(la) for la in analysis.layers)
+            + "".join(_layer(la) for la in analysis.layers) + _memory(analysis) + _units(analysis) + explorer
             + f'<section id="skipped"><h2>Not measured</h2><p>What the report of the other kinds shows and this one '
               f"does not, and why.</p><ul>{skipped}</ul></section>"
             f"<footer>hiddenstate {__version__} · generated {stamp} · self-contained, no network needed</footer>"
-            "</body></html>")
+            f"{script}</body></html>")
 
 
 def build_mamba_report(out, analysis, *, title: str = "Inside a Mamba model", subtitle: str = ""):

@@ -2,8 +2,9 @@
 
 The shorthand for ``torchrun --standalone --nproc-per-node K -m hiddenstate train ...`` on this
 machine: torch's elastic agent (:func:`torch.distributed.launcher.api.elastic_launch`, the
-machinery behind torchrun) runs in this process, with a c10d rendezvous on a free port of
-127.0.0.1, and starts K workers (``python -m hiddenstate train`` with the same flags). What differs
+machinery behind torchrun) runs in this process, with a static rendezvous on a free port of
+127.0.0.1 (its store and the workers' connections listen on the loopback address only,
+:mod:`~hiddenstate.train.distributed.store`), and starts K workers (``python -m hiddenstate train`` with the same flags). What differs
 from torchrun is only what is printed: the workers' lines (rank 0 speaks for the run, every rank
 for a lost peer) and nothing of the agent's; its exit status is the first failed rank's (a
 signal N as 128 + N), 0 when every rank succeeded.
@@ -16,6 +17,9 @@ import os
 import signal
 import sys
 import uuid
+
+from hiddenstate.train.distributed.store import bind_loopback_gloo, loopback_store
+from hiddenstate.train.distributed.world import timeout_s
 
 __all__ = ["launch", "without_processes_flag"]
 
@@ -77,8 +81,15 @@ def launch(argv: list[str], processes: int) -> int:
         logging.getLogger(name).setLevel(logging.CRITICAL)  # the workers say what happened, in one line each
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread a worker, as the CLI runs one process
+    import torch.distributed as dist
+
+    # the agent's static rendezvous opens its store at this port as a tenant of this server, which listens on
+    # 127.0.0.1 only; the workers are the store's clients, and gloo connects them over the loopback interface
+    store = loopback_store(dist, "127.0.0.1", 0, None, timeout_s(), is_master=True, multi_tenant=True)
+    bind_loopback_gloo()
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()),
-                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0, monitor_interval=0.1)
+                          rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{store.port}",
+                          rdzv_configs={"rank": 0, "timeout": timeout_s()}, max_restarts=0, monitor_interval=0.1)
     args = ["-m", "hiddenstate", *without_processes_flag(list(argv))]
     try:
         elastic_launch(config, entrypoint=sys.executable)(*args)

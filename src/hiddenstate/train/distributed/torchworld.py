@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from hiddenstate.train.distributed.rows import RowGenerator, batch_rows, stream_rows
+from hiddenstate.train.distributed.store import rendezvous
 from hiddenstate.train.distributed.world import LostRank, PeerFailed, RendezvousFailed, World, env_int, timeout_s
 
 __all__ = ["TorchWorld"]
@@ -35,7 +36,8 @@ class TorchWorld(World):
     """One rank of a run on ``torch.distributed`` (gloo on CPUs, NCCL on GPUs).
 
     Joins the process group on construction (``init_method="env://"``: torchrun's ``MASTER_ADDR``,
-    ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``) with the timeout of every collective.
+    ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``) with the timeout of every collective. Ranks started
+    by hand on a loopback ``MASTER_ADDR`` listen there only (:mod:`~hiddenstate.train.distributed.store`).
 
     Parameters
     ----------
@@ -70,7 +72,8 @@ class TorchWorld(World):
         self.owns_group = not dist.is_initialized()  # a script may have joined the group itself
         if self.owns_group:
             try:
-                dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=size,
+                joining = rendezvous(dist, rank, size, self.timeout_s)  # env://, or a store on loopback only
+                dist.init_process_group(backend=backend, rank=rank, world_size=size, **joining,
                                         timeout=datetime.timedelta(seconds=self.timeout_s))
             except Exception as error:  # DistStoreError, RuntimeError (EADDRINUSE), ValueError, ...
                 raise RendezvousFailed(

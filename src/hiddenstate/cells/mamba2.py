@@ -1,0 +1,340 @@
+"""Mamba-2's block (Dao & Gu 2024, SSD: a scalar decay per head): scan kernels, forward and exact backward side by side.
+
+The block maps a sequence ``u`` (T, N, M) (M = ``d_model``) to a sequence of the same shape
+through a state of its own, in the parameter names and layouts of transformers' ``Mamba2Mixer``
+(Di = ``expand * d_model`` inner channels = H heads of P = ``head_dim`` channels, G =
+``n_groups`` groups of heads sharing B and C, S = ``d_state``, K = ``d_conv``, Dc = Di + 2 G S
+the channels of the convolution)::
+
+    z_t, xBC_t, r_t = split(in_proj(u_t))               in_proj.weight (Di + Dc + H, M): blocks z, xBC, dt
+    c_t       = sum_k w[:, k] * xBC_{t-K+1+k} + b_conv  causal depthwise conv, conv1d.weight (Dc, 1, K)
+    x_t, B_t, C_t = split(silu(c_t))                    x (H, P), B and C (G, S); head h reads group h // (H/G)
+    dt_t      = softplus(r_t + dt_bias)                 dt_bias (H,): one step size per head
+    A         = -exp(A_log)                             A_log (H,): one decay rate per head (the "scalar" of SSD)
+    h_t       = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T    state (N, H, P, S): a scalar decay per (row, head)
+    y_t       = h_t C_t + D x_t                         D (H,)
+    g_t       = y_t * silu(z_t)                         the gate before the norm (``norm_before_gate=False``)
+    n_t       = norm.weight * g_t / rms_G(g_t)          RMS over each of the G groups of Di/G channels
+    out_t     = out_proj(n_t)                           out_proj.weight (M, Di)
+
+with ``rms_G(g) = sqrt(mean(g^2) + eps)`` taken per group (transformers' ``MambaRMSNormGated``).
+Where Mamba-1's decay ``exp(dt A)`` is a matrix (Di, S) per step, Mamba-2's is one number per
+head, which is what lets the reference kernels compute a chunk as a masked matrix product (the
+"state space duality" of the paper); here the recurrence is evaluated as a scan. The block has
+*two* states: the SSM state ``h`` (N, H, P, S) and the convolution's state, the last K - 1
+values of ``xBC`` it has read (N, Dc, K-1), oldest first (transformers' cache keeps K, the
+oldest of which the next step never reads). Both are inputs (:func:`scan_forward`'s ``h0``,
+``conv0``) with exact gradients, and both final states take a gradient.
+
+The recurrence is linear in ``h`` with a decay in (0, 1]: it runs through
+:mod:`hiddenstate.cells.scan` with the decay broadcast over (P, S), either as the per-step loop
+(``scan="sequential"``) or as the chunked Brent-Kung scan (``"parallel"``), whose adjoint is the
+same scan backwards in time; or (``scan="ssd"``) in SSD's chunked matrix form
+(:mod:`hiddenstate.cells.ssd`: within a chunk a masked (Q, Q) matrix ``L o (C B^T)`` applied to
+``dt x``, between chunks the state), which forms no per-step state, with its own exact adjoint.
+Everything else is per step and runs as whole-sequence matrix products.
+
+Kernel contract
+---------------
+``scan_forward(p, u, h0, conv0, *, eps, n_groups, scan="parallel") -> (out, (h_T, conv_T), cache)``
+    ``p`` the parameters by name (:data:`PARAMS`), ``u`` (T, N, M), ``h0`` (N, H, P, S),
+    ``conv0`` (N, Dc, K-1). Nothing is validated; every array has the dtype of ``u``.
+``scan_backward(cache, d_out, d_final) -> (grads, d_u, (d_h0, d_conv0))``
+    ``d_out`` (T, N, M) or None, ``d_final`` a pair ``(d_h_T, d_conv_T)`` (either part None)
+    or None; ``grads`` has the keys of ``p``.
+``recorded(cache) -> Mamba2Record``
+    Every step's states and the selective parameters.
+
+References
+----------
+T. Dao, A. Gu, "Transformers are SSMs: Generalized models and efficient algorithms through
+structured state space duality", arXiv:2405.21060, 2024.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from hiddenstate.cells.mamba import MambaState, silu
+from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
+from hiddenstate.cells.ssd import ssd_backward, ssd_forward
+from hiddenstate.functional import sigmoid
+
+__all__ = ["PARAMS", "Mamba2Record", "MambaState", "gated_rms_norm", "gated_rms_norm_backward", "recorded",
+           "scan_backward", "scan_forward"]
+
+#: The block's parameters in transformers' ``Mamba2Mixer`` names (the three biases are optional).
+PARAMS = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight",
+          "out_proj.weight", "out_proj.bias")
+
+
+class Mamba2Record(NamedTuple):
+    """Every step of a Mamba-2 block's forward pass (time-major), from :func:`recorded`.
+
+    Attributes
+    ----------
+    ssm : ndarray of shape (T, N, H, P, S)
+        The SSM state after each step.
+    conv : ndarray of shape (T, N, Dc, K-1)
+        The convolution's state after each step.
+    dt : ndarray of shape (T, N, H)
+        The step size ``softplus(r_t + dt_bias)`` of every head.
+    decay : ndarray of shape (T, N, H)
+        ``exp(dt_t A)``: how much of its state each head keeps (one number per head).
+    B, C : ndarray of shape (T, N, G, S)
+        The input and output matrices of every group.
+    x : ndarray of shape (T, N, H, P)
+        What the SSM reads (after the convolution and SiLU).
+    y : ndarray of shape (T, N, H, P)
+        ``h_t C_t + D x_t``, before the gate.
+    gate : ndarray of shape (T, N, Di)
+        ``silu(z_t)``.
+    """
+
+    ssm: np.ndarray
+    conv: np.ndarray
+    dt: np.ndarray
+    decay: np.ndarray
+    B: np.ndarray
+    C: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    gate: np.ndarray
+
+
+def gated_rms_norm(g: np.ndarray, weight: np.ndarray, eps: float, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """``weight * g / sqrt(mean(g^2) + eps)`` with the mean over each of ``n_groups`` equal groups of the last axis.
+
+    Parameters
+    ----------
+    g : ndarray of shape (..., Di)
+        The gated output ``y * silu(z)``.
+    weight : ndarray of shape (Di,)
+    eps : float
+        Added to each group's mean square.
+    n_groups : int
+        G; Di must be a multiple of it.
+
+    Returns
+    -------
+    out : ndarray of shape (..., Di)
+    inv : ndarray of shape (..., G, 1)
+        ``1 / sqrt(mean(g^2) + eps)`` per group, for :func:`gated_rms_norm_backward`.
+    """
+    gg = g.reshape(g.shape[:-1] + (n_groups, g.shape[-1] // n_groups))  # (..., G, Di/G)
+    inv = 1.0 / np.sqrt(np.mean(gg * gg, axis=-1, keepdims=True) + eps)
+    return weight * (gg * inv).reshape(g.shape), inv
+
+
+def gated_rms_norm_backward(g, weight, inv, d_out) -> tuple[np.ndarray, np.ndarray]:
+    """The exact adjoint of :func:`gated_rms_norm`.
+
+    Parameters
+    ----------
+    g : ndarray of shape (..., Di)
+    weight : ndarray of shape (Di,)
+    inv : ndarray of shape (..., G, 1)
+        From :func:`gated_rms_norm`.
+    d_out : ndarray of shape (..., Di)
+
+    Returns
+    -------
+    d_g : ndarray of shape (..., Di)
+    d_weight : ndarray of shape (Di,)
+    """
+    G = inv.shape[-2]
+    xn = g.reshape(g.shape[:-1] + (G, g.shape[-1] // G)) * inv  # (..., G, Di/G)
+    d_weight = (d_out * xn.reshape(g.shape)).reshape(-1, g.shape[-1]).sum(axis=0)
+    dn = (d_out * weight).reshape(xn.shape)
+    d_g = inv * (dn - xn * np.mean(dn * xn, axis=-1, keepdims=True))
+    return d_g.reshape(g.shape), d_weight
+
+
+def _sizes(p, n_groups):
+    """(H, P, G, S, K, Di, Dc) from the parameters' shapes."""
+    H = p["A_log"].shape[0]
+    Di = p["out_proj.weight"].shape[1]
+    Dc, _, K = p["conv1d.weight"].shape
+    S = (Dc - Di) // (2 * n_groups)
+    return H, Di // H, n_groups, S, K, Di, Dc
+
+
+def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, eps: float, n_groups: int,
+                 scan: str = "parallel"):
+    """The Mamba-2 block over all T steps (the equations of the module docstring): the forward kernel.
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+        The parameters by their ``Mamba2Mixer`` names (:data:`PARAMS`; ``in_proj.bias``,
+        ``conv1d.bias``, ``out_proj.bias`` may be absent).
+    u : ndarray of shape (T, N, M)
+        The block's input.
+    h0 : ndarray of shape (N, H, P, S)
+        The initial SSM state.
+    conv0 : ndarray of shape (N, Dc, K-1)
+        The initial convolution state (the K - 1 ``xBC`` inputs before step 0, oldest first).
+    eps : float
+        The gated norm's epsilon.
+    n_groups : int
+        G, the groups of heads that share B and C (and the groups of the norm).
+    scan : {"parallel", "sequential", "ssd"}, default "parallel"
+        How the SSM recurrence runs: a chunked Brent-Kung scan, the per-step loop, or SSD's
+        chunked matrix form.
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    final : MambaState
+        The states after the last step, ``ssm`` (N, H, P, S) and ``conv`` (N, Dc, K-1) (copies
+        of ``h0``, ``conv0`` when T = 0).
+    cache : tuple
+        Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
+    """
+    T, N, _ = u.shape
+    H, P, G, S, K, Di, Dc = _sizes(p, n_groups)
+    zxr = u @ p["in_proj.weight"].T  # (T, N, Di + Dc + H)
+    if p.get("in_proj.bias") is not None:
+        zxr += p["in_proj.bias"]
+    z, xbc, r = zxr[:, :, :Di], zxr[:, :, Di:Di + Dc], zxr[:, :, Di + Dc:]
+    xpad = np.concatenate([conv0.transpose(2, 0, 1), xbc], axis=0)  # (K-1+T, N, Dc)
+    w = p["conv1d.weight"][:, 0, :]  # (Dc, K)
+    c = np.zeros((T, N, Dc), dtype=u.dtype) if p.get("conv1d.bias") is None else np.tile(p["conv1d.bias"], (T, N, 1))
+    for k in range(K):
+        c += w[:, k] * xpad[k:k + T]
+    a, da = silu(c)  # (T, N, Dc)
+    x = a[:, :, :Di].reshape(T, N, H, P)
+    B = a[:, :, Di:Di + G * S].reshape(T, N, G, S)
+    C = a[:, :, Di + G * S:].reshape(T, N, G, S)
+    Bh, Ch = np.repeat(B, H // G, axis=2), np.repeat(C, H // G, axis=2)  # (T, N, H, S)
+    pre = r + p["dt_bias"]  # (T, N, H)
+    dt = np.logaddexp(0.0, pre)  # softplus
+    A = -np.exp(p["A_log"])  # (H,)
+    with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
+        decay = np.exp(dt * A)  # (T, N, H)
+    if scan == "ssd":  # the chunked matrix form: y without forming every state
+        hs = None
+        y_ssm, h_T, starts = ssd_forward(dt * A, dt[..., None] * x, Bh, Ch, h0)
+    else:
+        b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
+        hs = recurrence_forward(decay[..., None, None], b, h0, parallel=scan == "parallel")  # (T, N, H, P, S)
+        y_ssm, h_T, starts = (hs @ Ch[..., None])[..., 0], (hs[-1].copy() if T else h0.copy()), None
+    y = y_ssm + p["D"][:, None] * x  # (T, N, H, P)
+    sz, dsz = silu(z)
+    g = y.reshape(T, N, Di) * sz  # (T, N, Di)
+    nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, G)
+    out = nrm @ p["out_proj.weight"].T  # (T, N, M)
+    if p.get("out_proj.bias") is not None:
+        out += p["out_proj.bias"]
+    final = MambaState(h_T, np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
+    cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan)
+    return out, final, cache
+
+
+def scan_backward(cache, d_out, d_final):
+    """Exact backward pass through :func:`scan_forward` (the backward kernel).
+
+    The output's gradient runs back through the projection, the gated norm and the readout to
+    ``dL/dh_t``; the SSM adjoint ``g_t = dL/dh_t + exp(dt_{t+1} A) g_{t+1}`` runs through the same
+    scan backwards in time (:func:`hiddenstate.cells.scan.recurrence_backward`); then through
+    ``dt``, ``B``, ``C`` (summed over the heads of each group), the convolution and the input
+    projection.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+    d_out : ndarray of shape (T, N, M) or None
+        Gradient of the loss with respect to ``out`` (None: zeros).
+    d_final : pair of ndarray or None
+        Gradients with respect to the final states, ``(d_ssm (N, H, P, S), d_conv (N, Dc, K-1))``,
+        either part None.
+
+    Returns
+    -------
+    grads : dict of str to ndarray
+        Same keys and shapes as the parameters.
+    d_u : ndarray of shape (T, N, M)
+    d_state : MambaState
+        Gradients with respect to ``h0`` (N, H, P, S) and ``conv0`` (N, Dc, K-1).
+    """
+    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan = cache
+    T, N, M = u.shape
+    H, P, G, S, K, Di, Dc = _sizes(p, G)
+    d_h_T, d_conv_T = (None, None) if d_final is None else d_final
+    d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
+    grads = {}
+    grads["out_proj.weight"] = d_out.reshape(-1, M).T @ nrm.reshape(-1, Di)
+    if p.get("out_proj.bias") is not None:
+        grads["out_proj.bias"] = d_out.reshape(-1, M).sum(axis=0)
+    d_g, grads["norm.weight"] = gated_rms_norm_backward(g, p["norm.weight"], inv, d_out @ p["out_proj.weight"])
+    d_y = (d_g * sz).reshape(T, N, H, P)
+    d_z = d_g * y.reshape(T, N, Di) * dsz
+    grads["D"] = (d_y * x).sum(axis=(0, 1, 3))
+    d_x = d_y * p["D"][:, None]  # (T, N, H, P)
+    if scan == "ssd":
+        d_lin, d_u_ssm, d_Bh, d_Ch, d_h0 = ssd_backward(dt * A, dt[..., None] * x, Bh, Ch, starts, d_y, d_h_T)
+    else:
+        d_hs = d_y[..., None] * Ch[:, :, :, None, :]  # (T, N, H, P, S)
+        d_Ch = (d_y[:, :, :, None, :] @ hs)[:, :, :, 0, :]  # (T, N, H, S): sum_p d_y h
+        d_dec, d_b, d_h0 = recurrence_backward(decay[..., None, None], hs, h0, None, None, d_hs, d_h_T,
+                                               parallel=scan == "parallel")
+        d_lin = d_dec.sum(axis=(3, 4)) * decay  # (T, N, H): dL/d(dt A)
+        d_u_ssm = (d_b @ Bh[..., None])[..., 0]  # (T, N, H, P): dL/d(dt x) = sum_s d_b B
+        d_Bh = ((dt[..., None] * x)[:, :, :, None, :] @ d_b)[:, :, :, 0, :]  # (T, N, H, S)
+    d_dt = d_lin * A
+    grads["A_log"] = (d_lin * dt).sum(axis=(0, 1)) * A  # dA/dA_log = A
+    d_dt += (d_u_ssm * x).sum(axis=-1)
+    d_x += d_u_ssm * dt[..., None]
+    d_pre = d_dt * sigmoid(pre)  # (T, N, H)
+    grads["dt_bias"] = d_pre.sum(axis=(0, 1))
+    d_B = d_Bh.reshape(T, N, G, H // G, S).sum(axis=3)  # the heads of a group share its B
+    d_C = d_Ch.reshape(T, N, G, H // G, S).sum(axis=3)
+    d_c = np.concatenate([d_x.reshape(T, N, Di), d_B.reshape(T, N, G * S), d_C.reshape(T, N, G * S)], axis=-1) * da
+    if p.get("conv1d.bias") is not None:
+        grads["conv1d.bias"] = d_c.reshape(-1, Dc).sum(axis=0)
+    w = p["conv1d.weight"][:, 0, :]
+    d_w = np.empty_like(w)
+    d_xpad = np.zeros_like(xpad)  # (K-1+T, N, Dc)
+    for k in range(K):
+        d_w[:, k] = (d_c * xpad[k:k + T]).reshape(-1, Dc).sum(axis=0)
+        d_xpad[k:k + T] += w[:, k] * d_c
+    grads["conv1d.weight"] = d_w[:, None, :]
+    if d_conv_T is not None:
+        d_xpad[T:] += d_conv_T.transpose(2, 0, 1)
+    d_zxr = np.concatenate([d_z, d_xpad[K - 1:], d_pre], axis=-1)  # (T, N, Di + Dc + H)
+    W = d_zxr.shape[-1]
+    grads["in_proj.weight"] = d_zxr.reshape(-1, W).T @ u.reshape(-1, M)
+    if p.get("in_proj.bias") is not None:
+        grads["in_proj.bias"] = d_zxr.reshape(-1, W).sum(axis=0)
+    d_u = d_zxr @ p["in_proj.weight"]
+    grads = {k: grads[k] for k in p}
+    return grads, d_u, MambaState(d_h0, np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))
+
+
+def recorded(cache) -> Mamba2Record:
+    """Every step's states and selective parameters from a forward cache.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`scan_forward`.
+
+    Returns
+    -------
+    Mamba2Record
+        Time-major arrays (see :class:`Mamba2Record`).
+    """
+    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan = cache
+    T, N = u.shape[:2]
+    K = xpad.shape[0] - T + 1
+    idx = np.arange(T)[:, None] + np.arange(1, K)[None, :]  # (T, K-1): the window after step t
+    conv = np.ascontiguousarray(xpad[idx].transpose(0, 2, 3, 1))  # (T, N, Dc, K-1)
+    H = A.shape[0]
+    if hs is None:  # the SSD form formed no states: the scan gives them
+        b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
+        hs = recurrence_forward(decay[..., None, None], b, h0)
+    return Mamba2Record(ssm=hs, conv=conv, dt=dt, decay=decay, B=Bh[:, :, ::H // G], C=Ch[:, :, ::H // G], x=x, y=y,
+                        gate=sz)

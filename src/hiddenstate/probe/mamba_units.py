@@ -1,0 +1,124 @@
+"""A Mamba channel as a unit: its activation, its keep gate, the text features it tracks, the explorer's data.
+
+The tools that read one value per unit and step (the unit features of
+:mod:`hiddenstate.probe.unitfeatures`, the explorer of :mod:`hiddenstate.probe.explore`) read a
+Mamba layer's Di channels as its units:
+
+* **the channel's activation** is its readout before the gate, ``y_t[d] = C_t . h_t[d] + D_d a_t[d]``
+  (:attr:`MambaRecord.y <hiddenstate.cells.mamba.MambaRecord>`): the one number per step that the
+  layer computes from the channel's S state entries (the output projection reads ``y * silu(z)``),
+  signed and unbounded like an RNN unit's ``h``. The channel's state norm ``||h_t[d]||`` would
+  be the other candidate; it is never negative and counts entries that ``C_t`` does not read at
+  that step, so it says less about what the channel passes on;
+* **its keep gate** is the mean over its S entries of the decay, ``mean_s exp(dt_t[d] A[d, s])``
+  in (0, 1] (all entries of a channel share its step ``dt_t[d]``), and its time constant
+  ``1 / (1 - mean over steps of that gate)``, as for the keep gate of the gated kinds;
+* the output gate's sigmoid part ``sigmoid(z_t[d])`` (``silu(z) = z sigmoid(z)``) in (0, 1) is
+  the second gate view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hiddenstate.cells.mamba import MambaRecord
+from hiddenstate.functional import sigmoid
+from hiddenstate.probe.explore import varying_memory_unit
+from hiddenstate.probe.gatestats import time_constant
+from hiddenstate.probe.unitfeatures import best_units, featured_units
+
+__all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data"]
+
+
+def channel_activations(record: MambaRecord) -> np.ndarray:
+    """Each channel's readout before the gate, ``y_t[d] = C_t . h_t[d] + D_d a_t[d]``.
+
+    Parameters
+    ----------
+    record : MambaRecord
+        One layer's record (time-major).
+
+    Returns
+    -------
+    ndarray of shape (T, N, Di)
+    """
+    return record.y
+
+
+def channel_decay(record: MambaRecord) -> np.ndarray:
+    """Each channel's keep gate: the mean over its S state entries of ``exp(dt_t A)``.
+
+    Parameters
+    ----------
+    record : MambaRecord
+
+    Returns
+    -------
+    ndarray of shape (T, N, Di), in (0, 1]
+    """
+    return record.decay.mean(axis=-1)
+
+
+def channel_features(record: MambaRecord, features: dict) -> dict:
+    """The channels of sequence 0 that track each text feature best (Pearson r of ``y`` with the feature).
+
+    Parameters
+    ----------
+    record : MambaRecord
+        One layer's record; sequence 0 read the text.
+    features : dict of str to ndarray of shape (T',)
+        Per-character features, ``T' <= T`` (e.g. :func:`hiddenstate.probe.textfeatures.usable_text_features`).
+
+    Returns
+    -------
+    dict of str to UnitCorrelation
+        :func:`~hiddenstate.probe.unitfeatures.best_units` of ``y[:T', 0]`` (Di channels), top 3.
+    """
+    n = len(next(iter(features.values()))) if features else 0
+    return best_units(channel_activations(record)[:n, 0], features, top=3)
+
+
+def mamba_explore_data(record: MambaRecord, text: str, units: dict | None) -> dict:
+    """The explorer's data (the format of :func:`hiddenstate.probe.explore.explore_data`) for one Mamba layer.
+
+    Parameters
+    ----------
+    record : MambaRecord
+        The layer's record; sequence 0 read ``text``.
+    text : str
+        Its characters, one per step, ``1 <= len(text) <= T``.
+    units : dict of str to UnitCorrelation, or None
+        :func:`channel_features` of the same layer (None or empty: no feature columns).
+
+    Returns
+    -------
+    dict
+        ``"text"``; ``"signals"``: ``"y"`` (T', Di), the keep gate ``"decay"`` (:func:`channel_decay`)
+        and the output gate ``"sigmoid(z)"``; ``"units"``: ``"best feature"`` and ``"|r|"`` (with
+        ``units``), ``"time constant"`` (``1 / (1 - mean decay)``, capped at 1e6 steps) and
+        ``"saturation"`` (the fraction of steps the two gates are below 0.1 or above 0.9, averaged
+        over both), each of shape (Di,); ``"featured"``: each feature's best channel on ``y`` (at
+        most 4) and the long-memory channel whose decay varies most; ``"norm"``: the norm of the whole
+        SSM state ``||h_t||`` (T',).
+    """
+    n = len(text)
+    y = channel_activations(record)[:n, 0]  # (T', Di)
+    decay = channel_decay(record)[:n, 0]
+    gate = sigmoid(record.z[:n, 0])
+    cols, featured = {}, []
+    if units:
+        names = list(units)
+        R = np.stack([units[k].r for k in names])  # (F, Di)
+        best = np.argmax(np.abs(R), axis=0)
+        cols["best feature"] = [f"{names[b]} (r = {R[b, j]:+.2f})" for j, b in enumerate(best)]
+        cols["|r|"] = np.abs(R[best, np.arange(R.shape[1])])
+        for unit, fnames in featured_units(units, limit=4):
+            rs = ", ".join(f"{float(units[f].r[unit]):+.2f}" for f in fnames)
+            featured.append((f"{', '.join(fnames)}: channel {unit}, r = {rs}", "y", unit))
+    cols["time constant"] = np.minimum(time_constant(np.clip(decay.mean(axis=0), 0.0, 1.0)), 1e6)
+    cols["saturation"] = np.mean([((g < 0.1) | (g > 0.9)).mean(axis=0) for g in (decay, gate)], axis=0)
+    j = varying_memory_unit(decay)
+    tau = 1.0 / max(1.0 - float(decay[:, j].mean()), 1e-12)
+    featured.append((f"decay of channel {j}, τ ≈ {tau:.1f} steps", "decay", j))
+    return {"text": text, "signals": {"y": y, "decay": decay, "sigmoid(z)": gate}, "units": cols,
+            "featured": featured, "norm": np.linalg.norm(record.ssm[:n, 0].reshape(n, -1), axis=1)}
