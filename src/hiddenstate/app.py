@@ -296,8 +296,8 @@ def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=No
                            tokens=ids if tokens is None else tokens)
         bar.update()
         if echo is not None:
-            echo(f"measured every layer's states, decay (keep gate), time constants, gradient against lag and PCA "
-                 f"({ids.shape[0]:,} steps of {ids.shape[1]:,} sequence(s)): {time.perf_counter() - t0:.1f} s")
+            echo(f"measured every layer's states, decay (keep gate), time constants, gradient against lag, memory, "
+                 f"PCA, channels ({ids.shape[0]:,} steps of {ids.shape[1]:,} sequence(s)): {time.perf_counter() - t0:.1f} s")
         if out is not None:
             bar.set_postfix_str("report")
             t0 = time.perf_counter()
