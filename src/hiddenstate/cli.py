@@ -190,7 +190,7 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="output HTML file, in an existing directory (default: report.html in the current directory; "
                           "a previous report is replaced, any other file refused)")
     ins.add_argument("--fixed-point-starts", type=_typed("--fixed-point-starts", int, nonnegative_int), default=None,
-                     metavar="N", help="starts of the fixed-point search (default 32; 0 skips it; none in a mamba run)")
+                     metavar="N", help="starts of the fixed-point search (default 32; 0 skips the search; none in a mamba run)")
     sd = ins.add_argument_group("a .safetensors state dict (sizes, layers, directions are read off the names and shapes)")
     sd.add_argument("--kind", choices=("rnn", "gru", "lstm", "mingru", "minlstm"),
                     help="default: from the rows of weight_hh_l0; needed for minGRU/minLSTM")
