@@ -150,6 +150,8 @@ def test_inspect_model_of_a_mamba2lm_writes_the_report_of_its_numbers(tmp_path):
             assert unit.best_unit == int(np.nanargmax(np.abs(r)))
             assert float(unit.top_r[0]) == pytest.approx(r[unit.best_unit], abs=1e-9)
             assert f"{unit.best_unit} (r = {float(unit.top_r[0]):+.2f})" in page
+    best = max(an.layers[0].units.items(), key=lambda kv: abs(float(kv[1].top_r[0])))[1].best_unit
+    assert f"head-channel {best} (head {best // 4}, row {best % 4}) tracks" in an.summary().splitlines()[1]
     ex = an.explore
     np.testing.assert_allclose(ex["signals"]["y"], hand_y(recs[-1], m.layers[-1].params["D"])[:, 0], rtol=1e-12,
                                atol=1e-14)
@@ -209,3 +211,12 @@ def test_bad_inputs_are_refused_with_clear_messages(tmp_path):
     with pytest.raises(ValueError):
         hs.inspect_model(m, ids, out=other)
     assert other.read_text() == "mine"
+
+
+def test_the_ssd_scan_gives_the_same_analysis():
+    ids = np.random.default_rng(6).integers(0, 11, (2, 20))
+    a, b = analyze_mamba2(lm(), ids, max_lag=5), analyze_mamba2(lm(scan="ssd"), ids, max_lag=5)
+    for x, y in zip(a.layers, b.layers):
+        np.testing.assert_allclose(y.record.ssm, x.record.ssm, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(y.flow_spectral, x.flow_spectral, rtol=1e-12)
+        np.testing.assert_allclose(y.channels, x.channels, rtol=1e-10, atol=1e-13)

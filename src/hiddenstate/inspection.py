@@ -314,7 +314,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     ValueError
         An option the conversion cannot represent (named); ``x`` whose shape does not fit the
         model (the message gives the layout expected), with no sequence (N = 0), or ``lengths``
-        all 0; a ``text`` that is not what ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written; and the
+        all 0 (``lengths`` at all for a Mamba-2 model); a ``text`` that is not what ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written; and the
         errors of :func:`hiddenstate.analyze_model`.
     """
     out = None if out is None else check_report_path(out)

@@ -200,6 +200,7 @@ class Mamba2Analysis(MambaAnalysis):
         str
         """
         m = self.meta
+        P = m.get("head_dim", 1)
         lines = [f"{m.get('model', 'Mamba-2')}: {len(self.layers)} layer(s), state (H={m.get('num_heads')}, "
                  f"P={m.get('head_dim')}, S={m.get('d_state')}) per sequence, {m.get('T')} steps of {m.get('N')} "
                  f"sequence(s)"]
@@ -210,7 +211,7 @@ class Mamba2Analysis(MambaAnalysis):
                          f"constants median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} steps (head "
                          f"{int(np.argmax(tau))}); mean dt {float(np.mean(la.mean_dt)):.3g}; "
                          f"|dh_T/dh_(T-{la.flow_spectral.size - 1})| {la.flow_spectral[-1]:.3g}; "
-                         f"{la.pca.n_components_for(0.9)} PCs explain 90%{mem}")
+                         f"{la.pca.n_components_for(0.9)} PCs explain 90%{mem}" + _units_phrase(la.units, P))
         lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
         return "\n".join(lines)
 
@@ -317,3 +318,12 @@ def _target(model, x, tokens, T: int, N: int) -> tuple[np.ndarray, str]:
         raise ValueError(f"tokens must have shape (T={T}, N={N}) (time-major; or (T,) for one sequence), one id per "
                          f"step; got {shape_str(np.shape(tokens))}.")
     return tok, "the token k steps back (held-out accuracy)"
+
+
+def _units_phrase(units, P: int) -> str:
+    """``; head-channel 17 (head 4, row 1) tracks position in line (r = +0.62)``: the best-tracked feature."""
+    if not units:
+        return ""
+    name, u = max(units.items(), key=lambda kv: abs(float(kv[1].top_r[0])))
+    d = int(u.best_unit)
+    return f"; head-channel {d} (head {d // P}, row {d % P}) tracks {name} (r = {float(u.top_r[0]):+.2f})"
