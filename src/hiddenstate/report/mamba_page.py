@@ -160,7 +160,8 @@ def _layer2(la) -> str:
     heads = "".join(f"<th>head {h}</th>" for h in range(tau.size))
     taus = "".join(f"<td>{v:.3g}</td>" for v in tau)
     return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2><table>{body}</table>'
-            f"<table><tr><th></th>{heads}</tr><tr><th>time constant (steps)</th>{taus}</tr></table>"
+            f'<div style="overflow-x:auto"><table><tr><th></th>{heads}</tr><tr><th>time constant (steps)</th>{taus}'
+            f"</tr></table></div>"
             f"<p>The exact Jacobian product dh<sub>T</sub>/dh<sub>T-k</sub> (each head's (P, S) block times the "
             f"product of its last k decays), its largest entry against the lag k:</p>"
             f"{_curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}</section>")
