@@ -19,12 +19,14 @@ from hiddenstate.app import char_mamba_report, check_report_path
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
-from hiddenstate.interop.transformers_io import from_transformers, is_transformers_mamba
+from hiddenstate.interop.transformers_io import from_transformers, is_transformers_mamba, is_transformers_mamba2
 from hiddenstate.mamba import Mamba
-from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.mamba2 import Mamba2
+from hiddenstate.mamba_lm import Mamba2LM, MambaLM
 from hiddenstate.nesting import where_ragged
 from hiddenstate.probe.analysis import Analysis, analyze_model
 from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba
+from hiddenstate.probe.mamba2 import analyze_mamba2
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.report import build_report
 from hiddenstate.report.mamba_page import build_mamba_report
@@ -252,7 +254,9 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         hiddenstate RNN/GRU/LSTM/MinGRU/MinLSTM; or a :class:`~hiddenstate.CharRNN`.
         Converted exactly (:func:`as_layer`); what cannot be represented raises. A transformers
         ``MambaForCausalLM``, a :class:`~hiddenstate.MambaLM` or a :class:`~hiddenstate.Mamba`
-        block is measured by :func:`hiddenstate.probe.mamba.analyze_mamba` instead (``x``: token
+        block is measured by :func:`hiddenstate.probe.mamba.analyze_mamba` instead (a
+        ``Mamba2ForCausalLM``, :class:`~hiddenstate.mamba_lm.Mamba2LM` or
+        :class:`~hiddenstate.Mamba2` by :func:`hiddenstate.probe.mamba2.analyze_mamba2`) (``x``: token
         ids (N, T) as transformers takes them, or the block's input; ``h0``: the initial states;
         only ``out``, ``title``, ``max_lag``, ``text`` (the channels that track text features and
         the explorer) and ``tokens`` (time-major (T, N); default the ids) of the options below
@@ -304,7 +308,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     Analysis or MambaAnalysis
         As :func:`hiddenstate.analyze_model` (``analysis.trace`` holds every step's state of every
         layer and direction); ``meta["model"]`` names what ``model`` was. For a Mamba model a
-        :class:`~hiddenstate.probe.mamba.MambaAnalysis` (``layers[l].record`` every step's states).
+        :class:`~hiddenstate.probe.mamba.MambaAnalysis` (``layers[l].record`` every step's states;
+        for Mamba-2 its subclass :class:`~hiddenstate.probe.mamba2.Mamba2Analysis`, per head).
 
     Raises
     ------
@@ -314,7 +319,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     ValueError
         An option the conversion cannot represent (named); ``x`` whose shape does not fit the
         model (the message gives the layout expected), with no sequence (N = 0), or ``lengths``
-        all 0; a ``text`` that is not what ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written; and the
+        all 0 (``lengths`` at all for a Mamba-2 model); a ``text`` that is not what ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written; and the
         errors of :func:`hiddenstate.analyze_model`.
     """
     out = None if out is None else check_report_path(out)
@@ -322,7 +327,10 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         raise TypeError(f"title must be a str or None; got {type(title).__name__}.")
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
-    if is_transformers_mamba(model) or isinstance(model, (Mamba, MambaLM)):
+    if is_transformers_mamba(model) or is_transformers_mamba2(model) or isinstance(model, _MAMBAS):
+        if lengths is not None and (is_transformers_mamba2(model) or isinstance(model, (Mamba2, Mamba2LM))):
+            raise ValueError("lengths must be None for a Mamba-2 model: its blocks take whole sequences (no "
+                             "right-padded batches yet); got lengths. Inspect sequences of equal length.")
         return _inspect_mamba(model, x, h0, out, title, max_lag, text, tokens)
     if isinstance(model, CharRNN) and model.cell == "mamba":
         return _inspect_char_mamba(model, x, h0, lengths, text, vocab, tokens, out, title, max_lag, echo, source)
@@ -364,16 +372,21 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
 
 
 
+_MAMBAS = (Mamba, MambaLM, Mamba2, Mamba2LM)  # measured by _inspect_mamba
+
+
 def _inspect_mamba(model, x, states, out, title, max_lag, text=None, tokens=None) -> MambaAnalysis:
-    """:func:`inspect_model` of a Mamba model: a transformers ``MambaForCausalLM`` or ours."""
+    """:func:`inspect_model` of a Mamba or Mamba-2 model: a transformers ``Mamba(2)ForCausalLM`` or ours."""
     source = f"hiddenstate {type(model).__name__}"
-    if is_transformers_mamba(model):
-        model, source = from_transformers(model), "transformers MambaForCausalLM"
+    if is_transformers_mamba(model) or is_transformers_mamba2(model):
+        source = f"transformers {type(model).__name__}"
+        model = from_transformers(model)
     if type(x).__module__.split(".")[0] == "torch":
         x = x.detach().cpu().numpy()
     if tokens is not None:
         tokens = _numpy("tokens", tokens)
-    an = analyze_mamba(model, x, states, max_lag=max_lag, model_name=source, text=text, tokens=tokens)
+    analyze = analyze_mamba2 if isinstance(model, (Mamba2, Mamba2LM)) else analyze_mamba
+    an = analyze(model, x, states, max_lag=max_lag, model_name=source, text=text, tokens=tokens)
     if out is not None:
         build_mamba_report(out, an, title=title or "Inside a Mamba model",
                            subtitle=f"{source}, converted exactly; every layer's state measured on every step.")

@@ -91,6 +91,9 @@ class Mamba2Record(NamedTuple):
         ``h_t C_t + D x_t``, before the gate.
     gate : ndarray of shape (T, N, Di)
         ``silu(z_t)``.
+    z : ndarray of shape (T, N, Di) or None, default None
+        The gate's pre-activation ``z_t`` (:func:`recorded` fills it; the output gate's sigmoid
+        part ``sigmoid(z)`` is what the inspection tools read).
     """
 
     ssm: np.ndarray
@@ -102,6 +105,7 @@ class Mamba2Record(NamedTuple):
     x: np.ndarray
     y: np.ndarray
     gate: np.ndarray
+    z: np.ndarray | None = None
 
 
 def gated_rms_norm(g: np.ndarray, weight: np.ndarray, eps: float, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -337,4 +341,4 @@ def recorded(cache) -> Mamba2Record:
         b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
         hs = recurrence_forward(decay[..., None, None], b, h0)
     return Mamba2Record(ssm=hs, conv=conv, dt=dt, decay=decay, B=Bh[:, :, ::H // G], C=Ch[:, :, ::H // G], x=x, y=y,
-                        gate=sz)
+                        gate=sz, z=z)

@@ -31,12 +31,12 @@ from hiddenstate.functional import sigmoid
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba_lm import MambaLM
 from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
-from hiddenstate.probe.mamba_memory import memory_rows, state_memory_curve
+from hiddenstate.probe.mamba_memory import memory_rows, memory_target, state_memory_curve
 from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult, pca
 from hiddenstate.probe.textfeatures import usable_text_features
-from hiddenstate.validation import positive_int, shape_str
+from hiddenstate.validation import positive_int
 
 __all__ = ["NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids",
            "decay_flow", "is_mamba_char_model", "trace_mamba"]
@@ -338,7 +338,10 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     if text is not None and not 1 <= len(text) <= T:
         raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={T} characters; got "
                          f"{len(text)}.")
-    target, what = _memory_target(model, x, tokens, T, N)
+    if is_mamba_char_model(model):  # its character ids, time-major, are what the memory curve decodes
+        target, what = memory_target(char_ids(x, model.vocab_size), tokens, T, N, ids=True, batch_first=False)
+    else:
+        target, what = memory_target(x, tokens, T, N, ids=isinstance(model, MambaLM), batch_first=model.batch_first)
     K = min(max_lag, T // 3)
     try:
         memory_rows(T, N, K)
@@ -376,26 +379,6 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
             not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
     explore = mamba_explore_data(records[-1], text, out[-1].units) if text is not None else None
     return MambaAnalysis(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore)
-
-
-def _memory_target(model, x, tokens, T: int, N: int) -> tuple[np.ndarray, str]:
-    """What the memory curve decodes, time-major (T, N) ids or (T, N, M) floats, and how the report names it."""
-    if tokens is None and isinstance(model, MambaLM):
-        ids = np.asarray(x)
-        tokens = ids.T if model.batch_first else ids
-    if tokens is None and is_mamba_char_model(model):
-        tokens = char_ids(x, model.vocab_size)  # (T, N): the characters the model read
-    if tokens is None:
-        u = np.asarray(x, dtype=np.float64)
-        return (u.transpose(1, 0, 2) if model.batch_first else u), "the block's input u (held-out R^2)"
-    tok = np.asarray(tokens)
-    if tok.dtype == bool or tok.dtype.kind not in "iu":
-        raise TypeError(f"tokens must be an integer array of shape (T={T}, N={N}); got dtype {tok.dtype}.")
-    tok = tok[:, None] if (tok.ndim == 1 and N == 1) else tok
-    if tok.shape != (T, N):
-        raise ValueError(f"tokens must have shape (T={T}, N={N}) (time-major; or (T,) for one sequence), one id per "
-                         f"step; got {shape_str(np.shape(tokens))}.")
-    return tok, "the token k steps back (held-out accuracy)"
 
 
 def _memory_phrase(mc) -> str:

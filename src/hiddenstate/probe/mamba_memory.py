@@ -45,7 +45,7 @@ import numpy as np
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.validation import float_array, nonnegative_int, real, shape_str
 
-__all__ = ["memory_rows", "ridge_predictor", "state_memory_curve"]
+__all__ = ["memory_rows", "memory_target", "ridge_predictor", "state_memory_curve"]
 
 
 def memory_rows(T: int, N: int, max_lag: int, train_fraction: float = 0.75) -> tuple[int, int]:
@@ -205,3 +205,49 @@ def state_memory_curve(states, targets, *, max_lag: int = 20, alpha: float = 1.0
             scores[k] = 1.0 - sse / sst if sst > 0 else 0.0  # a constant held-out target: no information
     return MemoryCurve(lags=np.arange(K + 1), score=scores, metric="accuracy" if classify else "r2",
                        chance=chance, alpha=float(alpha))
+
+
+def memory_target(x, tokens, T: int, N: int, *, ids: bool, batch_first: bool) -> tuple[np.ndarray, str]:
+    """What a Mamba model's memory curve decodes, time-major, and how the report names it.
+
+    Parameters
+    ----------
+    x : array_like
+        The model's input: token ids (N, T) (``batch_first``) or (T, N) of a language model, or a
+        block's input (N, T, M) / (T, N, M).
+    tokens : array_like of int, shape (T, N) or (T,) for N = 1, optional
+        The ids behind the steps; default: ``x`` when ``ids``, else the block's input itself.
+    T, N : int
+        Steps and sequences of the traced run.
+    ids : bool
+        ``x`` holds token ids (a language model).
+    batch_first : bool
+        The layout of ``x``.
+
+    Returns
+    -------
+    target : ndarray
+        (T, N) integer ids (decoded by accuracy) or (T, N, M) floats (by held-out R^2).
+    what : str
+        ``"the token k steps back (held-out accuracy)"`` or ``"the block's input u (held-out R^2)"``.
+
+    Raises
+    ------
+    TypeError
+        ``tokens`` that are not integers.
+    ValueError
+        ``tokens`` of another shape than (T, N).
+    """
+    if tokens is None and ids:
+        tokens = np.asarray(x).T if batch_first else np.asarray(x)
+    if tokens is None:
+        u = np.asarray(x, dtype=np.float64)
+        return (u.transpose(1, 0, 2) if batch_first else u), "the block's input u (held-out R^2)"
+    tok = np.asarray(tokens)
+    if tok.dtype == bool or tok.dtype.kind not in "iu":
+        raise TypeError(f"tokens must be an integer array of shape (T={T}, N={N}); got dtype {tok.dtype}.")
+    tok = tok[:, None] if (tok.ndim == 1 and N == 1) else tok
+    if tok.shape != (T, N):
+        raise ValueError(f"tokens must have shape (T={T}, N={N}) (time-major; or (T,) for one sequence), one id per "
+                         f"step; got {shape_str(np.shape(tokens))}.")
+    return tok, "the token k steps back (held-out accuracy)"

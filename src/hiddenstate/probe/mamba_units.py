@@ -15,6 +15,14 @@ Mamba layer's Di channels as its units:
   ``1 / (1 - mean over steps of that gate)``, as for the keep gate of the gated kinds;
 * the output gate's sigmoid part ``sigmoid(z_t[d])`` (``silu(z) = z sigmoid(z)``) in (0, 1) is
   the second gate view.
+
+A Mamba-2 layer (:class:`~hiddenstate.cells.mamba2.Mamba2Record`) reads the same way with its Di
+= H * P head-channels as its units, channel ``d = h * P + p`` (head ``h``, row ``p``): its
+activation is its readout before the gate and the gated norm, ``y_t[h, p] = h_t[h, p] . C_t[g(h)]
++ D_h x_t[h, p]`` (``g(h)`` the head's group); the norm divides a whole group of channels by their
+common RMS, so after it a channel's value depends on every other channel of its group, and ``y``
+is the last value that is the channel's own. Its keep gate is its head's decay ``exp(dt_t A_h)``,
+the one scalar that multiplies the channel's whole row of S state entries.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.cells.mamba import MambaRecord
+from hiddenstate.cells.mamba2 import Mamba2Record
 from hiddenstate.functional import sigmoid
 from hiddenstate.probe.explore import varying_memory_unit
 from hiddenstate.probe.gatestats import time_constant
@@ -30,41 +39,48 @@ from hiddenstate.probe.unitfeatures import best_units, featured_units
 __all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data"]
 
 
-def channel_activations(record: MambaRecord) -> np.ndarray:
+def channel_activations(record: MambaRecord | Mamba2Record) -> np.ndarray:
     """Each channel's readout before the gate, ``y_t[d] = C_t . h_t[d] + D_d a_t[d]``.
 
     Parameters
     ----------
-    record : MambaRecord
-        One layer's record (time-major).
+    record : MambaRecord or Mamba2Record
+        One layer's record (time-major); for Mamba-2 the head-channels ``d = h * P + p`` of
+        ``y`` (T, N, H, P), before the gate and the gated norm.
 
     Returns
     -------
     ndarray of shape (T, N, Di)
     """
+    if isinstance(record, Mamba2Record):
+        return record.y.reshape(record.y.shape[:2] + (-1,))
     return record.y
 
 
-def channel_decay(record: MambaRecord) -> np.ndarray:
+def channel_decay(record: MambaRecord | Mamba2Record) -> np.ndarray:
     """Each channel's keep gate: the mean over its S state entries of ``exp(dt_t A)``.
 
     Parameters
     ----------
-    record : MambaRecord
+    record : MambaRecord or Mamba2Record
+        For Mamba-2 the gate of head-channel ``d = h * P + p`` is its head's decay
+        ``exp(dt_t A_h)`` (all S entries of the row share it).
 
     Returns
     -------
     ndarray of shape (T, N, Di), in (0, 1]
     """
+    if isinstance(record, Mamba2Record):
+        return np.repeat(record.decay, record.y.shape[-1], axis=-1)
     return record.decay.mean(axis=-1)
 
 
-def channel_features(record: MambaRecord, features: dict) -> dict:
+def channel_features(record: MambaRecord | Mamba2Record, features: dict) -> dict:
     """The channels of sequence 0 that track each text feature best (Pearson r of ``y`` with the feature).
 
     Parameters
     ----------
-    record : MambaRecord
+    record : MambaRecord or Mamba2Record
         One layer's record; sequence 0 read the text.
     features : dict of str to ndarray of shape (T',)
         Per-character features, ``T' <= T`` (e.g. :func:`hiddenstate.probe.textfeatures.usable_text_features`).
@@ -78,12 +94,12 @@ def channel_features(record: MambaRecord, features: dict) -> dict:
     return best_units(channel_activations(record)[:n, 0], features, top=3)
 
 
-def mamba_explore_data(record: MambaRecord, text: str, units: dict | None) -> dict:
+def mamba_explore_data(record: MambaRecord | Mamba2Record, text: str, units: dict | None) -> dict:
     """The explorer's data (the format of :func:`hiddenstate.probe.explore.explore_data`) for one Mamba layer.
 
     Parameters
     ----------
-    record : MambaRecord
+    record : MambaRecord or Mamba2Record
         The layer's record; sequence 0 read ``text``.
     text : str
         Its characters, one per step, ``1 <= len(text) <= T``.

@@ -93,7 +93,7 @@ def _memory(analysis) -> str:
     chance = (f" Chance (dashed) is {first.chance:.3f}: always guessing the most common token of the training "
               "steps." if acc else "")
     return (f'<section id="memory"><h2>Memory curve</h2><p>How well a ridge readout of the whole SSM state h<sub>t'
-            f"</sub> (Di*S entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
+            f"</sub> ({'H*P*S' if _is2(analysis) else 'Di*S'} entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
             f", fitted on the first 3/4 of the steps and scored on the rest. Its area above chance is the memory "
             f"capacity (Jaeger 2001); the horizon is the last lag of an unbroken run of scores &ge; 0.5.{chance}</p>"
             f"{_curves({k: mc.score for k, mc in mcs.items()}, 'memory curve', first.chance if acc else None)}"
@@ -109,9 +109,12 @@ def _units(analysis) -> str:
             rows.append(f"<tr><td>{la.layer}</td><th>{html.escape(name)}</th><td>{tops}</td></tr>")
     if not rows:
         return ""
-    return ('<section id="units"><h2>Channels that track text features</h2><p>A channel d is a unit: its activation '
-            "is its readout before the gate, y<sub>t</sub>[d] = C<sub>t</sub> &middot; h<sub>t</sub>[d] + D<sub>d</sub> "
-            "a<sub>t</sub>[d]. Each feature of the text (after reading each character) against every channel's y on "
+    unit = ("A head-channel d = h P + p is a unit: its activation is its readout before the gate and the gated norm, "
+            "y<sub>t</sub>[h, p] = h<sub>t</sub>[h, p] &middot; C<sub>t</sub> + D<sub>h</sub> x<sub>t</sub>[h, p]."
+            if _is2(analysis) else
+            "A channel d is a unit: its activation is its readout before the gate, y<sub>t</sub>[d] = C<sub>t</sub> "
+            "&middot; h<sub>t</sub>[d] + D<sub>d</sub> a<sub>t</sub>[d].")
+    return ('<section id="units"><h2>Channels that track text features</h2><p>' + unit + " Each feature of the text (after reading each character) against every channel's y on "
             "sequence 0, by Pearson r; the three best channels (Karpathy et al. 2015).</p>"
             f"<table><tr><th>layer</th><th>feature</th><th>best channels</th></tr>{''.join(rows)}</table></section>")
 
@@ -123,12 +126,45 @@ def _explorer(analysis) -> str:
         return ""
     return ('<section id="text" class="card wide"><h2>Explore the channels</h2><p class="what">The top layer\'s '
             "channels are the units (unit k is channel k). Pick one to colour the text by its activation y after each "
-            "character (warm positive, cool negative); the gate buttons switch to its decay, the mean of exp(dt A) "
-            "over its S state entries (its keep gate, in (0, 1]: white forgets at once, warm keeps), and to its "
+            "character (warm positive, cool negative); the gate buttons switch to its decay, "
+            + ("its head's exp(dt A<sub>h</sub>) (unit k is row k mod P of head k // P)" if _is2(analysis) else
+               "the mean of exp(dt A) over its S state entries")
+            + " (its keep gate, in (0, 1]: white forgets at once, warm keeps), and to its "
             "output gate sigmoid(z). The list sorts by the feature a channel tracks best, its time constant "
             "1/(1 - mean decay) or its saturation; hover a character for its value and the norm of the whole SSM "
             "state; select a span to list the channels that are on all over it. The values are embedded at 8 bits "
             f"per channel and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
+
+
+def _is2(analysis) -> bool:
+    """Whether ``analysis`` is of a Mamba-2 model (``meta["kind"] == "mamba2"``)."""
+    return analysis.meta.get("kind") == "mamba2"
+
+
+def _layer2(la) -> str:
+    """A Mamba-2 layer's card: the heads' decays, time constants and step sizes, the gradient against lag, PCA."""
+    tau = la.time_constants
+    q = np.quantile(tau[np.isfinite(tau)], [0.1, 0.5, 0.9]) if np.isfinite(tau).any() else [np.inf] * 3
+    rows = [("mean head decay exp(dt A_h)", f"{float(np.mean(la.decay.mean)):.4f}"),
+            (f"heads kept > {la.decay.high:g} (share of steps)", f"{100 * float(np.mean(la.decay.right)):.1f}%"),
+            (f"heads kept < {la.decay.low:g} (share of steps)", f"{100 * float(np.mean(la.decay.left)):.1f}%"),
+            ("head time constant 1/(1 - mean decay), 10/50/90%", " / ".join(f"{v:.3g}" for v in q) + " steps"),
+            ("longest head time constant", f"{float(np.max(tau)):.4g} steps (head {int(np.argmax(tau))})"),
+            ("mean step size dt", f"{float(np.mean(la.mean_dt)):.4g}"),
+            ("output gate sigmoid(z) open > 0.9 / shut < 0.1",
+             f"{100 * float(np.mean(la.gate.right)):.1f}% / {100 * float(np.mean(la.gate.left)):.1f}%"),
+            (f"|dh_T/dh_(T-{la.flow_spectral.size - 1})| (largest entry / RMS)",
+             f"{la.flow_spectral[-1]:.3g} / {la.flow_rms[-1]:.3g}"),
+            ("principal components for 90% of the state's variance", str(la.pca.n_components_for(0.9)))]
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    heads = "".join(f"<th>head {h}</th>" for h in range(tau.size))
+    taus = "".join(f"<td>{v:.3g}</td>" for v in tau)
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2><table>{body}</table>'
+            f'<div style="overflow-x:auto"><table><tr><th></th>{heads}</tr><tr><th>time constant (steps)</th>{taus}'
+            f"</tr></table></div>"
+            f"<p>The exact Jacobian product dh<sub>T</sub>/dh<sub>T-k</sub> (each head's (P, S) block times the "
+            f"product of its last k decays), its largest entry against the lag k:</p>"
+            f"{_curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}</section>")
 
 
 def _layer(la) -> str:
@@ -158,7 +194,8 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     Parameters
     ----------
     analysis : MambaAnalysis
-        From :func:`hiddenstate.probe.mamba.analyze_mamba`.
+        From :func:`hiddenstate.probe.mamba.analyze_mamba`, or a Mamba-2 one from
+        :func:`hiddenstate.probe.mamba2.analyze_mamba2` (``meta["kind"] == "mamba2"``: per head).
     title : str, default "Inside a Mamba model"
     subtitle : str, default ""
 
@@ -173,13 +210,20 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     style = (_static("report.css") if explorer else "") + _STYLE  # the explorer's classes; ours win elsewhere
     script = f"<script>\n{_static('report.js')}</script>" if explorer else ""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} layer(s), SSM state (Di={m.get('d_inner')}, "
-            f"S={m.get('d_state')}) and convolution state (Di, K-1={m.get('d_conv', 1) - 1}) per sequence; measured on "
-            f"{m.get('T')} steps of {m.get('N')} sequence(s).</p>")
+    if _is2(analysis):
+        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} layer(s), SSM state (H={m.get('num_heads')}"
+                f", P={m.get('head_dim')}, S={m.get('d_state')}) with one decay per head, and convolution state (Dc, "
+                f"K-1={m.get('d_conv', 1) - 1}) per sequence; measured on {m.get('T')} steps of {m.get('N')} "
+                f"sequence(s).</p>")
+    else:
+        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} layer(s), SSM state (Di="
+                f"{m.get('d_inner')}, S={m.get('d_state')}) and convolution state (Di, K-1={m.get('d_conv', 1) - 1}) "
+                f"per sequence; measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
+    layer = _layer2 if _is2(analysis) else _layer
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}"
-            + "".join(_layer(la) for la in analysis.layers) + _memory(analysis) + _units(analysis) + explorer
+            + "".join(layer(la) for la in analysis.layers) + _memory(analysis) + _units(analysis) + explorer
             + f'<section id="skipped"><h2>Not measured</h2><p>What the report of the other kinds shows and this one '
               f"does not, and why.</p><ul>{skipped}</ul></section>"
             f"<footer>hiddenstate {__version__} · generated {stamp} · self-contained, no network needed</footer>"
