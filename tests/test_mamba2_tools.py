@@ -202,7 +202,7 @@ def test_bad_inputs_are_refused_with_clear_messages(tmp_path):
         hs.inspect_model(b, np.zeros((12, 2, 5)))
     with pytest.raises(ValueError, match=r"ids must lie in \[0, V=11\)"):
         hs.inspect_model(m, ids + 11)
-    with pytest.raises(ValueError, match="lengths must be None for a Mamba-2 model"):
+    with pytest.raises(ValueError, match="lengths must be None for a Mamba or Mamba-2 model"):
         hs.inspect_model(m, ids, lengths=[12, 5])
     with pytest.raises(ValueError, match="x must have at least one step; got T = 0"):
         analyze_mamba2(b, np.zeros((0, 2, 6)))

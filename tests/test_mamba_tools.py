@@ -340,3 +340,17 @@ def test_the_explorer_colours_the_text_by_a_channels_decay_in_headless_chromium(
     want, tol = _expected(decay[:, k]), 0.88 / 255 + 0.0005 + 1 / 255  # the gate scale, quantised to 8 bits
     bad = [t for t in range(len(TEXT)) if not _same_colour(res["bg"][t], want[t], tol)]
     assert not bad, [(t, res["bg"][t], want[t]) for t in bad[:5]]
+
+
+def test_inspect_model_of_a_mamba_lm_refuses_what_it_cannot_measure_and_names_the_source(tmp_path):
+    import hiddenstate as hs
+
+    lm = hs.MambaLM(9, 16, 1, d_state=4, rng=np.random.default_rng(0))
+    ids = np.random.default_rng(1).integers(0, 9, size=(2, 20))
+    with pytest.raises(ValueError, match=r"lengths must be None for a Mamba or Mamba-2 model"):
+        hs.inspect_model(lm, ids, lengths=[20, 12])
+    with pytest.raises(ValueError, match=r"vocab must be None unless model is a CharRNN"):
+        hs.inspect_model(lm, ids, vocab="abcdefghi")
+    an = hs.inspect_model(lm, ids, source="my LM", out=tmp_path / "r.html")
+    assert an.meta["model"] == "my LM"
+    assert "my LM" in (tmp_path / "r.html").read_text()

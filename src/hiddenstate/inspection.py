@@ -259,8 +259,9 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         :class:`~hiddenstate.Mamba2` by :func:`hiddenstate.probe.mamba2.analyze_mamba2`) (``x``: token
         ids (N, T) as transformers takes them, or the block's input; ``h0``: the initial states;
         only ``out``, ``title``, ``max_lag``, ``text`` (the channels that track text features and
-        the explorer) and ``tokens`` (time-major (T, N); default the ids) of the options below
-        apply) and its report is :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a
+        the explorer), ``tokens`` (time-major (T, N); default the ids) and ``source`` of the
+        options below apply; ``lengths`` and ``vocab`` are refused, ``echo``, ``rng`` and
+        ``n_fixed_point_starts`` have nothing to do) and its report is :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a
         CharRNN of ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or
         a str with ``vocab``, ``h0`` its state pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``;
         ``text`` (default the decoded ``x``), ``vocab``, ``tokens``, ``out``, ``title``,
@@ -328,10 +329,13 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if is_transformers_mamba(model) or is_transformers_mamba2(model) or isinstance(model, _MAMBAS):
-        if lengths is not None and (is_transformers_mamba2(model) or isinstance(model, (Mamba2, Mamba2LM))):
-            raise ValueError("lengths must be None for a Mamba-2 model: its blocks take whole sequences (no "
-                             "right-padded batches yet); got lengths. Inspect sequences of equal length.")
-        return _inspect_mamba(model, x, h0, out, title, max_lag, text, tokens)
+        if lengths is not None:  # the measurements would average over the padded steps
+            raise ValueError("lengths must be None for a Mamba or Mamba-2 model: its analysis reads whole sequences "
+                             "(no right-padded batches); got lengths. Inspect sequences of equal length.")
+        if vocab is not None:
+            raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= (the "
+                             "characters of sequence 0) for the unit features and the explorer.")
+        return _inspect_mamba(model, x, h0, out, title, max_lag, text, tokens, source)
     if isinstance(model, CharRNN) and model.cell == "mamba":
         return _inspect_char_mamba(model, x, h0, lengths, text, vocab, tokens, out, title, max_lag, echo, source)
     layer, converted = as_layer(model)
@@ -375,12 +379,13 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
 _MAMBAS = (Mamba, MambaLM, Mamba2, Mamba2LM)  # measured by _inspect_mamba
 
 
-def _inspect_mamba(model, x, states, out, title, max_lag, text=None, tokens=None) -> MambaAnalysis:
+def _inspect_mamba(model, x, states, out, title, max_lag, text=None, tokens=None, source=None) -> MambaAnalysis:
     """:func:`inspect_model` of a Mamba or Mamba-2 model: a transformers ``Mamba(2)ForCausalLM`` or ours."""
-    source = f"hiddenstate {type(model).__name__}"
+    named = f"hiddenstate {type(model).__name__}"
     if is_transformers_mamba(model) or is_transformers_mamba2(model):
-        source = f"transformers {type(model).__name__}"
+        named = f"transformers {type(model).__name__}"
         model = from_transformers(model)
+    source = named if source is None else source
     if type(x).__module__.split(".")[0] == "torch":
         x = x.detach().cpu().numpy()
     if tokens is not None:
