@@ -52,3 +52,19 @@ def test_errors(rng):
         pca(rng.normal(size=(10, 3)), n_components=4)
     with pytest.raises(ValueError, match="must be finite"):
         pca(np.array([[0.0, np.inf], [1.0, 2.0]]))
+
+
+@pytest.mark.parametrize("shape", [(120, 300), (300, 40)])  # fewer samples than features, and more
+def test_the_gram_method_gives_the_svds_axes_variances_and_scores(rng, shape):
+    M, H = shape
+    r = min(M, H) - 5  # a spectrum over 4 decades, then 5 exactly-zero directions
+    X = (rng.normal(size=(M, r)) * np.geomspace(10.0, 1e-3, r)) @ np.linalg.qr(rng.normal(size=(H, r)))[0].T + 2.0
+    a, b = pca(X), pca(X, method="gram")
+    np.testing.assert_allclose(b.mean, a.mean, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(b.explained_variance_ratio, a.explained_variance_ratio, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(b.explained_variance[:r], a.explained_variance[:r], rtol=1e-6)  # down to 1e-8 of the top
+    np.testing.assert_allclose(b.components[:20], a.components[:20], rtol=0, atol=1e-9)  # same signs too
+    np.testing.assert_allclose(b.scores[:, :20], a.scores[:, :20], rtol=0, atol=1e-9 * np.abs(a.scores[:, 0]).max())
+    assert b.n_components_for(0.99) == a.n_components_for(0.99)
+    with pytest.raises(ValueError, match=r"method must be 'svd' or 'gram'; got 'qr'"):
+        pca(X, method="qr")

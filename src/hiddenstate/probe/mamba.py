@@ -361,7 +361,8 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
         out.append(MambaLayerAnalysis(
             layer=i, record=rec, decay=decay, gate=_gate_stats(rec, i), time_constants=tau,
             channel_time_constant=tau.max(axis=1), mean_dt=rec.dt.reshape(-1, Di).mean(axis=0), flow_spectral=spectral,
-            flow_rms=rms, pca=pca(flat), memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
+            flow_rms=rms, pca=pca(flat, method="gram"),  # wide: thousands of steps of Di*S entries
+            memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
             units=channel_features(rec, feats) if feats and len(text) >= 2 else None))
     meta = {"T": T, "N": N, "d_inner": Di, "d_state": S, "d_conv": blk.d_conv, "num_layers": len(records),
             "model": model_name or (f"hiddenstate {type(model).__name__}"

@@ -282,7 +282,7 @@ def analyze_mamba2(model, x, states=None, *, max_lag: int = 30, model_name: str 
             layer=i, record=rec, decay=decay,
             gate=gate_statistics(sigmoid(rec.z), name=f"layer {i} output gate sigmoid(z)", keep=False),
             time_constants=time_constant(np.clip(decay.mean, 0.0, 1.0)), mean_dt=rec.dt.reshape(-1, H).mean(axis=0),
-            flow_spectral=spectral, flow_rms=rms, head_flow=head_flow(rec.decay, max_lag), pca=pca(flat),
+            flow_spectral=spectral, flow_rms=rms, head_flow=head_flow(rec.decay, max_lag), pca=pca(flat, method="gram"),
             memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
             units=channel_features(rec, feats) if feats and len(text) >= 2 else None))
     meta = {"kind": "mamba2", "T": T, "N": N, "num_heads": H, "head_dim": P, "d_inner": H * P, "d_state": S,

@@ -9,6 +9,11 @@ With the centred data matrix ``X - mean = U S V^T`` (rows are states), the princ
 the rows of ``V^T``, the explained variance of component ``k`` is ``S_k**2 / (M - 1)`` and the
 scores are ``U S``. Signs are fixed so that the largest-magnitude loading of each axis is
 positive (as scikit-learn's ``svd_flip``), which makes results reproducible across LAPACK builds.
+
+For wide data (thousands of samples of thousands of features, a Mamba layer's flattened state)
+``method="gram"`` takes the eigendecomposition of the smaller Gram matrix instead of the SVD
+(about twice as fast at 2,000 x 2,048): the same axes and variances wherever the variance is
+not negligible, i.e. down to ``sqrt(eps)`` of the largest standard deviation.
 """
 
 from __future__ import annotations
@@ -104,7 +109,24 @@ class PCAResult:
         return int(min(np.searchsorted(cum, fraction - 1e-12) + 1, cum.size))
 
 
-def pca(states, n_components: int | None = None, *, mask=None) -> PCAResult:
+def _svd(Xc: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values (descending) and right singular vectors (rows) of the centred ``Xc`` (M, H)."""
+    if method == "svd":
+        _, S, Vt = np.linalg.svd(Xc, full_matrices=False)
+        return S, Vt
+    M, H = Xc.shape
+    if M > H:  # Xc^T Xc = V S^2 V^T: V is orthonormal as eigh returns it
+        w, V = np.linalg.eigh(Xc.T @ Xc)
+        return np.sqrt(np.clip(w[::-1], 0.0, None)), V[:, ::-1].T
+    w, U = np.linalg.eigh(Xc @ Xc.T)  # Xc Xc^T = U S^2 U^T, and V^T = S^-1 U^T Xc
+    sv, U = np.sqrt(np.clip(w[::-1], 0.0, None)), U[:, ::-1]
+    Vt = np.zeros((M, H))
+    live = sv > np.sqrt(np.finfo(np.float64).eps) * sv[0]  # none when Xc is 0
+    Vt[live] = (U[:, live].T @ Xc) / sv[live, None]
+    return np.where(live, sv, 0.0), Vt  # below sqrt(eps) of the largest, the Gram matrix has no accurate digit left
+
+
+def pca(states, n_components: int | None = None, *, mask=None, method: str = "svd") -> PCAResult:
     """Principal component analysis of hidden states.
 
     Parameters
@@ -117,6 +139,10 @@ def pca(states, n_components: int | None = None, *, mask=None) -> PCAResult:
     mask : array_like of bool, shape states.shape[:-1], optional
         True for samples used to fit (e.g. steps inside each sequence's length). Scores are still
         returned for every sample.
+    method : {"svd", "gram"}, default "svd"
+        ``"gram"``: the eigendecomposition of the smaller Gram matrix (faster on wide data; the
+        components whose standard deviation is below ``sqrt(eps)`` of the largest come back as
+        zero vectors of zero variance, when there are fewer samples than features).
 
     Returns
     -------
@@ -128,9 +154,11 @@ def pca(states, n_components: int | None = None, *, mask=None) -> PCAResult:
         States that are not real numbers (bool, complex, strings), a mask that is not bool, an
         ``n_components`` that is not an integer (``2.5`` is not a number of components).
     ValueError
-        If fewer than 2 samples are valid, H is 0, the states are not finite, or
-        ``n_components`` is out of range.
+        If fewer than 2 samples are valid, H is 0, the states are not finite,
+        ``n_components`` is out of range, or ``method`` is neither.
     """
+    if method not in ("svd", "gram"):
+        raise ValueError(f"method must be 'svd' or 'gram'; got {method!r}.")
     X = float_array("states", states, dtype=np.float64, finite=False)
     if X.ndim < 2 or X.shape[-1] == 0:
         raise ValueError(f"states must have shape (..., H) with H >= 1 and at least 2 samples; got shape {X.shape}.")
@@ -154,7 +182,7 @@ def pca(states, n_components: int | None = None, *, mask=None) -> PCAResult:
     k = n_components
     mean = fit.mean(axis=0)
     with np.errstate(under="ignore"):
-        _, S, Vt = np.linalg.svd(fit - mean, full_matrices=False)
+        S, Vt = _svd(fit - mean, method)
         big = np.argmax(np.abs(Vt), axis=1)
         signs = np.sign(Vt[np.arange(Vt.shape[0]), big])
         signs[signs == 0] = 1.0
