@@ -333,8 +333,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
             raise ValueError("lengths must be None for a Mamba or Mamba-2 model: its analysis reads whole sequences "
                              "(no right-padded batches); got lengths. Inspect sequences of equal length.")
         if vocab is not None:
-            raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= (the "
-                             "characters of sequence 0) for the unit features and the explorer.")
+            raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= instead.")
         return _inspect_mamba(model, x, h0, out, title, max_lag, text, tokens, source)
     if isinstance(model, CharRNN) and model.cell == "mamba":
         return _inspect_char_mamba(model, x, h0, lengths, text, vocab, tokens, out, title, max_lag, echo, source)
