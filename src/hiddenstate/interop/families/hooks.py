@@ -16,10 +16,13 @@ analysed silently.
 model's dtype (``A = -exp(A_log.float())``, the gated norm in float32) and round their output to
 the model's dtype, so the bound is ``8 eps(dtype) + 1000 eps(float32)`` (1.2e-4 for a float32 or
 float64 model, 8.0e-3 for float16, 6.3e-2 for bfloat16). Measured on random weights (one
-sequence, T = 512, 2 CPUs): the worst layer of a 4-layer ``MambaForCausalLM`` of the 130M width
-(``hidden_size`` 768) is 9.8e-7 in float32 (8 eps), 1.5e-3 in float16 (1.6 eps), 1.3e-2 in
-bfloat16 (1.6 eps); a 4-layer ``BambaForCausalLM`` (``hidden_size`` 256, 3 Mamba-2 layers)
-5.9e-7, 6.8e-4 and 7.4e-3. A mapping that misses part of the mixer's math (a norm, a clamp of
+sequence, 2 CPUs): the worst layer of a 4-layer ``MambaForCausalLM`` of the 130M width
+(``hidden_size`` 768) is 9.8e-7 in float32 (8 eps) at T = 512 and 1.1e-6 at T = 2,048, 4.9e-8
+in float64 at T = 2,048 (the float32 parts), 1.5e-3 in float16 (1.6 eps) and 1.3e-2 in bfloat16
+(1.6 eps) at T = 512; a 4-layer ``BambaForCausalLM`` (``hidden_size`` 256, 3 Mamba-2 layers)
+5.9e-7 (float32), 6.8e-4 (float16) and 7.4e-3 (bfloat16) at T = 512, 5.6e-7 (float32) and
+1.1e-7 (float64) at T = 2,048. So float32 sits 100 times inside its bound, the 16-bit types 5 to
+8 times. A mapping that misses part of the mixer's math (a norm, a clamp of
 dt, a multiplier) is off by far more than that.
 
 **Memory.** The records of all chosen layers are kept (the analyses read them): per layer and
@@ -195,15 +198,22 @@ def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
     return out
 
 
+def _size(n: float) -> str:
+    """``n`` bytes in B, KiB, MiB or GiB (three figures)."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
 def _check_memory(family, per_layer: dict, T: int, N: int, max_bytes) -> None:
     total = sum(per_layer.values()) + max(per_layer.values())
     if max_bytes is not None and total > max_bytes:
-        one = max(per_layer.values())
-        raise ValueError(f"max_bytes ({max_bytes / 2 ** 30:.3g} GiB) must cover the records: recording layers "
+        raise ValueError(f"max_bytes ({_size(max_bytes)}) must cover the records: recording layers "
                          f"{sorted(per_layer)} of this {family.name} model on T={T} steps of N={N} sequence(s) "
-                         f"would take about {total / 2 ** 30:.3g} GiB (every step's state, float64; up to "
-                         f"{one / 2 ** 30:.3g} GiB a layer). Pass layers=[...] with fewer recurrent layers, fewer "
-                         f"steps, or a larger max_bytes.")
+                         f"would take about {_size(total)} (every step's state, float64; up to "
+                         f"{_size(max(per_layer.values()))} a layer). Pass layers=[...] with fewer recurrent layers, "
+                         f"fewer steps, or a larger max_bytes.")
 
 
 def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) -> Recomputed:
