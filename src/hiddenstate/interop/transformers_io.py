@@ -1,6 +1,7 @@
 """Mamba models of Hugging Face ``transformers`` in and out: :func:`from_transformers`, :func:`to_transformers`.
 
-A ``MambaForCausalLM`` becomes a :class:`hiddenstate.MambaLM`, a ``Mamba2ForCausalLM`` a
+A ``MambaForCausalLM`` (or a ``FalconMambaForCausalLM``: Mamba blocks with weightless RMS
+norms of dt, B, C) becomes a :class:`hiddenstate.MambaLM`, a ``Mamba2ForCausalLM`` a
 :class:`hiddenstate.mamba_lm.Mamba2LM`, with the same weights under the same names (its state
 dict without the ``backbone.`` prefix), and back. transformers and torch are imported inside the
 functions only, so ``import hiddenstate`` loads neither.
@@ -19,8 +20,8 @@ from hiddenstate.cells.mamba import MambaState
 from hiddenstate.mamba_lm import Mamba2LM, MambaLM
 from hiddenstate.validation import choice, float_dtype
 
-__all__ = ["from_transformers", "is_transformers_mamba", "is_transformers_mamba2", "states_from_cache",
-           "to_transformers"]
+__all__ = ["from_transformers", "is_transformers_falcon_mamba", "is_transformers_mamba", "is_transformers_mamba2",
+           "states_from_cache", "to_transformers"]
 
 _PREFIX = "backbone."
 
@@ -55,13 +56,29 @@ def is_transformers_mamba2(model) -> bool:
     return cls.__name__ == "Mamba2ForCausalLM" and cls.__module__.split(".")[0] == "transformers"
 
 
+def is_transformers_falcon_mamba(model) -> bool:
+    """Whether ``model`` is a transformers ``FalconMambaForCausalLM`` (told by its class, without importing transformers).
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
+    cls = type(model)
+    return cls.__name__ == "FalconMambaForCausalLM" and cls.__module__.split(".")[0] == "transformers"
+
+
 def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM | Mamba2LM:
     """A :class:`~hiddenstate.MambaLM` (or :class:`~hiddenstate.mamba_lm.Mamba2LM`) with a transformers model's weights.
 
     Parameters
     ----------
-    model : transformers.MambaForCausalLM or transformers.Mamba2ForCausalLM
-        Any dtype; its weights are copied (the model is not changed).
+    model : transformers.MambaForCausalLM, FalconMambaForCausalLM or Mamba2ForCausalLM
+        Any dtype; its weights are copied (the model is not changed). A FalconMamba gives a
+        MambaLM whose blocks have ``bcdt_norm="rms"``, ``norm_eps=config.mixer_rms_eps``.
     dtype : {float64, float32}, default float64
         Our model's dtype (float32 weights are exact in float64).
     scan : {"parallel", "sequential", "ssd"}, default "parallel"
@@ -77,15 +94,15 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
     Raises
     ------
     TypeError
-        ``model`` is neither a ``MambaForCausalLM`` nor a ``Mamba2ForCausalLM``.
+        ``model`` is not a ``MambaForCausalLM``, ``FalconMambaForCausalLM`` or ``Mamba2ForCausalLM``.
     ValueError
         A configuration this package does not compute (an activation other than SiLU; for
         Mamba-2 a ``time_step_limit`` other than (0, inf)).
     """
-    mamba2 = is_transformers_mamba2(model)
-    if not (mamba2 or is_transformers_mamba(model)):
-        raise TypeError(f"model must be a transformers MambaForCausalLM (or Mamba2ForCausalLM); got "
-                        f"{type(model).__name__}.")
+    mamba2, falcon = is_transformers_mamba2(model), is_transformers_falcon_mamba(model)
+    if not (mamba2 or falcon or is_transformers_mamba(model)):
+        raise TypeError(f"model must be a transformers MambaForCausalLM (or FalconMambaForCausalLM, "
+                        f"Mamba2ForCausalLM); got {type(model).__name__}.")
     dtype = float_dtype("dtype", dtype)
     scan = choice("scan", scan, ("parallel", "sequential", "ssd") if mamba2 else ("parallel", "sequential"))
     cfg = model.config
@@ -105,7 +122,9 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
         lm = Mamba2LM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, head_dim=cfg.head_dim,
                       n_groups=cfg.n_groups, **common)
     else:
-        lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, dt_rank=int(cfg.time_step_rank), **common)
+        norms = dict(bcdt_norm="rms", norm_eps=cfg.mixer_rms_eps) if falcon else {}
+        lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, dt_rank=int(cfg.time_step_rank),
+                     **norms, **common)
     for key, arr in lm.params.items():
         src = "lm_head.weight" if key == "lm_head.weight" else _PREFIX + key
         if src not in sd:
