@@ -302,7 +302,8 @@ def test_zamba_mamba_mixer_equals_transformers(heads):
 
 def test_from_transformers_falcon_mamba_gives_a_trainable_model_with_its_logits_and_states():
     torch, tr = _transformers()
-    from hiddenstate.interop.transformers_io import from_transformers, states_from_cache
+    from hiddenstate.interop.transformers_io import from_transformers, states_from_cache, to_transformers
+    from hiddenstate.mamba_lm import MambaLM
 
     cfg = tr.FalconMambaConfig(vocab_size=30, hidden_size=8, state_size=4, num_hidden_layers=2, time_step_rank=2,
                                mixer_rms_eps=1e-3)
@@ -333,3 +334,10 @@ def test_from_transformers_falcon_mamba_gives_a_trainable_model_with_its_logits_
 
     errs = check_grads(loss, lm.params, grads, rtol=1e-6)
     assert max(errs.values()) < 1e-6
+    # and back: a FalconMambaForCausalLM with the same weights, bit for bit
+    back = to_transformers(lm)
+    assert type(back).__name__ == "FalconMambaForCausalLM" and back.config.mixer_rms_eps == 1e-3
+    theirs = model.state_dict()
+    assert all(torch.equal(t, theirs[k]) for k, t in back.state_dict().items())
+    with pytest.raises(ValueError, match="lm's blocks must be MambaMixer's or FalconMambaMixer's"):
+        to_transformers(MambaLM(30, 8, 1, bcdt_norm="rms_weight"))

@@ -138,6 +138,8 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
 def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
     """A transformers ``MambaForCausalLM`` (``Mamba2ForCausalLM``) with the weights of a MambaLM (Mamba2LM), bit for bit.
 
+    A MambaLM whose blocks have ``bcdt_norm="rms"`` becomes a ``FalconMambaForCausalLM``.
+
     Parameters
     ----------
     lm : MambaLM or Mamba2LM
@@ -147,13 +149,16 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
 
     Returns
     -------
-    transformers.MambaForCausalLM or transformers.Mamba2ForCausalLM
+    transformers.MambaForCausalLM, FalconMambaForCausalLM or Mamba2ForCausalLM
         In eval mode.
 
     Raises
     ------
     TypeError
         ``lm`` is neither a MambaLM nor a Mamba2LM.
+    ValueError
+        Blocks with ``bcdt_norm="rms_weight"`` or ``num_heads`` (mixers of hybrid models, with no
+        whole-model transformers class of their own).
     """
     if not isinstance(lm, (MambaLM, Mamba2LM)):
         raise TypeError(f"lm must be a hiddenstate MambaLM (or Mamba2LM); got {type(lm).__name__}.")
@@ -161,6 +166,9 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
     import transformers
 
     blk = lm.layers[0]
+    if isinstance(lm, MambaLM) and (blk.bcdt_norm == "rms_weight" or blk.num_heads is not None):
+        raise ValueError(f"lm's blocks must be MambaMixer's or FalconMambaMixer's (bcdt_norm None or 'rms', num_heads "
+                         f"None) to become a transformers model; got {blk!r}. Save its params instead.")
     common = dict(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
                   num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
                   conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,
@@ -169,7 +177,11 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
         cfg = transformers.Mamba2Config(num_heads=blk.num_heads, head_dim=blk.head_dim, n_groups=blk.n_groups, **common)
         model = transformers.Mamba2ForCausalLM(cfg)
     else:
-        model = transformers.MambaForCausalLM(transformers.MambaConfig(time_step_rank=blk.dt_rank, **common))
+        falcon = blk.bcdt_norm == "rms"
+        kind = "FalconMamba" if falcon else "Mamba"
+        norms = dict(mixer_rms_eps=blk.norm_eps) if falcon else {}
+        cfg = getattr(transformers, f"{kind}Config")(time_step_rank=blk.dt_rank, **norms, **common)
+        model = getattr(transformers, f"{kind}ForCausalLM")(cfg)
     model = model.to(torch_dtype or torch.float32)
     state = {(k if k == "lm_head.weight" else _PREFIX + k): torch.from_numpy(np.ascontiguousarray(v))
              for k, v in lm.params.items()}
