@@ -341,3 +341,27 @@ def test_from_transformers_falcon_mamba_gives_a_trainable_model_with_its_logits_
     assert all(torch.equal(t, theirs[k]) for k, t in back.state_dict().items())
     with pytest.raises(ValueError, match="lm's blocks must be MambaMixer's or FalconMambaMixer's"):
         to_transformers(MambaLM(30, 8, 1, bcdt_norm="rms_weight"))
+
+
+def test_a_zamba_layer_recomputed_from_its_input_gives_its_output_and_its_cache_states():
+    # the states map onto transformers' cache: ssm (N, H, Dh, S) is ours (N, Di, S) reshaped; conv keeps K, we K - 1
+    torch, tr = _transformers()
+    cfg = tr.ZambaConfig(hidden_size=16, mamba_d_state=5, mamba_dt_rank=3, num_hidden_layers=4, attn_layer_period=1,
+                         attn_layer_offset=0, num_attention_heads=2, num_key_value_heads=2, n_mamba_heads=2,
+                         vocab_size=40, intermediate_size=32)
+    torch.manual_seed(0)
+    model = _randomise(torch, tr.ZambaForCausalLM(cfg), 0)
+    mixer = model.model.layers[0].mamba
+    seen = {}
+    mixer.register_forward_hook(lambda mod, args, kwargs, out: seen.update(x=args[0] if args else kwargs["hidden_states"], y=out),
+                                 with_kwargs=True)
+    ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+    ours = Mamba(16, d_state=5, dt_rank=3, num_heads=2, batch_first=True)
+    ours.load_state_dict({k: v.detach().double().numpy() for k, v in mixer.state_dict().items()})
+    y, st = ours(seen["x"].double().numpy())
+    assert rel(y, seen["y"].numpy()) < RTOL_F32
+    ssm, conv = (t.double().numpy() for t in (out.cache.get_recurrent_state(0), out.cache.get_conv_state(0)))
+    assert ssm.shape == (2, 2, 16, 5) and conv.shape == (2, 32, 4)
+    assert rel(st.ssm, ssm.reshape(2, 32, 5)) < RTOL_F32 and rel(st.conv, conv[..., 1:]) < RTOL_F32

@@ -28,10 +28,11 @@ Two variants of the mixer families in transformers are the same kernels:
   (Dh = Di / H), the channels split into H heads of Dh consecutive channels, each with its own
   ``x_proj_weight[h]``, ``dt_proj_weight[h]`` (Dh, R), ``dt_proj_bias[h]`` (Dh,) and so its
   own ``r``, ``B``, ``C`` (T, N, H, .); ``A_log`` is (H, Dh, S), ``D`` (H, Dh), and
-  ``in_proj``'s rows interleave x and z (row 2i is ``x_i``, row 2i+1 is ``z_i``). The block has *two* states: the SSM state
-``h`` (N, Di, S) and the convolution's state, the last K - 1 values of ``x`` it has read
-(N, Di, K-1), oldest first (transformers' cache keeps K, the oldest of which the next step
-never reads). Both are inputs (:func:`scan_forward`'s ``h0``, ``conv0``) with exact gradients,
+  ``in_proj``'s rows interleave x and z (row 2i is ``x_i``, row 2i+1 is ``z_i``).
+
+The block has *two* states: the SSM state ``h`` (N, Di, S) and the convolution's state, the
+last K - 1 values of ``x`` it has read (N, Di, K-1), oldest first (transformers' cache keeps K,
+the oldest of which the next step never reads). Both are inputs (:func:`scan_forward`'s ``h0``, ``conv0``) with exact gradients,
 and both final states take a gradient.
 
 The recurrence is diagonal and linear in ``h`` with a decay ``exp(dt A)`` in (0, 1]: it runs
@@ -212,7 +213,8 @@ def _heads(p):
 def _per_head(x, w):
     """``x_h @ w_h.T`` for every head: ``x`` (T, N, H, k), ``w`` (H, j, k) -> (T, N, H, j)."""
     T, N, H, k = x.shape
-    return (x.reshape(T * N, H, k).transpose(1, 0, 2) @ w.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(T, N, H, w.shape[1])
+    y = x.reshape(T * N, H, k).transpose(1, 0, 2) @ w.transpose(0, 2, 1)  # (H, T N, j)
+    return y.transpose(1, 0, 2).reshape(T, N, H, w.shape[1])
 
 
 def _head_outer(d, x):
