@@ -14,8 +14,8 @@ in the parameter names and layouts of transformers' ``RecurrentGemmaRecurrentBlo
     h_t  = a_t h_{t-1} + sqrt(1 - a_t^2) (i_t c_t)         state (N, W)                   (eqs. 1-4)
     out_t = linear_out(h_t y_t)                            linear_out.weight (M, W), .bias (M,)
 
-``a_t^2`` is computed as ``exp(2 log a_t)`` and the derivative of the square root is bounded as
-Griffin's and transformers' ``SqrtBoundDerivative`` bounds it: ``1 / sqrt(max(4 x, 1e-6))``
+``1 - a_t^2`` is computed as ``-expm1(2 log a_t)`` (transformers: ``1 - exp(2 log a_t)``) and
+the derivative of the square root is bounded as Griffin's and transformers' ``SqrtBoundDerivative`` bounds it: ``1 / sqrt(max(4 x, 1e-6))``
 (it differs from ``1 / (2 sqrt(x))`` only where ``1 - a^2 < 2.5e-7``). A *reset* step (a
 document boundary, transformers' ``position_ids == 0``) starts the recurrence from zero:
 ``a_t = 0`` and the input is not scaled (``h_t = i_t c_t``); the convolution reads across it,
@@ -130,15 +130,40 @@ def gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     value, derivative : ndarray, shape and dtype of ``x``
         ``x (1 + tanh(s (x + 0.044715 x^3))) / 2`` with ``s = sqrt(2/pi)``, and its derivative.
     """
-    th = np.tanh(_S2PI * (x + 0.044715 * x ** 3))
+    x2 = x * x
+    th = np.tanh(_S2PI * x * (1.0 + 0.044715 * x2))
     value = 0.5 * x * (1.0 + th)
-    deriv = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * _S2PI * (1.0 + 3 * 0.044715 * x * x)
+    deriv = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * _S2PI * (1.0 + 3 * 0.044715 * x2)
     return value, deriv
 
 
 def _heads(x, Hh):
     """(T, N, W) -> (T, N, Hh, Bw)."""
     return x.reshape(x.shape[:-1] + (Hh, x.shape[-1] // Hh))
+
+
+def _sigmoid(x):
+    """``1 / (1 + exp(-x))`` in place (exp overflows to inf where the exact value rounds to 0: exact)."""
+    with np.errstate(over="ignore"):
+        np.negative(x, out=x)
+        np.exp(x, out=x)
+    x += 1.0
+    return np.reciprocal(x, out=x)
+
+
+def _per_head(xh, w):
+    """``xh (T, N, Hh, Bw) @ w (Hh, Bw, J)`` per head, as one batched product: (T, N, Hh, J)."""
+    T, N, Hh, Bw = xh.shape
+    y = np.matmul(xh.reshape(T * N, Hh, Bw).transpose(1, 0, 2), w)  # (Hh, T N, J)
+    return y.transpose(1, 0, 2).reshape(T, N, Hh, w.shape[-1])
+
+
+def _linear(x, w, b=None):
+    """``x @ w.T + b`` over the last axis, as one 2-D product."""
+    y = x.reshape(-1, x.shape[-1]) @ w.T
+    if b is not None:
+        y += b
+    return y.reshape(x.shape[:-1] + (w.shape[0],))
 
 
 def rglru_forward(p: dict, x: np.ndarray, h0: np.ndarray, *, keep=None, reset=None, scan: str = "parallel"):
@@ -169,21 +194,23 @@ def rglru_forward(p: dict, x: np.ndarray, h0: np.ndarray, *, keep=None, reset=No
     T, N, W = x.shape
     Hh = p["input_gate_weight"].shape[0]
     xh = _heads(x, Hh)  # (T, N, Hh, Bw)
-    ig = sigmoid(np.einsum("tnhi,hij->tnhj", xh, p["input_gate_weight"]) + p["input_gate_bias"]).reshape(T, N, W)
-    rgt = sigmoid(np.einsum("tnhi,hij->tnhj", xh, p["recurrent_gate_weight"]) + p["recurrent_gate_bias"]).reshape(T, N, W)
+    Bw = W // Hh
+    pre = _per_head(xh, np.concatenate([p["input_gate_weight"], p["recurrent_gate_weight"]], axis=-1))  # (T, N, Hh, 2 Bw)
+    pre += np.concatenate([p["input_gate_bias"], p["recurrent_gate_bias"]], axis=-1)
+    _sigmoid(pre)
+    ig, rgt = pre[..., :Bw].reshape(T, N, W), pre[..., Bw:].reshape(T, N, W)
     sp = np.logaddexp(0.0, p["recurrent_param"])  # softplus(Lambda), (W,)
     log_a = -_C * rgt * sp
     with np.errstate(under="ignore"):
         a = np.exp(log_a)
-        one_minus = 1.0 - np.exp(2.0 * log_a)  # 1 - a^2
+        one_minus = -np.expm1(2.0 * log_a)  # 1 - a^2, to full relative precision near a = 1
     mult = np.sqrt(one_minus)
     gx = x * ig
+    a_eff = a
     if reset is not None:
-        r3 = reset[:, :, None]
-        mult = np.where(r3, 1.0, mult)
-        a_eff = np.where(r3, 0.0, a)
-    else:
-        a_eff = a
+        mult[reset] = 1.0
+        a_eff = a.copy()
+        a_eff[reset] = 0.0
     b = gx * mult
     hs = recurrence_forward(a_eff, b, h0, keep, None, parallel=scan == "parallel")
     cache = (p, x, xh, h0, ig, rgt, sp, a, a_eff, one_minus, mult, gx, hs, keep, reset, scan)
@@ -216,23 +243,24 @@ def rglru_backward(cache, d_hs, d_h_T):
     d_gx = d_b * mult
     d_mult = d_b * gx
     if reset is not None:
-        r3 = reset[:, :, None]
-        d_a = np.where(r3, 0.0, d_a)
-        d_mult = np.where(r3, 0.0, d_mult)
+        d_a[reset] = 0.0
+        d_mult[reset] = 0.0
     # mult = sqrt(1 - exp(2 log a)), with the derivative of sqrt bounded as Griffin bounds it
     d_one_minus = d_mult / np.sqrt(np.maximum(4.0 * one_minus, 1.0 / MAX_SQRT_GRADIENT ** 2))
     d_log_a = d_a * a - 2.0 * d_one_minus * (1.0 - one_minus)
     d_r = d_log_a * (-_C * sp)
-    grads = {"recurrent_param": -_C * np.einsum("tnw,tnw->w", d_log_a, rgt) * sigmoid(p["recurrent_param"])}
+    grads = {"recurrent_param": -_C * (d_log_a * rgt).reshape(-1, W).sum(axis=0) * sigmoid(p["recurrent_param"])}
     d_x = d_gx * ig
     d_pre_i = _heads(d_gx * x * ig * (1.0 - ig), Hh)  # (T, N, Hh, Bw)
     d_pre_r = _heads(d_r * rgt * (1.0 - rgt), Hh)
-    grads["input_gate_weight"] = np.einsum("tnhi,tnhj->hij", xh, d_pre_i)
-    grads["input_gate_bias"] = d_pre_i.sum(axis=(0, 1))
-    grads["recurrent_gate_weight"] = np.einsum("tnhi,tnhj->hij", xh, d_pre_r)
-    grads["recurrent_gate_bias"] = d_pre_r.sum(axis=(0, 1))
-    d_x += (np.einsum("tnhj,hij->tnhi", d_pre_i, p["input_gate_weight"]) +
-            np.einsum("tnhj,hij->tnhi", d_pre_r, p["recurrent_gate_weight"])).reshape(T, N, W)
+    Bw = W // Hh
+    d_pre = np.concatenate([d_pre_i, d_pre_r], axis=-1).reshape(T * N, Hh, 2 * Bw).transpose(1, 0, 2)  # (Hh, T N, 2 Bw)
+    d_w = np.matmul(xh.reshape(T * N, Hh, Bw).transpose(1, 2, 0), d_pre)  # (Hh, Bw, 2 Bw)
+    d_bias = d_pre.sum(axis=1)  # (Hh, 2 Bw)
+    grads["input_gate_weight"], grads["recurrent_gate_weight"] = d_w[..., :Bw], d_w[..., Bw:]
+    grads["input_gate_bias"], grads["recurrent_gate_bias"] = d_bias[:, :Bw], d_bias[:, Bw:]
+    wcat = np.concatenate([p["input_gate_weight"], p["recurrent_gate_weight"]], axis=-1)  # (Hh, Bw, 2 Bw)
+    d_x += np.matmul(d_pre, wcat.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(T, N, W)
     return {k: grads[k] for k in p}, d_x, d_h0
 
 
@@ -268,14 +296,14 @@ def block_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, 
     """
     T, N, M = u.shape
     K = p["conv_1d.weight"].shape[-1]
-    gy, dgy = gelu_tanh(u @ p["linear_y.weight"].T + p["linear_y.bias"])  # (T, N, W)
-    x = u @ p["linear_x.weight"].T + p["linear_x.bias"]
+    gy, dgy = gelu_tanh(_linear(u, p["linear_y.weight"], p["linear_y.bias"]))  # (T, N, W)
+    x = _linear(u, p["linear_x.weight"], p["linear_x.bias"])
     c, xpad = causal_conv.conv_forward(x, p["conv_1d.weight"][:, 0, :], p["conv_1d.bias"], conv0)
     keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
     lp = {k: p["rg_lru." + k] for k in LRU_PARAMS}
     hs, lc = rglru_forward(lp, c, h0, keep=keep, reset=reset, scan=scan)
     hy = hs * gy
-    out = hy @ p["linear_out.weight"].T + p["linear_out.bias"]
+    out = _linear(hy, p["linear_out.weight"], p["linear_out.bias"])
     if keep is not None:
         out *= keep
     final = RGLRUState(hs[-1].copy() if T else h0.copy(), causal_conv.final_window(xpad, K, lengths))
@@ -313,7 +341,7 @@ def block_backward(cache, d_out, d_final):
         d_out = d_out * keep
     grads = {"linear_out.weight": d_out.reshape(-1, M).T @ hy.reshape(-1, W),
              "linear_out.bias": d_out.reshape(-1, M).sum(axis=0)}
-    d_hy = d_out @ p["linear_out.weight"]  # (T, N, W)
+    d_hy = (d_out.reshape(-1, M) @ p["linear_out.weight"]).reshape(T, N, W)
     d_ypre = d_hy * hs * dgy
     lg, d_c, d_h0 = rglru_backward(lc, d_hy * gy, d_h_T)
     grads.update({"rg_lru." + k: v for k, v in lg.items()})
@@ -328,7 +356,7 @@ def block_backward(cache, d_out, d_final):
     grads["linear_x.bias"] = d_x.reshape(-1, W).sum(axis=0)
     grads["linear_y.weight"] = d_ypre.reshape(-1, W).T @ uf
     grads["linear_y.bias"] = d_ypre.reshape(-1, W).sum(axis=0)
-    d_u = d_x @ p["linear_x.weight"] + d_ypre @ p["linear_y.weight"]
+    d_u = (d_x.reshape(-1, W) @ p["linear_x.weight"] + d_ypre.reshape(-1, W) @ p["linear_y.weight"]).reshape(T, N, M)
     d_state = RGLRUState(d_h0, np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))
     return {k: grads[k] for k in p}, d_u, d_state
 
