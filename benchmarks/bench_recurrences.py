@@ -40,6 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=2, help="N (default 2)")
     p.add_argument("--hidden", type=int, default=128, help="hidden_size M (default 128)")
     p.add_argument("--heads", type=int, default=4, help="heads (default 4)")
+    p.add_argument("--chunk", type=int, default=64, help="our lightning attention's chunk (default 64)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per length (default 5)")
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
@@ -141,7 +142,20 @@ def main(argv=None) -> None:
 
 
 def _lightning(args, torch):
-    raise SystemExit("lightning: not built yet")
+    """(ours, theirs, their call, our forward kwargs) for MiniMax's lightning attention."""
+    import transformers
+    from transformers.models.minimax import modeling_minimax as mm
+
+    from hiddenstate.lightning import LightningAttention, slope_rates
+
+    M, H = args.hidden, args.heads
+    ours = LightningAttention(M, H, slope_rate=slope_rates(H, 0, 2), chunk=args.chunk, dtype=args.dtype,
+                              rng=np.random.default_rng(0))
+    cfg = transformers.MiniMaxConfig(hidden_size=M, num_attention_heads=H, num_key_value_heads=H, num_hidden_layers=2,
+                                     vocab_size=11, intermediate_size=8, layer_types=["linear_attention"] * 2)
+    theirs = mm.MiniMaxLightningAttention(cfg, 0)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.params.items()}, strict=False)
+    return ours, theirs, (lambda x: theirs(x, None, None)[0]), (lambda T, N: {})
 
 
 def _shortconv(args, torch):

@@ -43,17 +43,16 @@ language models", arXiv:2402.19427, 2024.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 
 from hiddenstate.cells import causal_conv
+from hiddenstate.cells.activations import gelu_tanh, logistic
 from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
-from hiddenstate.functional import sigmoid
 
 __all__ = ["BLOCK_PARAMS", "LRU_PARAMS", "MAX_SQRT_GRADIENT", "SCANS", "RGLRURecord", "RGLRUState", "block_backward",
-           "block_forward", "gelu_tanh", "recorded", "rglru_backward", "rglru_forward"]
+           "block_forward", "recorded", "rglru_backward", "rglru_forward"]
 
 #: The evaluation modes of the recurrence (option ``scan``).
 SCANS = ("parallel", "sequential")
@@ -70,7 +69,6 @@ BLOCK_PARAMS = ("linear_y.weight", "linear_y.bias", "linear_x.weight", "linear_x
 MAX_SQRT_GRADIENT = 1000.0
 
 _C = 8.0  # Griffin's constant c in log a = -c r softplus(Lambda)
-_S2PI = math.sqrt(2.0 / math.pi)
 
 
 class RGLRUState(NamedTuple):
@@ -118,37 +116,9 @@ class RGLRURecord(NamedTuple):
     gate: np.ndarray
 
 
-def gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GELU in its tanh approximation and its derivative (Hendrycks & Gimpel 2016; torch ``approximate="tanh"``).
-
-    Parameters
-    ----------
-    x : ndarray, floating
-
-    Returns
-    -------
-    value, derivative : ndarray, shape and dtype of ``x``
-        ``x (1 + tanh(s (x + 0.044715 x^3))) / 2`` with ``s = sqrt(2/pi)``, and its derivative.
-    """
-    x2 = x * x
-    th = np.tanh(_S2PI * x * (1.0 + 0.044715 * x2))
-    value = 0.5 * x * (1.0 + th)
-    deriv = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * _S2PI * (1.0 + 3 * 0.044715 * x2)
-    return value, deriv
-
-
 def _heads(x, Hh):
     """(T, N, W) -> (T, N, Hh, Bw)."""
     return x.reshape(x.shape[:-1] + (Hh, x.shape[-1] // Hh))
-
-
-def _sigmoid(x):
-    """``1 / (1 + exp(-x))`` in place (exp overflows to inf where the exact value rounds to 0: exact)."""
-    with np.errstate(over="ignore"):
-        np.negative(x, out=x)
-        np.exp(x, out=x)
-    x += 1.0
-    return np.reciprocal(x, out=x)
 
 
 def _per_head(xh, w):
@@ -197,7 +167,7 @@ def rglru_forward(p: dict, x: np.ndarray, h0: np.ndarray, *, keep=None, reset=No
     Bw = W // Hh
     pre = _per_head(xh, np.concatenate([p["input_gate_weight"], p["recurrent_gate_weight"]], axis=-1))  # (T, N, Hh, 2 Bw)
     pre += np.concatenate([p["input_gate_bias"], p["recurrent_gate_bias"]], axis=-1)
-    _sigmoid(pre)
+    logistic(pre, out=pre)
     ig, rgt = pre[..., :Bw].reshape(T, N, W), pre[..., Bw:].reshape(T, N, W)
     sp = np.logaddexp(0.0, p["recurrent_param"])  # softplus(Lambda), (W,)
     log_a = -_C * rgt * sp
@@ -249,7 +219,7 @@ def rglru_backward(cache, d_hs, d_h_T):
     d_one_minus = d_mult / np.sqrt(np.maximum(4.0 * one_minus, 1.0 / MAX_SQRT_GRADIENT ** 2))
     d_log_a = d_a * a - 2.0 * d_one_minus * (1.0 - one_minus)
     d_r = d_log_a * (-_C * sp)
-    grads = {"recurrent_param": -_C * (d_log_a * rgt).reshape(-1, W).sum(axis=0) * sigmoid(p["recurrent_param"])}
+    grads = {"recurrent_param": -_C * (d_log_a * rgt).reshape(-1, W).sum(axis=0) * logistic(p["recurrent_param"])}
     d_x = d_gx * ig
     d_pre_i = _heads(d_gx * x * ig * (1.0 - ig), Hh)  # (T, N, Hh, Bw)
     d_pre_r = _heads(d_r * rgt * (1.0 - rgt), Hh)
