@@ -159,7 +159,19 @@ def _lightning(args, torch):
 
 
 def _shortconv(args, torch):
-    raise SystemExit("shortconv: not built yet")
+    """(ours, theirs, their call, our forward kwargs) for LFM2's gated short convolution."""
+    import transformers
+    from transformers.models.lfm2 import modeling_lfm2 as ml
+
+    from hiddenstate.shortconv import ShortConv
+
+    M = args.hidden
+    ours = ShortConv(M, kernel_size=3, dtype=args.dtype, rng=np.random.default_rng(0))
+    cfg = transformers.Lfm2Config(hidden_size=M, conv_L_cache=3, num_hidden_layers=1, vocab_size=11,
+                                  intermediate_size=8, num_attention_heads=1, num_key_value_heads=1, layer_types=["conv"])
+    theirs = ml.Lfm2ShortConv(cfg, 0)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.params.items()})
+    return ours, theirs, (lambda x: theirs(x)), (lambda T, N: {})
 
 
 if __name__ == "__main__":
