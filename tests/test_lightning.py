@@ -201,3 +201,15 @@ def test_token_by_token_decoding_through_transformers_cache_equals_our_carried_s
     full, s_full, _ = b.forward(u)
     np.testing.assert_allclose(np.concatenate(outs), full, rtol=1e-12, atol=1e-12)
     assert isinstance(s_full, LightningState) and rel(s.kv, s_full.kv) < 1e-12
+
+
+@pytest.mark.parametrize("form", ["chunked", "sequential"])
+def test_an_empty_sequence_returns_the_initial_state_and_passes_its_gradient_through(form):
+    b = layer(form=form)
+    _, S0 = inputs(b, 1, 2)
+    out, st, cache = b.forward(np.zeros((0, 2, 8)), (S0,))
+    assert out.shape == (0, 2, 8)
+    np.testing.assert_array_equal(st.kv, S0)
+    grads, d_u, (d_S0,) = b.backward(cache, None, (np.sin(S0),))
+    np.testing.assert_array_equal(d_S0, np.sin(S0))
+    assert d_u.shape == (0, 2, 8) and all(not g.any() for g in grads.values())

@@ -243,3 +243,16 @@ def test_token_by_token_decoding_through_transformers_cache_equals_our_carried_s
     full, s_full, _ = b.forward(u, reset=np.concatenate([reset, np.zeros((4, 2), dtype=bool)]))
     np.testing.assert_allclose(np.concatenate(outs), full, rtol=1e-12, atol=1e-12)
     assert isinstance(s_full, RGLRUState) and rel(s.rg, s_full.rg) < 1e-12
+
+
+def test_an_empty_sequence_returns_the_initial_states_and_passes_their_gradient_through():
+    b = block()
+    _, h0, c0 = inputs(b, 1, 2)
+    out, st, cache = b.forward(np.zeros((0, 2, 5)), (h0, c0))
+    assert out.shape == (0, 2, 5)
+    np.testing.assert_array_equal(st.rg, h0)
+    np.testing.assert_array_equal(st.conv, c0)
+    grads, d_u, d_st = b.backward(cache, None, (np.sin(h0), np.cos(c0)))
+    np.testing.assert_array_equal(d_st.rg, np.sin(h0))
+    np.testing.assert_array_equal(d_st.conv, np.cos(c0))
+    assert d_u.shape == (0, 2, 5) and all(not g.any() for g in grads.values())

@@ -186,3 +186,14 @@ def test_token_by_token_decoding_through_transformers_cache_equals_our_carried_s
     full, s_full, _ = b.forward(u)
     np.testing.assert_allclose(np.concatenate(outs), full, rtol=1e-12, atol=1e-12)
     assert isinstance(s_full, ShortConvState) and rel(s.conv, s_full.conv) < 1e-13
+
+
+def test_an_empty_sequence_returns_the_initial_window_and_passes_its_gradient_through():
+    b = block(bias=True)
+    _, c0 = inputs(b, 1, 2)
+    out, st, cache = b.forward(np.zeros((0, 2, 5)), (c0,))
+    assert out.shape == (0, 2, 5)
+    np.testing.assert_array_equal(st.conv, c0)
+    grads, d_u, (d_c0,) = b.backward(cache, None, (np.sin(c0),))
+    np.testing.assert_array_equal(d_c0, np.sin(c0))
+    assert d_u.shape == (0, 2, 5) and all(not g.any() for g in grads.values())
