@@ -11,7 +11,18 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import mamba2_block
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "tiny_config"]
+
+
+def tiny_config():
+    """A 4-layer ``BambaConfig`` (attention at layer 1, Mamba-2 mixers of 4 heads of 8 elsewhere)."""
+    import transformers
+
+    return transformers.BambaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                                    num_attention_heads=2, num_key_value_heads=1, attn_layer_indices=[1],
+                                    mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8,
+                                    mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=8, initializer_range=0.5)
+
 
 FAMILY = Family(
     name="bamba",
@@ -20,4 +31,5 @@ FAMILY = Family(
     layers=lambda model: decoder_layer_map(model, {"mamba": "recurrent", "self_attn": "attention"}),
     to_block=lambda mixer, config: mamba2_block(mixer),
     notes="input RMS norm before the mixer, residual, then RMS norm and a SwiGLU MLP: the model's own.",
+    tiny_config=tiny_config,
 )
