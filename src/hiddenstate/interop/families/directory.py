@@ -356,8 +356,8 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
         raise ValueError(f"recording layers {sorted(per)} of {source} on T={T:,} tokens of N={N} sequence(s) would "
                          f"take about {format_bytes(total)} (every step's state, float64; up to "
                          f"{format_bytes(max(per.values()))} a layer), over the cap of {format_bytes(max_bytes)}: "
-                         "record fewer layers (--layers 0,3 on the command line, layers=[0, 3] in Python) or "
-                         "give fewer tokens.")
+                         f"record fewer layers (--layers {min(per)} on the command line, layers=[{min(per)}] in "
+                         "Python) or give fewer tokens.")
     check_memory(f"loading {source} ({format_bytes(weights)} of weights) and recording {len(per)} layer(s) "
                  f"({format_bytes(total)})", weights + total, "Record fewer layers (--layers, layers=) or give "
                  "fewer tokens; or use a machine with more memory.")
