@@ -333,7 +333,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         raise TypeError(f"title must be a str or None; got {type(title).__name__}.")
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
-    if isinstance(model, (str, os.PathLike)):  # a model directory: its family's model, x its token ids
+    if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
         model, x, named = open_model_dir(model, x, layers=layers, max_bytes=max_bytes)
         source = source or named
     if is_mamba_model(model):
