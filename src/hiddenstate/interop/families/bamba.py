@@ -15,7 +15,13 @@ __all__ = ["FAMILY", "tiny_config"]
 
 
 def tiny_config():
-    """A 4-layer ``BambaConfig`` (attention at layer 1, Mamba-2 mixers of 4 heads of 8 elsewhere)."""
+    """A 4-layer ``BambaConfig`` (attention at layer 1, Mamba-2 mixers of 4 heads of 8 elsewhere).
+
+    Returns
+    -------
+    transformers.BambaConfig
+        Random weights from it: ``transformers.BambaForCausalLM(tiny_config())``.
+    """
     import transformers
 
     return transformers.BambaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=4,

@@ -47,7 +47,7 @@ from hiddenstate.interop.safetensors_header import read_header
 from hiddenstate.resources import check_memory, format_bytes
 
 __all__ = ["CONFIG_FILE", "INDEX_FILE", "MAX_JSON_BYTES", "TOKENIZER_FILE", "WEIGHTS_FILE", "is_model_dir",
-           "load_model_dir", "open_model_dir", "tokenize"]
+           "load_model_dir", "open_model_dir", "tokenize", "weight_headers"]
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -16,7 +16,13 @@ __all__ = ["FAMILY", "tiny_config"]
 
 
 def tiny_config():
-    """A 3-layer ``GraniteMoeHybridConfig``: Mamba-2, attention, Mamba-2, each with a 4-expert MoE."""
+    """A 3-layer ``GraniteMoeHybridConfig``: Mamba-2, attention, Mamba-2, each with a 4-expert MoE.
+
+    Returns
+    -------
+    transformers.GraniteMoeHybridConfig
+        Random weights from it: ``transformers.GraniteMoeHybridForCausalLM(tiny_config())``.
+    """
     import transformers
 
     return transformers.GraniteMoeHybridConfig(

@@ -13,7 +13,13 @@ __all__ = ["FAMILY", "tiny_config"]
 
 
 def tiny_config():
-    """A 2-layer ``MambaConfig`` (``hidden_size`` 8, ``state_size`` 4, vocabulary 50): builds in milliseconds."""
+    """A 2-layer ``MambaConfig`` (``hidden_size`` 8, ``state_size`` 4, vocabulary 50): builds in milliseconds.
+
+    Returns
+    -------
+    transformers.MambaConfig
+        Random weights from it: ``transformers.MambaForCausalLM(tiny_config())``.
+    """
     import transformers
 
     return transformers.MambaConfig(vocab_size=50, hidden_size=8, state_size=4, num_hidden_layers=2, conv_kernel=3)

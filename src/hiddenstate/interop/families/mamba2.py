@@ -13,7 +13,13 @@ __all__ = ["FAMILY", "tiny_config"]
 
 
 def tiny_config():
-    """A 2-layer ``Mamba2Config`` (4 heads of 4, 2 groups, ``chunk_size`` 8): builds in milliseconds."""
+    """A 2-layer ``Mamba2Config`` (4 heads of 4, 2 groups, ``chunk_size`` 8): builds in milliseconds.
+
+    Returns
+    -------
+    transformers.Mamba2Config
+        Random weights from it: ``transformers.Mamba2ForCausalLM(tiny_config())``.
+    """
     import transformers
 
     return transformers.Mamba2Config(vocab_size=50, hidden_size=8, state_size=4, num_hidden_layers=2, expand=2,

@@ -17,7 +17,13 @@ __all__ = ["FAMILY", "tiny_config"]
 _ROLES = {"linear_attention": "recurrent", "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
 
 def tiny_config():
-    """A 5-layer ``NemotronHConfig``: Mamba-2, MoE, attention, MLP, Mamba-2."""
+    """A 5-layer ``NemotronHConfig``: Mamba-2, MoE, attention, MLP, Mamba-2.
+
+    Returns
+    -------
+    transformers.NemotronHConfig
+        Random weights from it: ``transformers.NemotronHForCausalLM(tiny_config())``.
+    """
     import transformers
 
     return transformers.NemotronHConfig(
