@@ -66,9 +66,8 @@ structured state space duality", arXiv:2405.21060, 2024.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import math
+from typing import NamedTuple
 
 import numpy as np
 
