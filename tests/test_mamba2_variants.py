@@ -241,3 +241,17 @@ def test_carrying_the_state_across_calls_equals_one_long_call_with_every_variant
     for k in g:
         np.testing.assert_allclose(g1[k] + g2[k], g[k], rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(d01.ssm, d0.ssm, rtol=1e-12, atol=1e-13)
+
+
+def test_float32_blocks_keep_their_dtype_through_every_variant():
+    b64 = block(4, **VARIANTS["Falcon-H1"][1])
+    b32 = block(4, dtype=np.float32, **VARIANTS["Falcon-H1"][1])
+    assert b32.mup_vector.dtype == np.float32
+    u, h0, c0 = inputs(b64, 9, 2)
+    o64, s64, k64 = b64.forward(u, (h0, c0))
+    o32, s32, k32 = b32.forward(u, (h0, c0))
+    assert o32.dtype == s32.ssm.dtype == np.float32 and rel(o32, o64) < 1e-5
+    g32, d32, _ = b32.backward(k32, np.cos(o64))
+    g64, d64, _ = b64.backward(k64, np.cos(o64))
+    assert d32.dtype == np.float32 and all(g32[k].dtype == np.float32 for k in g32)
+    assert max(rel(g32[k], g64[k]) for k in g64) < 1e-4 and rel(d32, d64) < 1e-4
