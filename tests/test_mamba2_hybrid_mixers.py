@@ -6,8 +6,8 @@ chunk boundaries); our :class:`hiddenstate.mamba2.Mamba2` with the options the c
 and the mixer's state dict (1:1 names) runs in float64. transformers' path computes in float32
 (``mamba2_chunk_scan`` casts x, B, C, dt and A to float32, the gated norms compute in float32),
 so outputs are held to 1e-5 relative and gradients (torch autograd through that path: every
-parameter and the input) to 1e-4. The worst figures measured are in the closing note of the
-branch; the assertions are the tolerances.
+parameter and the input) to 1e-4 (measured over these cases: outputs at most 3.6e-7,
+gradients 2.5e-5, the largest Falcon-H1's ``D``, a small sum of large float32 terms).
 """
 
 import os
