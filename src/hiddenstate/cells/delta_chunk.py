@@ -1,0 +1,238 @@
+"""The chunked WY/UT form of the gated delta rule (scalar or per-channel decay) and its exact adjoint.
+
+See :mod:`hiddenstate.cells.delta` for the equations. Inside a chunk every quantity that does
+not depend on the state entering it is formed for all chunks at once: the decayed Gram
+matrices ``A`` and ``Attn``, the inverse ``(I + A)^-1`` of the unit lower-triangular UT system
+(LAPACK, batched), ``U0 = (I + A)^-1 beta v`` and ``Kc = (I + A)^-1 beta k exp(G)``; only the
+state is carried chunk to chunk (three (Q, Dk) x (Dk, Dv) products per chunk). The adjoint
+carries ``dL/dS`` back through the same loop, then forms the rest for all chunks at once.
+
+A decayed Gram matrix ``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` (j <= i) is, for a
+decay of width 1, ``(x y^T) o exp(G_i - G_j)``; for a per-channel decay it is the product
+``(x exp(G - c)) (y exp(c - G))^T`` with ``c`` the chunk's middle log decay, as long as the
+chunk's span ``G_0 - G_last`` keeps both factors finite (:data:`SPAN_LIMIT`), and the
+(Q, Q, Dk) sum otherwise. Its adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the
+decay factors) and ``dG = x o dx - y o dy``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SPAN_LIMIT", "chunk_backward", "chunk_forward", "chunk_states"]
+
+#: Largest log-decay span inside a chunk for which a per-channel Gram is formed as a product of
+#: two factors ``exp(+-span / 2)`` (float64, float32): the masked entries above the diagonal reach
+#: ``exp(span)`` and must stay finite. Wider chunks use the exact (Q, Q, Dk) sum.
+SPAN_LIMIT = {np.dtype(np.float64): 600.0, np.dtype(np.float32): 70.0}
+
+
+def _chunked(x, Q):
+    """(T, N, H, ...) -> (N, H, C, Q, ...), zero-padded to a multiple of Q."""
+    T = x.shape[0]
+    C = -(-T // Q)
+    x = np.moveaxis(x, 0, 2)  # (N, H, T, ...)
+    pad = [(0, 0)] * x.ndim
+    pad[2] = (0, C * Q - T)
+    x = np.pad(x, pad)
+    return np.ascontiguousarray(x.reshape(x.shape[:2] + (C, Q) + x.shape[3:]))
+
+
+def _unchunked(x, T):
+    """(N, H, C, Q, ...) -> (T, N, H, ...)."""
+    x = x.reshape(x.shape[:2] + (-1,) + x.shape[4:])[:, :, :T]
+    return np.ascontiguousarray(np.moveaxis(x, 2, 0))
+
+
+def _tril(Q, strict, dtype=bool):
+    return np.tril(np.ones((Q, Q), dtype=dtype), -1 if strict else 0)
+
+
+def _gram(x, y, G, strict):
+    """``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` below (or on) the diagonal; (..., Q, Q)."""
+    Q = x.shape[-2]
+    mask = _tril(Q, strict)
+    if G.shape[-1] == 1:  # one decay per head
+        E = np.exp(np.where(mask, G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+        return (x @ np.swapaxes(y, -1, -2)) * E
+    ep, em, wide = _factors(G)
+    M = np.where(mask, (x * ep) @ np.swapaxes(y * em, -1, -2), 0.0)
+    if wide is not None:
+        E = _direct_factors(G[wide], mask)
+        M[wide] = np.einsum("bid,bjd,bijd->bij", x[wide], y[wide], E)
+    return M
+
+
+def _factors(G):
+    """``exp(G - c)``, ``exp(c - G)`` with ``c`` each chunk's middle log decay, and the chunks too wide for them.
+
+    ``G`` is (..., Q, Dk); a chunk whose span exceeds :data:`SPAN_LIMIT` gets factors 1 (its Gram
+    is then formed as the exact sum) and is marked in ``wide`` (..., or None when there is none).
+    """
+    span = (G[..., 0, :] - G[..., -1, :]).max(axis=-1)
+    wide = span > SPAN_LIMIT.get(G.dtype, 70.0)
+    e = np.where(wide[..., None, None], 0.0, G - 0.5 * (G[..., :1, :] + G[..., -1:, :]))
+    return np.exp(e), np.exp(-e), (wide if wide.any() else None)
+
+
+def _direct_factors(G, mask):
+    """``exp(G_i - G_j)`` masked, (B, Q, Q, Dk), for a (B, Q, Dk) stack of chunks."""
+    diff = G[:, :, None, :] - G[:, None, :, :]
+    return np.exp(np.where(mask[..., None], diff, -np.inf))
+
+
+def _gram_backward(x, y, G, strict, dM):
+    """The adjoint of :func:`_gram`: ``(dx, dy, dG)``."""
+    Q = x.shape[-2]
+    mask = _tril(Q, strict)
+    dM = np.where(mask, dM, 0.0)
+    if G.shape[-1] == 1:
+        E = np.exp(np.where(mask, G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+        dP = dM * E
+        dx, dy = dP @ y, np.swapaxes(dP, -1, -2) @ x
+        return dx, dy, (x * dx - y * dy).sum(axis=-1, keepdims=True)
+    ep, em, wide = _factors(G)
+    dx = ep * (dM @ (y * em))
+    dy = em * (np.swapaxes(dM, -1, -2) @ (x * ep))
+    if wide is not None:
+        E = _direct_factors(G[wide], mask)
+        dx[wide] = np.einsum("bij,bjd,bijd->bid", dM[wide], y[wide], E)
+        dy[wide] = np.einsum("bij,bid,bijd->bjd", dM[wide], x[wide], E)
+    return dx, dy, x * dx - y * dy
+
+
+def _decay_sum(a, width):
+    """Sum (..., Dk) down to the decay's width (1 or Dk)."""
+    return a.sum(axis=-1, keepdims=True) if width == 1 else a
+
+
+@np.errstate(under="ignore")
+def chunk_forward(q, k, v, g, beta, S0, Q):
+    """The chunked form of :func:`hiddenstate.cells.delta.delta_forward` (same arguments and results).
+
+    Parameters
+    ----------
+    q, k : ndarray of shape (T, N, H, Dk)
+    v : ndarray of shape (T, N, H, Dv)
+    g : ndarray of shape (T, N, H) or (T, N, H, Dk)
+    beta : ndarray of shape (T, N, H)
+    S0 : ndarray of shape (N, H, Dk, Dv)
+    Q : int
+        Steps per chunk.
+
+    Returns
+    -------
+    o : ndarray of shape (T, N, H, Dv)
+    S_T : ndarray of shape (N, H, Dk, Dv)
+    cache : tuple
+    """
+    T = q.shape[0]
+    scalar = g.ndim == 3
+    qc, kc, vc = _chunked(q, Q), _chunked(k, Q), _chunked(v, Q)  # (N, H, C, Q, D)
+    gc = _chunked(g[..., None] if scalar else g, Q)  # (N, H, C, Q, Dg)
+    bc = _chunked(beta, Q)[..., None]  # (N, H, C, Q, 1)
+    C = qc.shape[2]
+    G = np.cumsum(gc, axis=-2)
+    eG = np.exp(G)
+    Gk = _gram(kc, kc, G, strict=True)  # (N, H, C, Q, Q)
+    Tinv = np.linalg.inv(np.eye(Q, dtype=q.dtype) + bc * Gk)
+    W = bc * kc * eG  # (N, H, C, Q, Dk)
+    U0, Kc = Tinv @ (bc * vc), Tinv @ W
+    Attn = _gram(qc, kc, G, strict=False)
+    Qd = qc * eG
+    eGl = np.exp(G[..., -1:, :])  # (N, H, C, 1, Dg)
+    Kd = kc * np.exp(G[..., -1:, :] - G)
+    dl = np.swapaxes(eGl, -1, -2)  # (N, H, C, Dg, 1): multiplies the state's rows
+    starts = np.empty(qc.shape[:3] + S0.shape[-2:], dtype=S0.dtype)  # (N, H, C, Dk, Dv)
+    U = np.empty_like(vc)
+    O = np.empty_like(vc)
+    S = S0
+    for c in range(C):
+        starts[:, :, c] = S
+        Uc = U0[:, :, c] - Kc[:, :, c] @ S
+        O[:, :, c] = Qd[:, :, c] @ S + Attn[:, :, c] @ Uc
+        S = dl[:, :, c] * S + np.swapaxes(Kd[:, :, c], -1, -2) @ Uc
+        U[:, :, c] = Uc
+    cache = ("chunk", T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0)
+    return _unchunked(O, T), (S.copy() if T else S0.copy()), cache
+
+
+@np.errstate(under="ignore")
+def chunk_backward(cache, d_o, d_ST):
+    """The exact adjoint of :func:`chunk_forward`.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`chunk_forward`.
+    d_o : ndarray of shape (T, N, H, Dv) or None
+    d_ST : ndarray of shape (N, H, Dk, Dv) or None
+
+    Returns
+    -------
+    d_q, d_k, d_v, d_g, d_beta, d_S0 : ndarray
+        As :func:`hiddenstate.cells.delta.delta_backward`.
+    """
+    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0 = cache
+    C, Q, width = qc.shape[2], qc.shape[3], G.shape[-1]
+    dO = np.zeros_like(vc) if d_o is None else _chunked(d_o, Q)
+    dS = np.zeros_like(S0) if d_ST is None else d_ST.copy()
+    dU = np.empty_like(U)
+    dSn = np.empty_like(starts)  # dL/d(state leaving chunk c)
+    AttnT, KcT, QdT = np.swapaxes(Attn, -1, -2), np.swapaxes(Kc, -1, -2), np.swapaxes(Qd, -1, -2)
+    for c in range(C - 1, -1, -1):
+        dSn[:, :, c] = dS
+        dUc = AttnT[:, :, c] @ dO[:, :, c] + Kd[:, :, c] @ dS
+        dS = QdT[:, :, c] @ dO[:, :, c] + dl[:, :, c] * dS - KcT[:, :, c] @ dUc
+        dU[:, :, c] = dUc
+    startsT = np.swapaxes(starts, -1, -2)  # (N, H, C, Dv, Dk)
+    dQd = dO @ startsT  # (N, H, C, Q, Dk)
+    dAttn = dO @ np.swapaxes(U, -1, -2)
+    dKd = U @ np.swapaxes(dSn, -1, -2)
+    d_dl = (dSn * starts).sum(axis=-1)  # (N, H, C, Dk)
+    d_dl = d_dl.sum(axis=-1, keepdims=True) if width == 1 else d_dl
+    dKc = -(dU @ startsT)
+    TinvT = np.swapaxes(Tinv, -1, -2)
+    dVb, dW = TinvT @ dU, TinvT @ dKc
+    dA = -(dVb @ np.swapaxes(U0, -1, -2) + dW @ np.swapaxes(Kc, -1, -2))
+    dA = np.where(_tril(Q, True), dA, 0.0)
+    d_v = bc * dVb
+    d_beta = (dVb * vc).sum(axis=-1) + (dW * kc * eG).sum(axis=-1) + (dA * Gk).sum(axis=-1)
+    d_k = bc * eG * dW
+    dG = _decay_sum(dW * W, width)
+    dk1, dk2, dGa = _gram_backward(kc, kc, G, True, bc * dA)
+    dq, dk3, dGb = _gram_backward(qc, kc, G, False, dAttn)
+    d_k += dk1 + dk2 + dk3 + np.exp(G[..., -1:, :] - G) * dKd
+    dq += eG * dQd
+    dG += dGa + dGb + _decay_sum(Qd * dQd, width)
+    t = _decay_sum(Kd * dKd, width)  # (N, H, C, Q, Dg)
+    dG -= t
+    dG[..., -1, :] += t.sum(axis=-2) + dl[..., 0] * d_dl
+    dg = np.cumsum(dG[..., ::-1, :], axis=-2)[..., ::-1, :]
+    d_g = _unchunked(dg, T)
+    return (_unchunked(dq, T), _unchunked(d_k, T), _unchunked(d_v, T), d_g[..., 0] if scalar else d_g,
+            _unchunked(d_beta, T), dS)
+
+
+@np.errstate(under="ignore")
+def chunk_states(cache) -> np.ndarray:
+    """Every step's state from a :func:`chunk_forward` cache, step by step inside all chunks at once.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`chunk_forward`.
+
+    Returns
+    -------
+    ndarray of shape (T, N, H, Dk, Dv)
+    """
+    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0 = cache
+    Q = qc.shape[3]
+    a = np.exp(gc)  # (N, H, C, Q, Dg)
+    out = np.empty(starts.shape[:3] + (Q,) + starts.shape[3:], dtype=starts.dtype)  # (N, H, C, Q, Dk, Dv)
+    S = starts
+    for i in range(Q):
+        S = a[..., i, :, None] * S + kc[..., i, :, None] * U[..., i, None, :]
+        out[..., i, :, :] = S
+    return _unchunked(out, T)
