@@ -138,7 +138,7 @@ class _DeltaLayer:
                              f"over the batch.")
         return np.array(a, copy=True)
 
-    def forward(self, u, state=None, *, record=False):
+    def forward(self, u, state=None, *, record=False, lengths=None, reset=None):
         """Run the block over a sequence and keep what :meth:`backward` needs.
 
         Parameters
@@ -150,6 +150,8 @@ class _DeltaLayer:
         record : bool, default False
             Also return every step's states and gates (refused up front when the T N Hv Dk Dv
             matrix states would not fit in memory).
+        lengths, reset : None
+            Not supported (refused when given): run rows of different lengths in separate calls.
 
         Returns
         -------
@@ -165,13 +167,18 @@ class _DeltaLayer:
         ------
         ValueError
             ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, a record (or the
-            sequential form's per-step states) that cannot fit in memory.
+            sequential form's per-step states) that cannot fit in memory, ``lengths`` or ``reset``.
         TypeError
             Non-float input, an array of another library, a state that is not a pair, a non-bool
             ``record``.
         """
         record = boolean("record", record)
         name = type(self).__name__
+        for opt, value in (("lengths", lengths), ("reset", reset)):
+            if value is not None:
+                raise ValueError(f"{opt} is not supported by {name} (a padded step would have to hold the "
+                                 f"convolution's window too); got {type(value).__name__}. Run rows of different "
+                                 f"lengths in separate calls.")
         if is_foreign(u):
             raise TypeError(f"u must be a NumPy array for {name}; got {type(u).__name__}. Convert it with .numpy() "
                             f"(on the CPU) first.")

@@ -41,6 +41,7 @@ validated; ``u`` is (T, N, M) and every array has its dtype.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -240,7 +241,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     v = act[..., 2 * Hk * Dk:].reshape(T, N, Hv, Dv)
     qn, q_inv = _l2norm(q)
     kn, k_inv = _l2norm(k)
-    qs = np.repeat(qn, r, axis=2) / np.sqrt(Dk)  # (T, N, Hv, Dk)
+    qs = np.repeat(qn, r, axis=2) / math.sqrt(Dk)  # (T, N, Hv, Dk)
     ks = np.repeat(kn, r, axis=2)
     sb = sigmoid(pre["b"])
     beta = sb * 2.0 if spec.allow_neg_eigval else sb
@@ -310,7 +311,7 @@ def block_backward(cache, d_out, d_final):
         grads[names["A_log"]] = d_A
         grads[names["dt_bias"]] = d_pre_a.sum(axis=(0, 1))
     d_b = d_beta * (2.0 if spec.allow_neg_eigval else 1.0) * sb * (1.0 - sb)
-    d_qn = (d_qs / np.sqrt(Dk)).reshape(T, N, Hk, r, Dk).sum(axis=3)
+    d_qn = (d_qs / math.sqrt(Dk)).reshape(T, N, Hk, r, Dk).sum(axis=3)
     d_kn = d_ks.reshape(T, N, Hk, r, Dk).sum(axis=3)
     d_act_out = np.concatenate([_l2norm_backward(qn, q_inv, d_qn).reshape(T, N, Hk * Dk),
                                 _l2norm_backward(kn, k_inv, d_kn).reshape(T, N, Hk * Dk),
@@ -372,4 +373,4 @@ def block_record(cache) -> DeltaRecord:
     with np.errstate(under="ignore"):
         decay = np.exp(g)
     return DeltaRecord(recurrent=delta_states(kc), conv=conv, decay=decay, beta=beta,
-                       q=np.repeat(qn, r, axis=2) / np.sqrt(spec.Dk), k=np.repeat(kn, r, axis=2), v=v, o=o, gate=gate)
+                       q=np.repeat(qn, r, axis=2) / math.sqrt(spec.Dk), k=np.repeat(kn, r, axis=2), v=v, o=o, gate=gate)
