@@ -65,7 +65,7 @@ def torch_block(layer, p, u, S0, conv0):
     c = F.silu(F.conv1d(x, p["conv1d.weight"], groups=x.shape[1]))  # (N, Dc, T)
     c = c.permute(2, 0, 1)
     q, k, v = torch.split(c, [Hk * Dk, Hk * Dk, Hv * Dv], dim=-1)
-    l2 = lambda t: t / torch.sqrt((t * t).sum(-1, keepdim=True) + 1e-6)  # noqa: E731
+    l2 = lambda t: t / torch.sqrt((t * t).sum(-1, keepdim=True) + 1e-6)
     q = l2(q.reshape(T, N, Hk, Dk)).repeat_interleave(r, dim=2) / Dk ** 0.5
     k = l2(k.reshape(T, N, Hk, Dk)).repeat_interleave(r, dim=2)
     v = v.reshape(T, N, Hv, Dv)

@@ -184,6 +184,16 @@ def param_names(spec) -> dict[str, str]:
             "norm": "o_norm.weight", "out": "o_proj.weight"}
 
 
+def _mm(x, w):
+    """``x @ w`` for x (..., A) and w (A, B) as one 2-D product (NumPy loops over the leading axes otherwise)."""
+    return (x.reshape(-1, x.shape[-1]) @ w).reshape(x.shape[:-1] + (w.shape[1],))
+
+
+def _softplus(x):
+    """``log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))`` (exact, and much faster than ``logaddexp``)."""
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+
+
 def _l2norm(x):
     inv = 1.0 / np.sqrt((x * x).sum(axis=-1, keepdims=True) + L2_EPS)
     return x * inv, inv
@@ -226,7 +236,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
         for i, w in enumerate(ws):
             if i:
                 hidden[out] = x
-            x = x @ p[w].T
+            x = _mm(x, p[w].T)
         chains[out] = x
     pre = {n: (chains[c] if idx is None else chains[c][..., idx]) for n, (c, idx) in _pieces(spec).items()}
     xqkv = np.concatenate([pre["q"], pre["k"], pre["v"]], axis=-1)  # (T, N, Dc)
@@ -250,7 +260,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
         dt_pre = pre["a"].reshape(T, N, Hv, Dk) + p[names["dt_bias"]].reshape(Hv, Dk)
     else:
         dt_pre = pre["a"] + p[names["dt_bias"]]
-    g = -A * np.logaddexp(0.0, dt_pre)
+    g = -A * _softplus(dt_pre)
     o, S_T, kc = delta_forward(qs, ks, v, g, beta, S0, chunk=chunk)
     inv = 1.0 / np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + spec.eps)  # (T, N, Hv, 1)
     y = o * inv
@@ -258,7 +268,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     gate, d_gate = (sigmoid(z), None) if kimi else silu(z)
     nw = p[names["norm"]]
     n = (nw * y * gate).reshape(T, N, Hv * Dv)
-    out = n @ p[names["out"]].T
+    out = _mm(n, p[names["out"]].T)
     final = DeltaState(S_T, np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
     cache = (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y,
              gate, d_gate, n, v)
@@ -294,7 +304,7 @@ def block_backward(cache, d_out, d_final):
     d_S_T, d_conv_T = (None, None) if d_final is None else d_final
     d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
     grads = {names["out"]: d_out.reshape(-1, M).T @ n.reshape(-1, Hv * Dv)}
-    d_n = (d_out @ p[names["out"]]).reshape(T, N, Hv, Dv)
+    d_n = _mm(d_out, p[names["out"]]).reshape(T, N, Hv, Dv)
     nw = p[names["norm"]]
     grads[names["norm"]] = (d_n * y * gate).reshape(-1, Dv).sum(axis=0)
     d_z = d_n * nw * y * (gate * (1.0 - gate) if kimi else d_gate)
@@ -345,7 +355,7 @@ def block_backward(cache, d_out, d_final):
         for i in range(len(ws) - 1, -1, -1):
             x_in = hidden[c] if i else u
             grads[ws[i]] = d.reshape(-1, d.shape[-1]).T @ x_in.reshape(-1, x_in.shape[-1])
-            d = d @ p[ws[i]]
+            d = _mm(d, p[ws[i]])
         d_u += d
     grads = {key: grads[key] for key in p}
     return grads, d_u, DeltaState(d_S0, np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))

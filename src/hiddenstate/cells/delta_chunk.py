@@ -2,29 +2,28 @@
 
 See :mod:`hiddenstate.cells.delta` for the equations. Inside a chunk every quantity that does
 not depend on the state entering it is formed for all chunks at once: the decayed Gram
-matrices ``A`` and ``Attn``, the inverse ``(I + A)^-1`` of the unit lower-triangular UT system
-(LAPACK, batched), ``U0 = (I + A)^-1 beta v`` and ``Kc = (I + A)^-1 beta k exp(G)``; only the
+matrices ``A`` and ``Attn``, the inverse ``(I + A)^-1`` of the unit lower-triangular UT system, ``U0 = (I + A)^-1 beta v`` and ``Kc = (I + A)^-1 beta k exp(G)``; only the
 state is carried chunk to chunk (three (Q, Dk) x (Dk, Dv) products per chunk). The adjoint
 carries ``dL/dS`` back through the same loop, then forms the rest for all chunks at once.
 
 A decayed Gram matrix ``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` (j <= i) is, for a
-decay of width 1, ``(x y^T) o exp(G_i - G_j)``; for a per-channel decay it is the product
-``(x exp(G - c)) (y exp(c - G))^T`` with ``c`` the chunk's middle log decay, as long as the
-chunk's span ``G_0 - G_last`` keeps both factors finite (:data:`SPAN_LIMIT`), and the
-(Q, Q, Dk) sum otherwise. Its adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the
-decay factors) and ``dG = x o dx - y o dy``.
+decay of width 1, ``(x y^T) o exp(G_i - G_j)``; for a per-channel decay it is formed in
+sub-blocks of :data:`SUB_BLOCK` rows (as fla's KDA kernels do): a diagonal block as the exact
+sum over the channels, the rows below block J as the product ``(x_I exp(G_I - r)) (y_J exp(r -
+G_J))^T`` with ``r`` the last log decay of block J, where both factors are <= 1 whatever the
+decay (nothing can overflow; what underflows is below every term it would be added to). Its
+adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the decay factors) and ``dG = x o dx -
+y o dy``. The unit lower-triangular system is inverted by forward substitution.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SPAN_LIMIT", "chunk_backward", "chunk_forward", "chunk_states"]
+__all__ = ["SUB_BLOCK", "chunk_backward", "chunk_forward", "chunk_states"]
 
-#: Largest log-decay span inside a chunk for which a per-channel Gram is formed as a product of
-#: two factors ``exp(+-span / 2)`` (float64, float32): the masked entries above the diagonal reach
-#: ``exp(span)`` and must stay finite. Wider chunks use the exact (Q, Q, Dk) sum.
-SPAN_LIMIT = {np.dtype(np.float64): 600.0, np.dtype(np.float32): 70.0}
+#: Rows per sub-block of a chunk in the per-channel Gram (the diagonal blocks are exact sums).
+SUB_BLOCK = 16
 
 
 def _chunked(x, Q):
@@ -48,37 +47,34 @@ def _tril(Q, strict, dtype=bool):
     return np.tril(np.ones((Q, Q), dtype=dtype), -1 if strict else 0)
 
 
+def _blocks(Q):
+    """The sub-blocks of a chunk for the per-channel Gram: (start, stop) pairs of :data:`SUB_BLOCK` rows."""
+    return [(b, min(b + SUB_BLOCK, Q)) for b in range(0, Q, SUB_BLOCK)]
+
+
+def _diagonal_factors(G, b, e, strict):
+    """``exp(G_i - G_j)`` for i, j in rows b:e, masked to j <= i (j < i when strict): (..., e-b, e-b, Dk)."""
+    n = e - b
+    mask = _tril(n, strict)[..., None]
+    diff = G[..., b:e, None, :] - G[..., None, b:e, :]
+    return np.exp(np.where(mask, diff, -np.inf))
+
+
 def _gram(x, y, G, strict):
     """``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` below (or on) the diagonal; (..., Q, Q)."""
     Q = x.shape[-2]
-    mask = _tril(Q, strict)
     if G.shape[-1] == 1:  # one decay per head
-        E = np.exp(np.where(mask, G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+        E = np.exp(np.where(_tril(Q, strict), G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
         return (x @ np.swapaxes(y, -1, -2)) * E
-    ep, em, wide = _factors(G)
-    M = np.where(mask, (x * ep) @ np.swapaxes(y * em, -1, -2), 0.0)
-    if wide is not None:
-        E = _direct_factors(G[wide], mask)
-        M[wide] = np.einsum("bid,bjd,bijd->bij", x[wide], y[wide], E)
+    M = np.zeros(x.shape[:-1] + (Q,), dtype=x.dtype)
+    for b, e in _blocks(Q):
+        # the diagonal block: the exact sum over the channels
+        M[..., b:e, b:e] = (x[..., b:e, None, :] * y[..., None, b:e, :] * _diagonal_factors(G, b, e, strict)).sum(-1)
+        if e < Q:  # the rows below it, through the block's last log decay r: both factors <= 1
+            r = G[..., e - 1:e, :]
+            M[..., e:, b:e] = (x[..., e:, :] * np.exp(G[..., e:, :] - r)) @ np.swapaxes(
+                y[..., b:e, :] * np.exp(r - G[..., b:e, :]), -1, -2)
     return M
-
-
-def _factors(G):
-    """``exp(G - c)``, ``exp(c - G)`` with ``c`` each chunk's middle log decay, and the chunks too wide for them.
-
-    ``G`` is (..., Q, Dk); a chunk whose span exceeds :data:`SPAN_LIMIT` gets factors 1 (its Gram
-    is then formed as the exact sum) and is marked in ``wide`` (..., or None when there is none).
-    """
-    span = (G[..., 0, :] - G[..., -1, :]).max(axis=-1)
-    wide = span > SPAN_LIMIT.get(G.dtype, 70.0)
-    e = np.where(wide[..., None, None], 0.0, G - 0.5 * (G[..., :1, :] + G[..., -1:, :]))
-    return np.exp(e), np.exp(-e), (wide if wide.any() else None)
-
-
-def _direct_factors(G, mask):
-    """``exp(G_i - G_j)`` masked, (B, Q, Q, Dk), for a (B, Q, Dk) stack of chunks."""
-    diff = G[:, :, None, :] - G[:, None, :, :]
-    return np.exp(np.where(mask[..., None], diff, -np.inf))
 
 
 def _gram_backward(x, y, G, strict, dM):
@@ -91,14 +87,32 @@ def _gram_backward(x, y, G, strict, dM):
         dP = dM * E
         dx, dy = dP @ y, np.swapaxes(dP, -1, -2) @ x
         return dx, dy, (x * dx - y * dy).sum(axis=-1, keepdims=True)
-    ep, em, wide = _factors(G)
-    dx = ep * (dM @ (y * em))
-    dy = em * (np.swapaxes(dM, -1, -2) @ (x * ep))
-    if wide is not None:
-        E = _direct_factors(G[wide], mask)
-        dx[wide] = np.einsum("bij,bjd,bijd->bid", dM[wide], y[wide], E)
-        dy[wide] = np.einsum("bij,bid,bijd->bjd", dM[wide], x[wide], E)
+    dx, dy = np.zeros_like(x), np.zeros_like(y)
+    for b, e in _blocks(Q):
+        dE = dM[..., b:e, b:e, None] * _diagonal_factors(G, b, e, strict)  # (..., n, n, Dk)
+        dx[..., b:e, :] += (dE * y[..., None, b:e, :]).sum(-2)
+        dy[..., b:e, :] += (dE * x[..., b:e, None, :]).sum(-3)
+        if e < Q:
+            r = G[..., e - 1:e, :]
+            ex, ey = np.exp(G[..., e:, :] - r), np.exp(r - G[..., b:e, :])
+            dB = dM[..., e:, b:e]
+            dx[..., e:, :] += ex * (dB @ (y[..., b:e, :] * ey))
+            dy[..., b:e, :] += ey * (np.swapaxes(dB, -1, -2) @ (x[..., e:, :] * ex))
     return dx, dy, x * dx - y * dy
+
+
+def _unit_lower_inverse(A):
+    """``(I + A)^-1`` for strictly lower-triangular A (..., Q, Q), by forward substitution over the rows.
+
+    Row i of the inverse is ``e_i - sum_{j<i} A_ij X_j``: Q vectorised steps over the whole
+    stack (a quarter of the work of an LU-based inverse, and no pivoting to undo).
+    """
+    Q = A.shape[-1]
+    X = np.zeros_like(A)
+    X[..., np.arange(Q), np.arange(Q)] = 1.0
+    for i in range(1, Q):
+        X[..., i, :i] = -(A[..., i:i + 1, :i] @ X[..., :i, :i])[..., 0, :]
+    return X
 
 
 def _decay_sum(a, width):
@@ -135,7 +149,7 @@ def chunk_forward(q, k, v, g, beta, S0, Q):
     G = np.cumsum(gc, axis=-2)
     eG = np.exp(G)
     Gk = _gram(kc, kc, G, strict=True)  # (N, H, C, Q, Q)
-    Tinv = np.linalg.inv(np.eye(Q, dtype=q.dtype) + bc * Gk)
+    Tinv = _unit_lower_inverse(bc * Gk)
     W = bc * kc * eG  # (N, H, C, Q, Dk)
     U0, Kc = Tinv @ (bc * vc), Tinv @ W
     Attn = _gram(qc, kc, G, strict=False)
