@@ -88,8 +88,14 @@ def test_chunked_equals_sequential_to_round_off_across_chunk_boundaries(rng, per
             assert rel(a, b) <= 1e-11
 
 
-def test_a_strong_per_channel_decay_neither_overflows_nor_loses_agreement(rng):
-    # decays down to exp(-30) per step: spans of hundreds inside a chunk, products that must not overflow
+@pytest.mark.parametrize("limit", [None, 1.0])
+def test_a_strong_per_channel_decay_neither_overflows_nor_loses_agreement(rng, monkeypatch, limit):
+    # decays down to exp(-30) per step: spans of hundreds inside a chunk, products that must not overflow;
+    # limit=1: every diagonal sub-block takes the exact (n, n, Dk) sum instead of the product
+    from hiddenstate.cells import delta_chunk
+
+    if limit is not None:
+        monkeypatch.setitem(delta_chunk.SPAN_LIMIT, np.dtype(np.float64), limit)
     args = inputs(rng, T=70, N=1, H=2, Dk=4, Dv=3, per_channel=True, strong=True)
     d_o, d_S = rng.standard_normal(args[2].shape), rng.standard_normal(args[5].shape)
     o1, S1, c1 = delta_forward(*args)
@@ -97,6 +103,14 @@ def test_a_strong_per_channel_decay_neither_overflows_nor_loses_agreement(rng):
     assert np.isfinite(o2).all() and rel(o2, o1) <= 1e-12 and rel(S2, S1) <= 1e-12
     for a, b in zip(delta_backward(c2, d_o, d_S), delta_backward(c1, d_o, d_S)):
         assert rel(a, b) <= 1e-11
+
+
+def test_a_strong_decay_in_float32_stays_finite_and_close(rng):
+    args = inputs(rng, T=70, N=1, H=2, Dk=4, Dv=3, per_channel=True, strong=True)
+    o64, S64, _ = delta_forward(*args)
+    o, S, cache = delta_forward(*[a.astype(np.float32) for a in args], chunk=64)
+    assert rel(o, o64) <= 1e-5 and rel(S, S64) <= 1e-5
+    assert all(np.isfinite(x).all() for x in delta_backward(cache, np.ones_like(o), np.ones_like(S)))
 
 
 @pytest.mark.parametrize("chunk", [None, 3])

@@ -8,8 +8,9 @@ carries ``dL/dS`` back through the same loop, then forms the rest for all chunks
 
 A decayed Gram matrix ``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` (j <= i) is, for a
 decay of width 1, ``(x y^T) o exp(G_i - G_j)``; for a per-channel decay it is formed in
-sub-blocks of :data:`SUB_BLOCK` rows (as fla's KDA kernels do): a diagonal block as the exact
-sum over the channels, the rows below block J as the product ``(x_I exp(G_I - r)) (y_J exp(r -
+sub-blocks of :data:`SUB_BLOCK` rows (as fla's KDA kernels do): a diagonal block as a product
+through its middle log decay (the exact (n, n, Dk) sum when its span exceeds :data:`SPAN_LIMIT`),
+the rows below block J as the product ``(x_I exp(G_I - r)) (y_J exp(r -
 G_J))^T`` with ``r`` the last log decay of block J, where both factors are <= 1 whatever the
 decay (nothing can overflow; what underflows is below every term it would be added to). Its
 adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the decay factors) and ``dG = x o dx -
@@ -20,10 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SUB_BLOCK", "chunk_backward", "chunk_forward", "chunk_states"]
+__all__ = ["SPAN_LIMIT", "SUB_BLOCK", "chunk_backward", "chunk_forward", "chunk_states"]
 
-#: Rows per sub-block of a chunk in the per-channel Gram (the diagonal blocks are exact sums).
+#: Rows per sub-block of a chunk in the per-channel Gram.
 SUB_BLOCK = 16
+
+#: Largest log-decay span inside a diagonal sub-block for which its Gram is formed as a product of
+#: two factors ``exp(+-span / 2)`` (float64, float32): the masked entries above the diagonal reach
+#: ``exp(span)`` and must stay finite. Wider blocks use the exact (n, n, Dk) sum.
+SPAN_LIMIT = {np.dtype(np.float64): 600.0, np.dtype(np.float32): 60.0}
 
 
 def _chunked(x, Q):
@@ -60,6 +66,20 @@ def _diagonal_factors(G, b, e, strict):
     return np.exp(np.where(mask, diff, -np.inf))
 
 
+def _diagonal_parts(G, b, e):
+    """``exp(G - c)``, ``exp(c - G)`` over rows b:e with ``c`` the block's middle log decay, and its too-wide entries.
+
+    Above the diagonal the product reaches ``exp(span)``: a block whose span exceeds
+    :data:`SPAN_LIMIT` gets factors 1 and is marked in ``wide`` (None when there is none), for the
+    exact sum instead.
+    """
+    Gb = G[..., b:e, :]
+    span = (Gb[..., 0, :] - Gb[..., -1, :]).max(axis=-1)
+    wide = span > SPAN_LIMIT.get(G.dtype, 60.0)
+    d = np.where(wide[..., None, None], 0.0, Gb - 0.5 * (Gb[..., :1, :] + Gb[..., -1:, :]))
+    return np.exp(d), np.exp(-d), (wide if wide.any() else None)
+
+
 def _gram(x, y, G, strict):
     """``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` below (or on) the diagonal; (..., Q, Q)."""
     Q = x.shape[-2]
@@ -68,8 +88,12 @@ def _gram(x, y, G, strict):
         return (x @ np.swapaxes(y, -1, -2)) * E
     M = np.zeros(x.shape[:-1] + (Q,), dtype=x.dtype)
     for b, e in _blocks(Q):
-        # the diagonal block: the exact sum over the channels
-        M[..., b:e, b:e] = (x[..., b:e, None, :] * y[..., None, b:e, :] * _diagonal_factors(G, b, e, strict)).sum(-1)
+        ex, ey, wide = _diagonal_parts(G, b, e)  # the diagonal block, through its middle log decay
+        Mb = np.where(_tril(e - b, strict), (x[..., b:e, :] * ex) @ np.swapaxes(y[..., b:e, :] * ey, -1, -2), 0.0)
+        if wide is not None:  # a block too wide for the product: the exact sum over the channels
+            E = _diagonal_factors(G[wide], b, e, strict)
+            Mb[wide] = (x[wide][..., b:e, None, :] * y[wide][..., None, b:e, :] * E).sum(-1)
+        M[..., b:e, b:e] = Mb
         if e < Q:  # the rows below it, through the block's last log decay r: both factors <= 1
             r = G[..., e - 1:e, :]
             M[..., e:, b:e] = (x[..., e:, :] * np.exp(G[..., e:, :] - r)) @ np.swapaxes(
@@ -89,9 +113,16 @@ def _gram_backward(x, y, G, strict, dM):
         return dx, dy, (x * dx - y * dy).sum(axis=-1, keepdims=True)
     dx, dy = np.zeros_like(x), np.zeros_like(y)
     for b, e in _blocks(Q):
-        dE = dM[..., b:e, b:e, None] * _diagonal_factors(G, b, e, strict)  # (..., n, n, Dk)
-        dx[..., b:e, :] += (dE * y[..., None, b:e, :]).sum(-2)
-        dy[..., b:e, :] += (dE * x[..., b:e, None, :]).sum(-3)
+        ex, ey, wide = _diagonal_parts(G, b, e)
+        dB = dM[..., b:e, b:e]
+        ddx = ex * (dB @ (y[..., b:e, :] * ey))
+        ddy = ey * (np.swapaxes(dB, -1, -2) @ (x[..., b:e, :] * ex))
+        if wide is not None:
+            dE = dB[wide][..., None] * _diagonal_factors(G[wide], b, e, strict)  # (B, n, n, Dk)
+            ddx[wide] = (dE * y[wide][..., None, b:e, :]).sum(-2)
+            ddy[wide] = (dE * x[wide][..., b:e, None, :]).sum(-3)
+        dx[..., b:e, :] += ddx
+        dy[..., b:e, :] += ddy
         if e < Q:
             r = G[..., e - 1:e, :]
             ex, ey = np.exp(G[..., e:, :] - r), np.exp(r - G[..., b:e, :])
