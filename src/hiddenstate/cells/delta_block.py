@@ -47,8 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hiddenstate.cells.delta import delta_backward, delta_forward, delta_states
-from hiddenstate.cells.mamba import silu
-from hiddenstate.functional import sigmoid
+from hiddenstate.functional import sigmoid, sigmoid_tanh
 
 __all__ = ["LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward", "block_record",
            "param_names"]
@@ -184,6 +183,21 @@ def param_names(spec) -> dict[str, str]:
             "norm": "o_norm.weight", "out": "o_proj.weight"}
 
 
+def _silu(c):
+    """``silu(c) = c sigmoid(c)`` and its derivative, with the kernels' one-``tanh`` sigmoid (absolute accuracy).
+
+    Parameters
+    ----------
+    c : ndarray, floating
+
+    Returns
+    -------
+    value, derivative : ndarray, shape and dtype of ``c``
+    """
+    s = sigmoid_tanh(c)
+    return c * s, s * (1.0 + c * (1.0 - s))
+
+
 def _mm(x, w):
     """``x @ w`` for x (..., A) and w (A, B) as one 2-D product (NumPy loops over the leading axes otherwise)."""
     return (x.reshape(-1, x.shape[-1]) @ w).reshape(x.shape[:-1] + (w.shape[1],))
@@ -241,11 +255,12 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     pre = {n: (chains[c] if idx is None else chains[c][..., idx]) for n, (c, idx) in _pieces(spec).items()}
     xqkv = np.concatenate([pre["q"], pre["k"], pre["v"]], axis=-1)  # (T, N, Dc)
     xpad = np.concatenate([conv0.transpose(2, 0, 1), xqkv], axis=0)  # (K-1+T, N, Dc)
-    w = p[names["conv"]][:, 0, :]  # (Dc, K)
-    c = np.zeros_like(xqkv)
-    for j in range(K):
-        c += w[:, j] * xpad[j:j + T]
-    act, d_act = silu(c)
+    w = np.ascontiguousarray(p[names["conv"]][:, 0, :].T)  # (K, Dc)
+    c = xpad[:T] * w[0]
+    tmp = np.empty_like(c)
+    for j in range(1, K):
+        c += np.multiply(w[j], xpad[j:j + T], out=tmp)
+    act, d_act = _silu(c)
     q = act[..., :Hk * Dk].reshape(T, N, Hk, Dk)
     k = act[..., Hk * Dk:2 * Hk * Dk].reshape(T, N, Hk, Dk)
     v = act[..., 2 * Hk * Dk:].reshape(T, N, Hv, Dv)
@@ -265,7 +280,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     inv = 1.0 / np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + spec.eps)  # (T, N, Hv, 1)
     y = o * inv
     z = pre["z"].reshape(T, N, Hv, Dv)
-    gate, d_gate = (sigmoid(z), None) if kimi else silu(z)
+    gate, d_gate = (sigmoid(z), None) if kimi else _silu(z)
     nw = p[names["norm"]]
     n = (nw * y * gate).reshape(T, N, Hv * Dv)
     out = _mm(n, p[names["out"]].T)

@@ -80,12 +80,27 @@ def _diagonal_parts(G, b, e):
     return np.exp(d), np.exp(-d), (wide if wide.any() else None)
 
 
-def _gram(x, y, G, strict):
-    """``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` below (or on) the diagonal; (..., Q, Q)."""
+def _scalar_factors(G):
+    """``exp(G_i - G_j)`` on and below the diagonal, 0 above, for a decay of width 1: (..., Q, Q)."""
+    Q = G.shape[-2]
+    return np.exp(np.where(_tril(Q, False), G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+
+
+def _zero_diagonal(M):
+    Q = M.shape[-1]
+    M[..., np.arange(Q), np.arange(Q)] = 0.0
+    return M
+
+
+def _gram(x, y, G, strict, E=None):
+    """``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` below (or on) the diagonal; (..., Q, Q).
+
+    ``E`` is :func:`_scalar_factors` of a decay of width 1 (unused for a per-channel decay).
+    """
     Q = x.shape[-2]
     if G.shape[-1] == 1:  # one decay per head
-        E = np.exp(np.where(_tril(Q, strict), G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
-        return (x @ np.swapaxes(y, -1, -2)) * E
+        M = (x @ np.swapaxes(y, -1, -2)) * E
+        return _zero_diagonal(M) if strict else M
     M = np.zeros(x.shape[:-1] + (Q,), dtype=x.dtype)
     for b, e in _blocks(Q):
         ex, ey, wide = _diagonal_parts(G, b, e)  # the diagonal block, through its middle log decay
@@ -101,16 +116,16 @@ def _gram(x, y, G, strict):
     return M
 
 
-def _gram_backward(x, y, G, strict, dM):
+def _gram_backward(x, y, G, strict, dM, E=None):
     """The adjoint of :func:`_gram`: ``(dx, dy, dG)``."""
     Q = x.shape[-2]
-    mask = _tril(Q, strict)
-    dM = np.where(mask, dM, 0.0)
     if G.shape[-1] == 1:
-        E = np.exp(np.where(mask, G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
         dP = dM * E
+        if strict:
+            _zero_diagonal(dP)
         dx, dy = dP @ y, np.swapaxes(dP, -1, -2) @ x
         return dx, dy, (x * dx - y * dy).sum(axis=-1, keepdims=True)
+    dM = np.where(_tril(Q, strict), dM, 0.0)
     dx, dy = np.zeros_like(x), np.zeros_like(y)
     for b, e in _blocks(Q):
         ex, ey, wide = _diagonal_parts(G, b, e)
@@ -179,11 +194,12 @@ def chunk_forward(q, k, v, g, beta, S0, Q):
     C = qc.shape[2]
     G = np.cumsum(gc, axis=-2)
     eG = np.exp(G)
-    Gk = _gram(kc, kc, G, strict=True)  # (N, H, C, Q, Q)
+    E = _scalar_factors(G) if scalar else None  # (N, H, C, Q, Q)
+    Gk = _gram(kc, kc, G, True, E)  # (N, H, C, Q, Q)
     Tinv = _unit_lower_inverse(bc * Gk)
     W = bc * kc * eG  # (N, H, C, Q, Dk)
     U0, Kc = Tinv @ (bc * vc), Tinv @ W
-    Attn = _gram(qc, kc, G, strict=False)
+    Attn = _gram(qc, kc, G, False, E)
     Qd = qc * eG
     eGl = np.exp(G[..., -1:, :])  # (N, H, C, 1, Dg)
     Kd = kc * np.exp(G[..., -1:, :] - G)
@@ -198,7 +214,7 @@ def chunk_forward(q, k, v, g, beta, S0, Q):
         O[:, :, c] = Qd[:, :, c] @ S + Attn[:, :, c] @ Uc
         S = dl[:, :, c] * S + np.swapaxes(Kd[:, :, c], -1, -2) @ Uc
         U[:, :, c] = Uc
-    cache = ("chunk", T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0)
+    cache = ("chunk", T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E)
     return _unchunked(O, T), (S.copy() if T else S0.copy()), cache
 
 
@@ -218,7 +234,7 @@ def chunk_backward(cache, d_o, d_ST):
     d_q, d_k, d_v, d_g, d_beta, d_S0 : ndarray
         As :func:`hiddenstate.cells.delta.delta_backward`.
     """
-    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0 = cache
+    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E = cache
     C, Q, width = qc.shape[2], qc.shape[3], G.shape[-1]
     dO = np.zeros_like(vc) if d_o is None else _chunked(d_o, Q)
     dS = np.zeros_like(S0) if d_ST is None else d_ST.copy()
@@ -245,8 +261,8 @@ def chunk_backward(cache, d_o, d_ST):
     d_beta = (dVb * vc).sum(axis=-1) + (dW * kc * eG).sum(axis=-1) + (dA * Gk).sum(axis=-1)
     d_k = bc * eG * dW
     dG = _decay_sum(dW * W, width)
-    dk1, dk2, dGa = _gram_backward(kc, kc, G, True, bc * dA)
-    dq, dk3, dGb = _gram_backward(qc, kc, G, False, dAttn)
+    dk1, dk2, dGa = _gram_backward(kc, kc, G, True, bc * dA, E)
+    dq, dk3, dGb = _gram_backward(qc, kc, G, False, dAttn, E)
     d_k += dk1 + dk2 + dk3 + np.exp(G[..., -1:, :] - G) * dKd
     dq += eG * dQd
     dG += dGa + dGb + _decay_sum(Qd * dQd, width)
@@ -272,7 +288,7 @@ def chunk_states(cache) -> np.ndarray:
     -------
     ndarray of shape (T, N, H, Dk, Dv)
     """
-    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0 = cache
+    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E = cache
     Q = qc.shape[3]
     a = np.exp(gc)  # (N, H, C, Q, Dg)
     out = np.empty(starts.shape[:3] + (Q,) + starts.shape[3:], dtype=starts.dtype)  # (N, H, C, Q, Dk, Dv)
