@@ -188,6 +188,36 @@ def test_sequential_and_chunked_forms_agree_and_the_record_holds_every_state(kin
         assert rel(other[4], base[4]) <= 1e-11
 
 
+@pytest.mark.parametrize("chunk", [None, 4])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_right_padded_batch_equals_each_row_run_alone(kind, chunk):
+    rng = np.random.default_rng(7)
+    layer = make(kind, chunk=chunk)
+    T, lengths = 9, np.array([9, 5, 0, 1])
+    N = len(lengths)
+    u = rng.standard_normal((T, N, 6))
+    st0 = layer.initial_state(N)
+    st0 = DeltaState(rng.standard_normal(st0.recurrent.shape), rng.standard_normal(st0.conv.shape))
+    d_out = rng.standard_normal(u.shape)
+    d_S, d_conv = rng.standard_normal(st0.recurrent.shape), rng.standard_normal(st0.conv.shape)
+    out, st, cache, rec = layer.forward(u, st0, lengths=lengths, record=True)
+    grads, d_u, d_st = layer.backward(cache, d_out, (d_S, d_conv))
+    total = {k: np.zeros_like(v) for k, v in grads.items()}
+    for n, L in enumerate(lengths):
+        row = DeltaState(st0.recurrent[n:n + 1], st0.conv[n:n + 1])
+        o, s, c = layer.forward(u[:L, n:n + 1], row)
+        assert (L == 0 or rel(out[:L, n], o[:, 0]) <= 1e-13) and np.all(out[L:, n] == 0)
+        assert rel(st.recurrent[n], s.recurrent[0]) <= 1e-13 and rel(st.conv[n], s.conv[0]) <= 1e-13
+        assert rel(rec.recurrent[-1, n], s.recurrent[0]) <= 1e-13 and rel(rec.conv[-1, n], s.conv[0]) <= 1e-13
+        g, du, ds = layer.backward(c, d_out[:L, n:n + 1], (d_S[n:n + 1], d_conv[n:n + 1]))
+        assert (L == 0 or rel(d_u[:L, n], du[:, 0]) <= 1e-12) and np.all(d_u[L:, n] == 0)
+        assert rel(d_st.recurrent[n], ds.recurrent[0]) <= 1e-12 and rel(d_st.conv[n], ds.conv[0]) <= 1e-12
+        for k in total:
+            total[k] += g[k]
+    for k in grads:
+        assert rel(grads[k], total[k]) <= 1e-12, k
+
+
 def test_record_refuses_a_size_that_cannot_fit_and_says_the_bytes(monkeypatch):
     import hiddenstate.resources as resources
 
@@ -228,8 +258,10 @@ def test_bad_input_is_refused_with_the_rule_and_the_value():
     _, _, cache = make("qwen3_next").forward(np.zeros((3, 2, 6)))
     with pytest.raises(ValueError, match="cache must come from this layer"):
         layer.backward(cache, None)
-    with pytest.raises(ValueError, match="lengths is not supported by KimiDeltaAttention"):
-        layer.forward(np.zeros((3, 2, 6)), lengths=[3, 2])
+    with pytest.raises(ValueError, match="reset is not supported by KimiDeltaAttention"):
+        layer.forward(np.zeros((3, 2, 6)), reset=np.zeros((3, 2), dtype=bool))
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]; got values in \[2, 4\]"):
+        layer.forward(np.zeros((3, 2, 6)), lengths=[4, 2])
 
 
 def test_state_dict_round_trip_and_zero_initial_state():

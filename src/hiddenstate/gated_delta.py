@@ -18,8 +18,9 @@ gradients       :meth:`backward`: every parameter, the input, ``d_recurrent0`` a
 carry           pass the returned state to the next call: two chunks give what one long call gives
 ==============  ===========================================================================
 
-Not here: right-padded batches (``lengths``) and ``reset`` (refused: a padded step would also
-have to hold the convolution's window), inputs of other array libraries.
+Right-padded batches (``lengths``): a padded step neither decays nor writes, so both states are
+carried. Not here: ``reset`` (refused: a restart mid-chunk breaks the chunked form), inputs of
+other array libraries.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from hiddenstate.functional import FloatGuard
 from hiddenstate.params import check_params, load_into
 from hiddenstate.resources import check_memory
 from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, real, shape_str
+from hiddenstate.validation import lengths as valid_lengths
 from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["DeltaCache", "DeltaRecord", "DeltaState", "GatedDeltaNet", "KimiDeltaAttention"]
@@ -150,8 +152,13 @@ class _DeltaLayer:
         record : bool, default False
             Also return every step's states and gates (refused up front when the T N Hv Dk Dv
             matrix states would not fit in memory).
-        lengths, reset : None
-            Not supported (refused when given): run rows of different lengths in separate calls.
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each row of a right-padded batch, each in [0, T]: outputs past a row's
+            length are 0 and ``state_n`` is its states at its own last valid step (a length-0 row
+            keeps its initial states); the record carries both states over padded steps.
+        reset : None
+            Not supported (refused when given): a row restarting from ``S0`` mid-chunk breaks the
+            chunked form. Split the sequence at the reset instead.
 
         Returns
         -------
@@ -167,18 +174,18 @@ class _DeltaLayer:
         ------
         ValueError
             ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, a record (or the
-            sequential form's per-step states) that cannot fit in memory, ``lengths`` or ``reset``.
+            sequential form's per-step states) that cannot fit in memory, lengths out of range,
+            ``reset``.
         TypeError
             Non-float input, an array of another library, a state that is not a pair, a non-bool
             ``record``.
         """
         record = boolean("record", record)
         name = type(self).__name__
-        for opt, value in (("lengths", lengths), ("reset", reset)):
-            if value is not None:
-                raise ValueError(f"{opt} is not supported by {name} (a padded step would have to hold the "
-                                 f"convolution's window too); got {type(value).__name__}. Run rows of different "
-                                 f"lengths in separate calls.")
+        if reset is not None:
+            raise ValueError(f"reset is not supported by {name} (a row restarting from its initial state mid-chunk "
+                             f"breaks the chunked form); got {type(reset).__name__}. Split the sequence at the reset "
+                             f"and pass the initial state to the second call.")
         if is_foreign(u):
             raise TypeError(f"u must be a NumPy array for {name}; got {type(u).__name__}. Convert it with .numpy() "
                             f"(on the CPU) first.")
@@ -188,6 +195,7 @@ class _DeltaLayer:
             raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
         x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
         T, N = x.shape[:2]
+        lengths = None if lengths is None else valid_lengths(lengths, T, N)
         if state is None:
             s = DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
         elif isinstance(state, tuple) and len(state) == 2:
@@ -203,7 +211,8 @@ class _DeltaLayer:
         check_params(self.params, self.shapes(), self.dtype, name)
         p = {k: v.copy() for k, v in self.params.items()}
         with FloatGuard() as guard:
-            out, final, kc = kernel.block_forward(p, x, s.recurrent, s.conv, self.spec, chunk=self.chunk)
+            out, final, kc = kernel.block_forward(p, x, s.recurrent, s.conv, self.spec, chunk=self.chunk,
+                                                  lengths=lengths)
         guard.check("the forward pass", (("out", out), ("recurrent", final.recurrent)),
                     "Scale the input or the weights down.")
         cache = DeltaCache(kc, self.batch_first, self)

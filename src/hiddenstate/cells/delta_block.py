@@ -208,6 +208,14 @@ def _softplus(x):
     return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
 
 
+def _final_taps(lengths, T, K):
+    """Index of the K - 1 inputs each row's final window holds in ``xpad`` (K-1+T, N, Dc)."""
+    if lengths is None:
+        return (slice(T, None),)
+    rows = lengths[None, :] + np.arange(K - 1)[:, None]  # (K-1, N): input t sits at t + K - 1
+    return rows, np.arange(lengths.shape[0])[None, :]
+
+
 def _l2norm(x):
     inv = 1.0 / np.sqrt((x * x).sum(axis=-1, keepdims=True) + L2_EPS)
     return x * inv, inv
@@ -217,7 +225,7 @@ def _l2norm_backward(xn, inv, d):
     return inv * (d - xn * (xn * d).sum(axis=-1, keepdims=True))
 
 
-def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
+def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
     """The block over all T steps (the module's equations): the forward kernel.
 
     Parameters
@@ -232,6 +240,9 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     spec : BlockSpec
     chunk : int or None
         The delta rule's form: None the per-step loop, Q the chunked form.
+    lengths : ndarray of int, shape (N,), optional
+        Valid steps of each row of a right-padded batch: a padded step neither decays nor writes
+        (``g = 0``, ``beta = 0``: both states are carried) and its output is 0.
 
     Returns
     -------
@@ -276,6 +287,10 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     else:
         dt_pre = pre["a"] + p[names["dt_bias"]]
     g = -A * _softplus(dt_pre)
+    keep = None if lengths is None else np.arange(T)[:, None] < lengths[None, :]  # (T, N)
+    if keep is not None:  # a padded step neither decays nor writes: the state is carried
+        beta = np.where(keep[..., None], beta, 0.0)
+        g = np.where(keep[..., None, None] if kimi else keep[..., None], g, 0.0)
     o, S_T, kc = delta_forward(qs, ks, v, g, beta, S0, chunk=chunk)
     inv = 1.0 / np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + spec.eps)  # (T, N, Hv, 1)
     y = o * inv
@@ -284,9 +299,11 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk):
     nw = p[names["norm"]]
     n = (nw * y * gate).reshape(T, N, Hv * Dv)
     out = _mm(n, p[names["out"]].T)
-    final = DeltaState(S_T, np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
+    if keep is not None:
+        out *= keep[..., None]
+    final = DeltaState(S_T, np.ascontiguousarray(xpad[_final_taps(lengths, T, K)].transpose(1, 2, 0)))
     cache = (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y,
-             gate, d_gate, n, v)
+             gate, d_gate, n, v, keep, lengths)
     return out, final, cache
 
 
@@ -311,13 +328,15 @@ def block_backward(cache, d_out, d_final):
         Gradients with respect to the initial matrix state and convolution window.
     """
     (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y, gate,
-     d_gate, n, v) = cache
+     d_gate, n, v, keep, lengths) = cache
     T, N, M = u.shape
     Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
     r, kimi = Hv // Hk, spec.layout == "kimi"
     names = param_names(spec)
     d_S_T, d_conv_T = (None, None) if d_final is None else d_final
     d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
+    if keep is not None:
+        d_out = d_out * keep[..., None]  # padded outputs are constants (0)
     grads = {names["out"]: d_out.reshape(-1, M).T @ n.reshape(-1, Hv * Dv)}
     d_n = _mm(d_out, p[names["out"]]).reshape(T, N, Hv, Dv)
     nw = p[names["norm"]]
@@ -326,6 +345,9 @@ def block_backward(cache, d_out, d_final):
     d_y = d_n * nw * gate
     d_o = inv * (d_y - y * np.mean(d_y * y, axis=-1, keepdims=True))
     d_qs, d_ks, d_v, d_g, d_beta, d_S0 = delta_backward(kc, d_o, d_S_T)
+    if keep is not None:  # g and beta are constants on padded steps
+        d_beta = np.where(keep[..., None], d_beta, 0.0)
+        d_g = np.where(keep[..., None, None] if kimi else keep[..., None], d_g, 0.0)
     d_pre_a = d_g * (-A) * sigmoid(dt_pre)
     d_A = (d_g * g).sum(axis=(0, 1))  # dL/dA_log = sum d_g * g (g = -exp(A_log) sp)
     if kimi:
@@ -351,7 +373,7 @@ def block_backward(cache, d_out, d_final):
         d_xpad[j:j + T] += w[:, j] * d_c
     grads[names["conv"]] = d_w[:, None, :]
     if d_conv_T is not None:
-        d_xpad[T:] += d_conv_T.transpose(2, 0, 1)
+        d_xpad[_final_taps(lengths, T, K)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
     d_x = d_xpad[K - 1:]
     d_pre = {"q": d_x[..., :Hk * Dk], "k": d_x[..., Hk * Dk:2 * Hk * Dk], "v": d_x[..., 2 * Hk * Dk:],
              "z": d_z.reshape(T, N, Hv * Dv), "b": d_b, "a": d_pre_a}
@@ -390,10 +412,14 @@ def block_record(cache) -> DeltaRecord:
         Time-major arrays.
     """
     (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y, gate,
-     d_gate, n, v) = cache
+     d_gate, n, v, keep, lengths) = cache
     T = u.shape[0]
-    idx = np.arange(T)[:, None] + np.arange(1, spec.K)[None, :]  # (T, K-1): the window after step t
-    conv = np.ascontiguousarray(xpad[idx].transpose(0, 2, 3, 1))  # (T, N, Dc, K-1)
+    N = u.shape[1]
+    start = np.arange(1, T + 1)[:, None] * np.ones(N, dtype=np.int64)  # (T, N): the window after step t
+    if lengths is not None:  # past its length a row's window is carried
+        start = np.minimum(start, lengths[None, :])
+    rows = start[..., None] + np.arange(spec.K - 1)  # (T, N, K-1)
+    conv = np.ascontiguousarray(xpad[rows, np.arange(N)[None, :, None]].transpose(0, 1, 3, 2))  # (T, N, Dc, K-1)
     r = spec.Hv // spec.Hk
     with np.errstate(under="ignore"):
         decay = np.exp(g)
