@@ -158,3 +158,23 @@ def test_float32_runs_in_float32(rng):
         o, S_T, cache = delta_forward(*args, chunk=chunk)
         assert o.dtype == S_T.dtype == np.float32
         assert all(x.dtype == np.float32 for x in delta_backward(cache, np.ones_like(o), None))
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_the_array_api_reference_step_equals_the_kernels(rng, library, per_channel):
+    from hiddenstate.xp import delta as ref
+    from hiddenstate.xp.arrays import namespace
+
+    args = inputs(rng, T=9, per_channel=per_channel)
+    d_o, d_S = rng.standard_normal(args[2].shape), rng.standard_normal(args[5].shape)
+    conv = (lambda a: a) if library == "numpy" else require_torch().from_numpy
+    xs = [conv(a) for a in args]
+    xp, _ = namespace(xs[0])
+    o, S_T, saved = ref.scan(xp, *xs)
+    grads = ref.scan_backward(xp, saved, conv(d_o), conv(d_S))
+    for chunk in (None, 4):
+        o2, S2, cache = delta_forward(*args, chunk=chunk)
+        assert rel(np.asarray(o), o2) <= 1e-12 and rel(np.asarray(S_T), S2) <= 1e-12
+        for a, b in zip(grads, delta_backward(cache, d_o, d_S)):
+            assert rel(np.asarray(a), b) <= 1e-12
