@@ -99,7 +99,7 @@ def mlstm_timers(args, T):
     ours = {f"ours {s}": MLSTMLayer(args.hidden, args.heads, scan=s, dtype=args.dtype, rng=np.random.default_rng(0))
             for s in ("chunkwise", "parallel")}
     first = next(iter(ours.values()))
-    for key, v in first.params.items():  # off the structured initial values (zero gate weights)
+    for v in first.params.values():  # off the structured initial values (zero gate weights)
         v += (0.1 * rng.standard_normal(v.shape)).astype(v.dtype)
     for lay in ours.values():
         lay.load_state_dict(first.params)
@@ -122,7 +122,7 @@ def rwkv_timers(args, T):
     rng = np.random.default_rng(0)
     ours = {"ours": RWKVTimeMix(args.hidden, dtype=args.dtype, rng=np.random.default_rng(0))}
     lay = ours["ours"]
-    for key, v in lay.params.items():
+    for v in lay.params.values():
         v += (0.1 * rng.standard_normal(v.shape)).astype(v.dtype)
     cfg = RwkvConfig(hidden_size=args.hidden, attention_hidden_size=args.hidden, num_hidden_layers=1, vocab_size=11)
     hf = RwkvSelfAttention(cfg, 0).to(getattr(torch, args.dtype))

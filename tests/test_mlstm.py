@@ -22,7 +22,7 @@ def layer(M=8, H=2, *, seed=0, jitter=0.5, **options):
     """A layer with its parameters moved off transformers' structured initial values (zero gate weights)."""
     rng = np.random.default_rng(seed)
     lay = MLSTMLayer(M, H, rng=rng, **options)
-    for key, v in lay.params.items():
+    for v in lay.params.values():
         v += jitter * rng.standard_normal(v.shape)
     H = lay.num_heads  # the input gate's bias from -10 to about 0: the stabiliser's max takes both sides
     lay.params["igate_preact.bias" if "igate_preact.bias" in lay.params else "ifgate_preact.bias"][:H] += 10.0
