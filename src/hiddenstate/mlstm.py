@@ -16,6 +16,14 @@ gradients       :meth:`MLSTMLayer.backward`: every parameter, the input and the 
 carry           pass the returned state to the next call: two chunks give what one long call gives
 ==============  ===========================================================================
 
+Agreement with transformers' ``xLSTMLayer`` (tests/test_mlstm.py, measured at M = 8, H = 2, N = 3):
+its recurrent path keeps the state in ``inference_state_dtype`` (float32 by default, whatever the
+model's dtype) and its norms reduce in float32 (``norm_reduction_force_float32``), so a float32
+layer agrees to float32 round-off (outputs 2.9e-7 relative at T = 13, 7.4e-7 at T = 40 through its
+chunkwise path; states 1e-7); with both set to float64 the agreement is 8e-16 (outputs) and
+4e-16 (states). Its chunkwise stabiliser is the same maximum as the sequential one, so even the
+stabilised states (C, n, m) agree, not only ``C exp(m)``.
+
 Not here: right-padded batches (``lengths``) and ``reset`` (refused: the layer takes whole sequences).
 """
 
