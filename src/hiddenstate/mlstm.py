@@ -40,6 +40,11 @@ from hiddenstate.validation import boolean, choice, float_array, float_dtype, ge
 __all__ = ["MLSTMCache", "MLSTMLayer", "MLSTMState"]
 
 
+def _mm(x, W):
+    """``x @ W`` for x (T, N, K) as one 2-D product (numpy runs a 3-D @ 2-D product as T small ones)."""
+    return (x.reshape(-1, x.shape[-1]) @ W).reshape(x.shape[:-1] + (W.shape[-1],))
+
+
 class MLSTMCache:
     """What :meth:`MLSTMLayer.backward` needs from one forward call (opaque).
 
@@ -320,10 +325,10 @@ class MLSTMLayer:
         H, Qk, V = self.num_heads, self.qk_dim, self.v_dim
         W, b, Wg, bg = self._weights(p)
         with FloatGuard() as guard:
-            proj = x @ W.T  # (T, N, 2 Qk + 2 V)
+            proj = _mm(x, W.T)  # (T, N, 2 Qk + 2 V)
             if b is not None:
                 proj += b
-            g_raw = x @ Wg.T + bg  # (T, N, 2 H)
+            g_raw = _mm(x, Wg.T) + bg  # (T, N, 2 H)
             cap = self.gate_soft_cap
             th = None if cap is None else np.tanh(g_raw / cap)
             gates = g_raw if cap is None else cap * th
@@ -342,7 +347,7 @@ class MLSTMLayer:
                 nw += p["multihead_norm.bias"]
             so = sigmoid(o)
             hout = so * nw
-            out = hout @ p["out_proj.weight"].T
+            out = _mm(hout, p["out_proj.weight"].T)
             if self.use_bias:
                 out += p["out_proj.bias"]
         guard.check("the forward pass", (("out", out), ("C", final.C)), "Scale the input or the weights down.")
@@ -417,7 +422,7 @@ class MLSTMLayer:
             g["out_proj.weight"] = d2.T @ hout.reshape(-1, V)
             if self.use_bias:
                 g["out_proj.bias"] = d2.sum(axis=0)
-            d_hout = d_out @ p["out_proj.weight"]  # (T, N, V)
+            d_hout = _mm(d_out, p["out_proj.weight"])  # (T, N, V)
             d_o = d_hout * nw * so * (1.0 - so)
             d_nw = d_hout * so
             g["multihead_norm.weight"] = (d_nw * hn).reshape(-1, V).sum(axis=0)
@@ -435,7 +440,7 @@ class MLSTMLayer:
             dW = d_proj.reshape(-1, d_proj.shape[-1]).T @ x2
             dWg = d_gates.reshape(-1, 2 * H).T @ x2
             db, dbg = d_proj.reshape(-1, d_proj.shape[-1]).sum(axis=0), d_gates.reshape(-1, 2 * H).sum(axis=0)
-            d_u = d_proj @ W + d_gates @ Wg
+            d_u = _mm(d_proj, W) + _mm(d_gates, Wg)
         if self.weight_mode == "fused":
             g["qkv_opreact.weight"], g["ifgate_preact.weight"], g["ifgate_preact.bias"] = dW, dWg, dbg
             if self.use_bias:
