@@ -72,8 +72,10 @@ def ssd_forward(a, u, B, C, h0, *, chunk: int | None = None):
     y : ndarray of shape (T, N, H, P)
     h_T : ndarray of shape (N, H, P, S)
         The state after the last step (a copy of ``h0`` when T = 0).
-    starts : list of ndarray of shape (N, H, P, S)
-        The state entering each chunk, for :func:`ssd_backward`.
+    starts : list of tuple
+        Per chunk, the state entering it (N, H, P, S), its decay matrix ``exp(seg)`` (N, H, Q, Q)
+        and ``l`` (N, H, Q), for :func:`ssd_backward` (which then forms no segment sums again;
+        together the size of a (T, N, H, Q) array).
     """
     Q = chunk or SSD_CHUNK
     T = a.shape[0]
@@ -88,7 +90,7 @@ def ssd_forward(a, u, B, C, h0, *, chunk: int | None = None):
         L = np.exp(seg)  # (N, H, Q, Q)
         M = (Cc @ Bc.swapaxes(-1, -2)) * L  # L o (C B^T)
         y[:, :, s:e] = M @ uc + np.exp(cum)[..., None] * (Cc @ h.swapaxes(-1, -2))
-        starts.append(h)
+        starts.append((h, L, cum))
         r = L[..., -1, :]  # (N, H, Q): exp(seg(Q-1, j))
         h = np.exp(cum[..., -1])[..., None, None] * h + (uc * r[..., None]).swapaxes(-1, -2) @ Bc
     return np.ascontiguousarray(np.moveaxis(y, 2, 0)), h, starts
@@ -102,7 +104,7 @@ def ssd_backward(a, u, B, C, starts, d_y, d_hT, *, chunk: int | None = None):
     ----------
     a, u, B, C : ndarray
         As given to :func:`ssd_forward`.
-    starts : list of ndarray
+    starts : list of tuple
         From :func:`ssd_forward`.
     d_y : ndarray of shape (T, N, H, P)
         Gradient with respect to ``y``.
@@ -127,10 +129,8 @@ def ssd_backward(a, u, B, C, starts, d_y, d_hT, *, chunk: int | None = None):
     g = np.zeros(u.shape[1:3] + (u.shape[3], B.shape[3]), dtype=u.dtype) if d_hT is None else d_hT.copy()
     for c in range((T + Q - 1) // Q - 1, -1, -1):
         s, e = c * Q, min(c * Q + Q, T)
-        uc, Bc, Cc, dy, h = ut[:, :, s:e], Bt[:, :, s:e], Ct[:, :, s:e], dyt[:, :, s:e], starts[c]
-        seg, cum = _segments(a[s:e])
-        cum = np.moveaxis(cum, 0, -1)  # (N, H, Q)
-        L = np.exp(seg)
+        uc, Bc, Cc, dy = ut[:, :, s:e], Bt[:, :, s:e], Ct[:, :, s:e], dyt[:, :, s:e]
+        h, L, cum = starts[c]  # the entering state, exp(seg) (N, H, Q, Q), l (N, H, Q)
         Gm = Cc @ Bc.swapaxes(-1, -2)  # (N, H, Q i, Q j): C_i . B_j
         # the state leaving the chunk: h_out = exp(l_last) h + sum_j r_j u_j B_j^T (g = dL/dh_out)
         r = L[..., -1, :]  # (N, H, Q)
