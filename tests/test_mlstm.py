@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hiddenstate import resources
+from hiddenstate.cells import ssd
 from hiddenstate.gradcheck import check_grads
 from hiddenstate.mlstm import MLSTMLayer, MLSTMState
 from tests._torch import require_torch, torch_required
@@ -93,8 +94,9 @@ CONFIGS = [(8, 2, dict()), (6, 3, dict(use_bias=True, weight_mode="fused", qk_di
 
 @pytest.mark.parametrize("scan", SCANS)
 @pytest.mark.parametrize("M,H,options", CONFIGS)
-def test_outputs_states_and_every_gradient_equal_torch_autograd(M, H, options, scan):
+def test_outputs_states_and_every_gradient_equal_torch_autograd(M, H, options, scan, monkeypatch):
     torch = require_torch()
+    monkeypatch.setattr(ssd, "SSD_CHUNK", 3)  # T = 7: the chunkwise form's chunks of 3, 3 and 1 steps
     lay = layer(M, H, scan=scan, **options)
     u, s0 = inputs(lay, 7, 3)
     out, s_T, cache = lay.forward(u, s0)
