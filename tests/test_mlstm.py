@@ -126,7 +126,7 @@ def test_the_stabiliser_switches_sides_in_the_tests():
     lay = layer(8, 2)
     u, s0 = inputs(lay, 7, 3)
     *_, cache = lay.forward(u, s0)
-    a, i = cache.values[5][7], cache.values[5][3]
+    a, i = cache.kernel[5][7], cache.kernel[5][3]
     assert (a > i).any() and (a < i).any()
 
 
@@ -218,9 +218,9 @@ def test_bad_input_is_refused_clearly():
         lay.forward(u[:, :, 0])
     with pytest.raises(ValueError, match=r"state.C must have shape \(N=2, H=2, Dk=2, Dv=4\); got \(1, 2, 2, 4\)"):
         lay.forward(u, MLSTMState(s0.C[:1], s0.n, s0.m))
-    with pytest.raises(TypeError, match="state must be a triple"):
+    with pytest.raises(TypeError, match=r"state must be a MLSTMState \(C, n, m\); got tuple of length 2"):
         lay.forward(u, s0[:2])
-    with pytest.raises(ValueError, match="lengths and reset must be None for MLSTMLayer"):
+    with pytest.raises(ValueError, match="lengths must be None for MLSTMLayer; got an array. MLSTMLayer takes whole sequences"):
         lay.forward(u, lengths=[3, 2])
     with pytest.raises(ValueError, match="qk_dim = int.* must be a positive multiple of num_heads=4; got 3"):
         MLSTMLayer(6, 4)

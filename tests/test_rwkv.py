@@ -93,7 +93,7 @@ def test_both_maxima_switch_sides_in_the_tests():
     lay = layer(6)
     u, s0 = inputs(lay, 9, 3)
     *_, cache = lay.forward(u, s0)
-    k, w, pprev, ku = cache.values[8][0], cache.values[8][2], cache.values[8][5], cache.values[8][11]
+    k, w, pprev, ku = cache.kernel[7][0], cache.kernel[7][2], cache.kernel[7][5], cache.kernel[7][11]
     assert ((pprev > ku).any() and (pprev < ku).any() and (pprev + w > k).any() and (pprev + w < k).any())
 
 
@@ -172,9 +172,9 @@ def test_bad_input_is_refused_clearly():
         lay.forward(u[:, :, :5])
     with pytest.raises(ValueError, match=r"state.max must have shape \(N=2, A=6\); got \(6,\)"):
         lay.forward(u, s0._replace(max=s0.max[0]))
-    with pytest.raises(TypeError, match="state must be a 4-tuple"):
+    with pytest.raises(TypeError, match=r"state must be a RWKVState \(shift, num, den, max\); got tuple of length 3"):
         lay.forward(u, s0[1:])
-    with pytest.raises(ValueError, match="lengths and reset must be None for RWKVTimeMix; got reset"):
+    with pytest.raises(ValueError, match="reset must be None for RWKVTimeMix; got an array. RWKVTimeMix takes whole sequences"):
         lay.forward(u, reset=np.zeros((3, 2), bool))
     with pytest.raises(ValueError, match="scan must be one of"):
         RWKVTimeMix(6, scan="chunkwise")

@@ -24,7 +24,10 @@ chunkwise path; states 1e-7); with both set to float64 the agreement is 8e-16 (o
 4e-16 (states). Its chunkwise stabiliser is the same maximum as the sequential one, so even the
 stabilised states (C, n, m) agree, not only ``C exp(m)``.
 
-Not here: right-padded batches (``lengths``) and ``reset`` (refused: the layer takes whole sequences).
+A :class:`~hiddenstate.seqblock.SequenceBlock`: ``forward(u, state=None, *, lengths=None,
+reset=None, record=False)``, ``backward(cache, d_out, d_state_n=None)``, ``initial_state(N)``,
+``state_dict``/``load_state_dict`` as every block of the modern recurrent families. Not here:
+right-padded batches (``lengths``) and ``reset`` (refused in one line: the layer takes whole sequences).
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ import numpy as np
 
 from hiddenstate.cells import mlstm as kernel
 from hiddenstate.cells.mlstm import MLSTMState
-from hiddenstate.functional import FloatGuard, sigmoid
-from hiddenstate.params import check_params, load_into
-from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, real, shape_str
+from hiddenstate.functional import sigmoid
+from hiddenstate.seqblock import SequenceBlock
+from hiddenstate.validation import boolean, choice, float_dtype, generator, positive_int, real
 
-__all__ = ["MLSTMCache", "MLSTMLayer", "MLSTMState"]
+__all__ = ["MLSTMLayer", "MLSTMState"]
 
 
 def _mm(x, W):
@@ -45,28 +48,7 @@ def _mm(x, W):
     return (x.reshape(-1, x.shape[-1]) @ W).reshape(x.shape[:-1] + (W.shape[-1],))
 
 
-class MLSTMCache:
-    """What :meth:`MLSTMLayer.backward` needs from one forward call (opaque).
-
-    Parameters
-    ----------
-    values : tuple
-        The layer's intermediate arrays and the kernel's cache.
-    batch_first : bool
-        The layout of the call's input and output.
-    owner : MLSTMLayer
-        The layer that made it.
-    """
-
-    __slots__ = ("batch_first", "owner", "values")
-
-    def __init__(self, values, batch_first, owner):
-        self.values = values
-        self.batch_first = batch_first
-        self.owner = owner
-
-
-class MLSTMLayer:
+class MLSTMLayer(SequenceBlock):
     """One mLSTM layer (Beck et al. 2024): ``out, state_n = layer(u, state)``, transformers' ``xLSTMLayer``.
 
     ``q, k, v, o = W u``; ``i, f = cap tanh((W_if u + b_if) / cap)`` (the gates' soft cap);
@@ -121,10 +103,13 @@ class MLSTMLayer:
         float32/float64.
     """
 
+    state_type = MLSTMState
+    supports = frozenset()
+
     def __init__(self, hidden_size, num_heads, *, qk_dim_factor=0.5, v_dim_factor=1.0, use_bias=False,
                  weight_mode="single", gate_soft_cap=15.0, norm_eps=1e-6, eps=1e-6, scan="chunkwise",
                  batch_first=False, dtype=np.float64, rng=None):
-        self.hidden_size = positive_int("hidden_size", hidden_size)
+        self.hidden_size = self.d_model = positive_int("hidden_size", hidden_size)
         self.num_heads = positive_int("num_heads", num_heads)
         self.qk_dim = int(self.hidden_size * real("qk_dim_factor", qk_dim_factor, low=0.0, low_open=True))
         self.v_dim = int(self.hidden_size * real("v_dim_factor", v_dim_factor, low=0.0, low_open=True))
@@ -206,64 +191,13 @@ class MLSTMLayer:
             out["out_proj.bias"] = ((M,), f"(M={M},)")
         return out
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters by their ``xLSTMLayer`` names.
-
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {key: val.copy() for key, val in self.params.items()}
-
-    def load_state_dict(self, state) -> None:
-        """Copy ``state`` into :attr:`params` in place (every key and shape must match).
-
-        Parameters
-        ----------
-        state : mapping of str to array_like
-
-        Raises
-        ------
-        ValueError, TypeError
-            As :func:`hiddenstate.params.load_into`.
-        """
-        load_into(self.params, state, "MLSTMLayer")
-
-    def _legends(self, N):
+    def _state_shapes(self, N):
         H, Dk, Dv = self.num_heads, self.qk_dim // self.num_heads, self.v_dim // self.num_heads
-        return (((N, H, Dk, Dv), f"(N={N}, H={H}, Dk={Dk}, Dv={Dv})"), ((N, H, Dk), f"(N={N}, H={H}, Dk={Dk})"),
-                ((N, H, 1), f"(N={N}, H={H}, 1)"))
+        return [((N, H, Dk, Dv), f"(N={N}, H={H}, Dk={Dk}, Dv={Dv})"), ((N, H, Dk), f"(N={N}, H={H}, Dk={Dk})"),
+                ((N, H, 1), f"(N={N}, H={H}, 1)")]
 
-    def initial_state(self, batch_size: int) -> MLSTMState:
-        """Zero states for ``batch_size`` sequences (transformers' fresh ``xLSTMCache``).
-
-        Parameters
-        ----------
-        batch_size : int
-            N.
-
-        Returns
-        -------
-        MLSTMState
-            C (N, H, Dk, Dv), n (N, H, Dk), m (N, H, 1), zeros of the layer's dtype.
-        """
-        N = positive_int("batch_size", batch_size)
-        return MLSTMState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
-
-    def _state(self, name, value, N):
-        if not (isinstance(value, tuple) and len(value) == 3):
-            raise TypeError(f"{name} must be a triple (C, n, m) (an MLSTMState); got {type(value).__name__}.")
-        parts = []
-        for part, v, (want, legend) in zip("Cnm", value, self._legends(N)):
-            if v is None and name.startswith("d_"):
-                parts.append(None)
-                continue
-            arr = float_array(f"{name}.{part}", v, dtype=self.dtype)
-            if arr.shape != want:
-                raise ValueError(f"{name}.{part} must have shape {legend}; got {shape_str(arr.shape)}. A state is "
-                                 f"never broadcast over the batch.")
-            parts.append(np.array(arr, copy=True))
-        return MLSTMState(*parts)
+    def _refusal(self, opt):
+        return "MLSTMLayer takes whole sequences: run rows of other lengths, or documents, in calls of their own."
 
     def _weights(self, p):
         """The fused projection, its bias (or None) and the gates' weight and bias, whatever the mode."""
@@ -277,180 +211,79 @@ class MLSTMLayer:
         bg = np.concatenate([p["igate_preact.bias"], p["fgate_preact.bias"]])
         return W, b, Wg, bg
 
-    def forward(self, u, state=None, *, record=False, lengths=None, reset=None):
-        """Run the layer over a sequence and keep what :meth:`backward` needs.
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-            The input; cast to the layer's dtype.
-        state : MLSTMState or triple (C, n, m), optional
-            The initial state; None: zeros. Pass the previous call's ``state_n`` to carry it.
-        record : bool, default False
-            Also return every step's state (refused in one line when it cannot fit in memory).
-        lengths, reset : None
-            Not supported: refused unless None.
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : MLSTMState
-            C (N, H, Dk, Dv), n (N, H, Dk), m (N, H, 1) after the last step.
-        cache : MLSTMCache
-            Pass it to :meth:`backward`.
-        states : MLSTMState
-            Only with ``record=True``: every step's state, time-major (T, N, ...).
-
-        Raises
-        ------
-        ValueError
-            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, ``lengths`` or
-            ``reset`` given, per-step states that cannot fit in memory.
-        TypeError
-            Non-float input, a state that is not a triple, a non-bool ``record``.
-        """
-        record = boolean("record", record)
-        if lengths is not None or reset is not None:
-            raise ValueError("lengths and reset must be None for MLSTMLayer; got "
-                             f"{'lengths' if lengths is not None else 'reset'}. Run each sequence on its own.")
-        x = float_array("u", u, dtype=self.dtype)
-        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
-        if x.ndim != 3 or x.shape[2] != self.hidden_size:
-            raise ValueError(f"u must have shape {legend} with M={self.hidden_size}; got {shape_str(x.shape)}.")
-        x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M)
+    def _forward(self, p, x, s, lengths, reset):
         T, N, M = x.shape
-        s0 = self.initial_state(N) if state is None else self._state("state", state, N)
-        check_params(self.params, self.shapes(), self.dtype, "MLSTMLayer")
-        p = {key: val.copy() for key, val in self.params.items()}
         H, Qk, V = self.num_heads, self.qk_dim, self.v_dim
+        Dk, Dv = Qk // H, V // H
         W, b, Wg, bg = self._weights(p)
-        with FloatGuard() as guard:
-            proj = _mm(x, W.T)  # (T, N, 2 Qk + 2 V)
-            if b is not None:
-                proj += b
-            g_raw = _mm(x, Wg.T) + bg  # (T, N, 2 H)
-            cap = self.gate_soft_cap
-            th = None if cap is None else np.tanh(g_raw / cap)
-            gates = g_raw if cap is None else cap * th
-            Dk, Dv = Qk // H, V // H
-            q = proj[..., :Qk].reshape(T, N, H, Dk)
-            k = proj[..., Qk:2 * Qk].reshape(T, N, H, Dk)
-            v = proj[..., 2 * Qk:2 * Qk + V].reshape(T, N, H, Dv)
-            o = proj[..., 2 * Qk + V:]
-            h, final, kc = kernel.mlstm_forward(q, k, v, gates[..., :H], gates[..., H:], s0, eps=self.eps,
-                                                scan=self.scan)
-            xc = h - h.mean(axis=-1, keepdims=True)  # (T, N, H, Dv)
-            r = 1.0 / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + self.norm_eps)
-            hn = (xc * r).reshape(T, N, V)
-            nw = hn * p["multihead_norm.weight"]
-            if self.use_bias:
-                nw += p["multihead_norm.bias"]
-            so = sigmoid(o)
-            hout = so * nw
-            out = _mm(hout, p["out_proj.weight"].T)
-            if self.use_bias:
-                out += p["out_proj.bias"]
-        guard.check("the forward pass", (("out", out), ("C", final.C)), "Scale the input or the weights down.")
-        cache = MLSTMCache((p, x, W, Wg, th, kc, r, hn, nw, so, hout), self.batch_first, self)
-        out = out.transpose(1, 0, 2) if self.batch_first else out
-        if record:
-            return out, final, cache, kernel.mlstm_states(kc)
-        return out, final, cache
+        proj = _mm(x, W.T)  # (T, N, 2 Qk + 2 V)
+        if b is not None:
+            proj += b
+        g_raw = _mm(x, Wg.T) + bg  # (T, N, 2 H)
+        cap = self.gate_soft_cap
+        th = None if cap is None else np.tanh(g_raw / cap)
+        gates = g_raw if cap is None else cap * th
+        q = proj[..., :Qk].reshape(T, N, H, Dk)
+        k = proj[..., Qk:2 * Qk].reshape(T, N, H, Dk)
+        v = proj[..., 2 * Qk:2 * Qk + V].reshape(T, N, H, Dv)
+        o = proj[..., 2 * Qk + V:]
+        h, final, kc = kernel.mlstm_forward(q, k, v, gates[..., :H], gates[..., H:], MLSTMState(*s), eps=self.eps,
+                                            scan=self.scan)
+        xc = h - h.mean(axis=-1, keepdims=True)  # (T, N, H, Dv): the per-head layer norm
+        r = 1.0 / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + self.norm_eps)
+        hn = (xc * r).reshape(T, N, V)
+        nw = hn * p["multihead_norm.weight"]
+        if self.use_bias:
+            nw += p["multihead_norm.bias"]
+        so = sigmoid(o)
+        hout = so * nw
+        out = _mm(hout, p["out_proj.weight"].T)
+        if self.use_bias:
+            out += p["out_proj.bias"]
+        return out, final, (p, x, W, Wg, th, kc, r, hn, nw, so, hout)
 
-    def __call__(self, u, state=None):
-        """``out, state_n = layer(u, state)`` (see :meth:`forward`).
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-        state : MLSTMState, optional
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : MLSTMState
-        """
-        out, final, _ = self.forward(u, state)
-        return out, final
-
-    def backward(self, cache: MLSTMCache, d_out, d_state_n=None):
-        """Exact BPTT through one :meth:`forward` call.
-
-        Parameters
-        ----------
-        cache : MLSTMCache
-            From this layer's :meth:`forward`.
-        d_out : ndarray shaped like that call's output, or None
-            Gradient of the loss with respect to the output (None: zeros).
-        d_state_n : triple (d_C, d_n, d_m), optional
-            Gradient with respect to the final state (any part None).
-
-        Returns
-        -------
-        grads : dict of str to ndarray
-            Same keys and shapes as :attr:`params`.
-        d_u : ndarray shaped like the input
-        d_state : MLSTMState
-            Gradients with respect to the initial C, n, m.
-
-        Raises
-        ------
-        TypeError
-            A cache from something else, a ``d_state_n`` that is not a triple.
-        ValueError
-            A cache of another layer, gradients of the wrong shape or with NaN/Inf.
-        """
-        if not isinstance(cache, MLSTMCache):
-            raise TypeError(f"cache must be what MLSTMLayer.forward returned; got {type(cache).__name__}.")
-        if cache.owner is not self:
-            raise ValueError("cache must come from this layer's forward; got the cache of another MLSTMLayer.")
-        p, x, W, Wg, th, kc, r, hn, nw, so, hout = cache.values
+    def _backward(self, values, d_out, d_final):
+        p, x, W, Wg, th, kc, r, hn, nw, so, hout = values
         T, N, M = x.shape
         H, Qk, V = self.num_heads, self.qk_dim, self.v_dim
-        if d_out is not None:
-            d_out = float_array("d_out", d_out, dtype=self.dtype)
-            want = (N, T, M) if cache.batch_first else (T, N, M)
-            if d_out.shape != want:
-                raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
-            d_out = d_out.transpose(1, 0, 2) if cache.batch_first else d_out
-        else:
-            d_out = np.zeros((T, N, M), dtype=self.dtype)
-        d_final = None if d_state_n is None else self._state("d_state_n", d_state_n, N)
+        d_out = np.zeros((T, N, M), dtype=self.dtype) if d_out is None else d_out
         g = {}
-        with FloatGuard():
-            d2 = d_out.reshape(-1, M)
-            g["out_proj.weight"] = d2.T @ hout.reshape(-1, V)
-            if self.use_bias:
-                g["out_proj.bias"] = d2.sum(axis=0)
-            d_hout = _mm(d_out, p["out_proj.weight"])  # (T, N, V)
-            d_o = d_hout * nw * so * (1.0 - so)
-            d_nw = d_hout * so
-            g["multihead_norm.weight"] = (d_nw * hn).reshape(-1, V).sum(axis=0)
-            if self.use_bias:
-                g["multihead_norm.bias"] = d_nw.reshape(-1, V).sum(axis=0)
-            d_hn = (d_nw * p["multihead_norm.weight"]).reshape(T, N, H, V // H)
-            xn = hn.reshape(T, N, H, V // H)
-            d_h = r * (d_hn - d_hn.mean(axis=-1, keepdims=True) - xn * (d_hn * xn).mean(axis=-1, keepdims=True))
-            (d_q, d_k, d_v, d_i, d_f), d_state = kernel.mlstm_backward(kc, d_h, d_final)
-            d_gates = np.concatenate([d_i, d_f], axis=-1)  # (T, N, 2 H)
-            if th is not None:
-                d_gates = d_gates * (1.0 - th * th)
-            d_proj = np.concatenate([d_q.reshape(T, N, Qk), d_k.reshape(T, N, Qk), d_v.reshape(T, N, V), d_o], axis=-1)
-            x2 = x.reshape(-1, M)
-            dW = d_proj.reshape(-1, d_proj.shape[-1]).T @ x2
-            dWg = d_gates.reshape(-1, 2 * H).T @ x2
-            db, dbg = d_proj.reshape(-1, d_proj.shape[-1]).sum(axis=0), d_gates.reshape(-1, 2 * H).sum(axis=0)
-            d_u = _mm(d_proj, W) + _mm(d_gates, Wg)
+        d2 = d_out.reshape(-1, M)
+        g["out_proj.weight"] = d2.T @ hout.reshape(-1, V)
+        if self.use_bias:
+            g["out_proj.bias"] = d2.sum(axis=0)
+        d_hout = _mm(d_out, p["out_proj.weight"])  # (T, N, V)
+        d_o = d_hout * nw * so * (1.0 - so)
+        d_nw = d_hout * so
+        g["multihead_norm.weight"] = (d_nw * hn).reshape(-1, V).sum(axis=0)
+        if self.use_bias:
+            g["multihead_norm.bias"] = d_nw.reshape(-1, V).sum(axis=0)
+        d_hn = (d_nw * p["multihead_norm.weight"]).reshape(T, N, H, V // H)
+        xn = hn.reshape(T, N, H, V // H)
+        d_h = r * (d_hn - d_hn.mean(axis=-1, keepdims=True) - xn * (d_hn * xn).mean(axis=-1, keepdims=True))
+        (d_q, d_k, d_v, d_i, d_f), d_state = kernel.mlstm_backward(
+            kc, d_h, None if d_final is None else MLSTMState(*d_final))
+        d_gates = np.concatenate([d_i, d_f], axis=-1)  # (T, N, 2 H)
+        if th is not None:
+            d_gates = d_gates * (1.0 - th * th)
+        d_proj = np.concatenate([d_q.reshape(T, N, Qk), d_k.reshape(T, N, Qk), d_v.reshape(T, N, V), d_o], axis=-1)
+        x2 = x.reshape(-1, M)
+        dW = d_proj.reshape(-1, d_proj.shape[-1]).T @ x2
+        dWg = d_gates.reshape(-1, 2 * H).T @ x2
+        db, dbg = d_proj.reshape(-1, d_proj.shape[-1]).sum(axis=0), d_gates.reshape(-1, 2 * H).sum(axis=0)
+        d_u = _mm(d_proj, W) + _mm(d_gates, Wg)
         if self.weight_mode == "fused":
             g["qkv_opreact.weight"], g["ifgate_preact.weight"], g["ifgate_preact.bias"] = dW, dWg, dbg
             if self.use_bias:
                 g["qkv_opreact.bias"] = db
         else:
-            for name, (s, e) in self._blocks().items():
-                g[f"{name}.weight"] = dW[s:e]
+            for name, (lo, hi) in self._blocks().items():
+                g[f"{name}.weight"] = dW[lo:hi]
                 if self.use_bias:
-                    g[f"{name}.bias"] = db[s:e]
+                    g[f"{name}.bias"] = db[lo:hi]
             g["igate_preact.weight"], g["fgate_preact.weight"] = dWg[:H], dWg[H:]
             g["igate_preact.bias"], g["fgate_preact.bias"] = dbg[:H], dbg[H:]
-        grads = {key: np.ascontiguousarray(g[key]) for key in p}
-        return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state
+        return {key: np.ascontiguousarray(g[key]) for key in p}, d_u, d_state
+
+    def _recorded(self, values):
+        return kernel.mlstm_states(values[5])

@@ -21,7 +21,10 @@ T = 13): ``rwkv_linear_attention_cpu`` rounds every key to float32 (``key.float(
 model's dtype, and ``RwkvModel`` keeps num, den and max in float32; so a float32 layer agrees to
 2.5e-7 (outputs) and 2e-7 (states), a float64 one only to 4e-8 (the keys' rounding).
 
-Not here: right-padded batches (``lengths``) and ``reset`` (refused: the layer takes whole sequences).
+A :class:`~hiddenstate.seqblock.SequenceBlock`: ``forward(u, state=None, *, lengths=None,
+reset=None, record=False)``, ``backward(cache, d_out, d_state_n=None)``, ``initial_state(N)``,
+``state_dict``/``load_state_dict`` as every block of the modern recurrent families. Not here:
+right-padded batches (``lengths``) and ``reset`` (refused in one line: the layer takes whole sequences).
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ from typing import NamedTuple
 import numpy as np
 
 from hiddenstate.cells import rwkv as kernel
-from hiddenstate.functional import FloatGuard, sigmoid
-from hiddenstate.params import check_params, load_into
-from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, shape_str
+from hiddenstate.functional import sigmoid
+from hiddenstate.seqblock import SequenceBlock
+from hiddenstate.validation import boolean, choice, float_dtype, generator, positive_int
 
-__all__ = ["RWKVCache", "RWKVState", "RWKVTimeMix"]
+__all__ = ["RWKVState", "RWKVTimeMix"]
 
 _MIX = ("time_mix_key", "time_mix_value", "time_mix_receptance")
 
@@ -64,28 +67,7 @@ class RWKVState(NamedTuple):
     max: np.ndarray
 
 
-class RWKVCache:
-    """What :meth:`RWKVTimeMix.backward` needs from one forward call (opaque).
-
-    Parameters
-    ----------
-    values : tuple
-        The layer's intermediate arrays and the kernel's cache.
-    batch_first : bool
-        The layout of the call's input and output.
-    owner : RWKVTimeMix
-        The layer that made it.
-    """
-
-    __slots__ = ("batch_first", "owner", "values")
-
-    def __init__(self, values, batch_first, owner):
-        self.values = values
-        self.batch_first = batch_first
-        self.owner = owner
-
-
-class RWKVTimeMix:
+class RWKVTimeMix(SequenceBlock):
     """RWKV-4 time mixing (Peng et al. 2023): ``out, state_n = layer(u, state)``, transformers' ``RwkvSelfAttention``.
 
     ``s_t = u_{t-1}`` (the token shift; ``s_0`` the state's ``shift``);
@@ -122,9 +104,12 @@ class RWKVTimeMix:
         A size that is not a positive integer, an unknown ``scan``, a dtype other than float32/float64.
     """
 
+    state_type = RWKVState
+    supports = frozenset()
+
     def __init__(self, hidden_size, attention_hidden_size=None, *, scan="parallel", batch_first=False,
                  dtype=np.float64, rng=None):
-        self.hidden_size = positive_int("hidden_size", hidden_size)
+        self.hidden_size = self.d_model = positive_int("hidden_size", hidden_size)
         self.attention_hidden_size = self.hidden_size if attention_hidden_size is None else positive_int(
             "attention_hidden_size", attention_hidden_size)
         self.scan = choice("scan", scan, kernel.SCANS)
@@ -164,29 +149,6 @@ class RWKVTimeMix:
         out["output.weight"] = ((M, A), f"(M={M}, A={A})")
         return out
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters by their ``RwkvSelfAttention`` names.
-
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {key: val.copy() for key, val in self.params.items()}
-
-    def load_state_dict(self, state) -> None:
-        """Copy ``state`` into :attr:`params` in place (every key and shape must match).
-
-        Parameters
-        ----------
-        state : mapping of str to array_like
-
-        Raises
-        ------
-        ValueError, TypeError
-            As :func:`hiddenstate.params.load_into`.
-        """
-        load_into(self.params, state, "RWKVTimeMix")
-
     def initial_state(self, batch_size: int) -> RWKVState:
         """The fresh state of transformers' ``RwkvModel`` cache for ``batch_size`` sequences.
 
@@ -205,173 +167,59 @@ class RWKVTimeMix:
         z = np.zeros((N, A), dtype=self.dtype)
         return RWKVState(np.zeros((N, M), dtype=self.dtype), z, z.copy(), np.full((N, A), kernel.MAX0, dtype=self.dtype))
 
-    def _state(self, name, value, N):
-        if not (isinstance(value, tuple) and len(value) == 4):
-            raise TypeError(f"{name} must be a 4-tuple (shift, num, den, max) (an RWKVState); got "
-                            f"{type(value).__name__}.")
+    def _state_shapes(self, N):
         M, A = self.hidden_size, self.attention_hidden_size
-        parts = []
-        for part, v in zip(RWKVState._fields, value):
-            if v is None and name.startswith("d_"):
-                parts.append(None)
-                continue
-            want, legend = ((N, M), f"(N={N}, M={M})") if part == "shift" else ((N, A), f"(N={N}, A={A})")
-            arr = float_array(f"{name}.{part}", v, dtype=self.dtype)
-            if arr.shape != want:
-                raise ValueError(f"{name}.{part} must have shape {legend}; got {shape_str(arr.shape)}. A state is "
-                                 f"never broadcast over the batch.")
-            parts.append(np.array(arr, copy=True))
-        return RWKVState(*parts)
+        return [((N, M), f"(N={N}, M={M})")] + [((N, A), f"(N={N}, A={A})")] * 3
 
-    def forward(self, u, state=None, *, record=False, lengths=None, reset=None):
-        """Run the layer over a sequence and keep what :meth:`backward` needs.
+    def _refusal(self, opt):
+        return "RWKVTimeMix takes whole sequences: run rows of other lengths, or documents, in calls of their own."
 
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-            The input; cast to the layer's dtype.
-        state : RWKVState or 4-tuple (shift, num, den, max), optional
-            The initial state; None: :meth:`initial_state`. Pass the previous call's ``state_n`` to carry it.
-        record : bool, default False
-            Also return every step's state.
-        lengths, reset : None
-            Not supported: refused unless None.
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : RWKVState
-            ``shift`` (N, M), ``num``, ``den``, ``max`` (N, A) after the last step.
-        cache : RWKVCache
-            Pass it to :meth:`backward`.
-        states : RWKVState
-            Only with ``record=True``: every step's state, time-major (T, N, ...).
-
-        Raises
-        ------
-        ValueError
-            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, ``lengths`` or ``reset`` given.
-        TypeError
-            Non-float input, a state that is not a 4-tuple, a non-bool ``record``.
-        """
-        record = boolean("record", record)
-        if lengths is not None or reset is not None:
-            raise ValueError("lengths and reset must be None for RWKVTimeMix; got "
-                             f"{'lengths' if lengths is not None else 'reset'}. Run each sequence on its own.")
-        x = float_array("u", u, dtype=self.dtype)
-        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
-        if x.ndim != 3 or x.shape[2] != self.hidden_size:
-            raise ValueError(f"u must have shape {legend} with M={self.hidden_size}; got {shape_str(x.shape)}.")
-        x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M)
-        T, N, M = x.shape
-        s0 = self.initial_state(N) if state is None else self._state("state", state, N)
-        check_params(self.params, self.shapes(), self.dtype, "RWKVTimeMix")
-        p = {key: val.copy() for key, val in self.params.items()}
-        with FloatGuard() as guard:
-            sx = np.concatenate([s0.shift[None], x[:-1]], axis=0)  # (T, N, M): the token shift
-            diff = x - sx
-            xk, xv, xr = (sx + p[m][0, 0] * diff for m in _MIX)
-            k = _mm(xk, p["key.weight"].T)  # (T, N, A)
-            v = _mm(xv, p["value.weight"].T)
-            r = sigmoid(_mm(xr, p["receptance.weight"].T))
-            wkv, final, kc = kernel.wkv_forward(k, v, p["time_decay"], p["time_first"],
-                                                kernel.WKVState(s0.num, s0.den, s0.max), scan=self.scan)
-            rw = r * wkv
-            out = _mm(rw, p["output.weight"].T)
-        guard.check("the forward pass", (("out", out), ("num", final.num)), "Scale the input or the weights down.")
+    def _forward(self, p, x, s, lengths, reset):
+        s0 = RWKVState(*s)
+        T = x.shape[0]
+        sx = np.concatenate([s0.shift[None], x[:-1]], axis=0)  # (T, N, M): the token shift
+        diff = x - sx
+        xk, xv, xr = (sx + p[m][0, 0] * diff for m in _MIX)
+        k = _mm(xk, p["key.weight"].T)  # (T, N, A)
+        v = _mm(xv, p["value.weight"].T)
+        r = sigmoid(_mm(xr, p["receptance.weight"].T))
+        wkv, final, kc = kernel.wkv_forward(k, v, p["time_decay"], p["time_first"],
+                                            kernel.WKVState(s0.num, s0.den, s0.max), scan=self.scan)
+        rw = r * wkv
+        out = _mm(rw, p["output.weight"].T)
         shift = x[-1].copy() if T else s0.shift
-        state_n = RWKVState(shift, *final)
-        cache = RWKVCache((p, x, s0, diff, xk, xv, xr, r, kc, rw), self.batch_first, self)
-        out = out.transpose(1, 0, 2) if self.batch_first else out
-        if record:
-            rec = kernel.wkv_states(kc)
-            return out, state_n, cache, RWKVState(x.copy(), *rec)
-        return out, state_n, cache
+        return out, RWKVState(shift, *final), (p, x, diff, xk, xv, xr, r, kc, rw)
 
-    def __call__(self, u, state=None):
-        """``out, state_n = layer(u, state)`` (see :meth:`forward`).
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-        state : RWKVState, optional
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : RWKVState
-        """
-        out, final, _ = self.forward(u, state)
-        return out, final
-
-    def backward(self, cache: RWKVCache, d_out, d_state_n=None):
-        """Exact BPTT through one :meth:`forward` call.
-
-        Parameters
-        ----------
-        cache : RWKVCache
-            From this layer's :meth:`forward`.
-        d_out : ndarray shaped like that call's output, or None
-            Gradient of the loss with respect to the output (None: zeros).
-        d_state_n : 4-tuple (d_shift, d_num, d_den, d_max), optional
-            Gradient with respect to the final state (any part None).
-
-        Returns
-        -------
-        grads : dict of str to ndarray
-            Same keys and shapes as :attr:`params`.
-        d_u : ndarray shaped like the input
-        d_state : RWKVState
-            Gradients with respect to the initial shift, num, den, max.
-
-        Raises
-        ------
-        TypeError
-            A cache from something else, a ``d_state_n`` that is not a 4-tuple.
-        ValueError
-            A cache of another layer, gradients of the wrong shape or with NaN/Inf.
-        """
-        if not isinstance(cache, RWKVCache):
-            raise TypeError(f"cache must be what RWKVTimeMix.forward returned; got {type(cache).__name__}.")
-        if cache.owner is not self:
-            raise ValueError("cache must come from this layer's forward; got the cache of another RWKVTimeMix.")
-        p, x, s0, diff, xk, xv, xr, r, kc, rw = cache.values
+    def _backward(self, values, d_out, d_final):
+        p, x, diff, xk, xv, xr, r, kc, rw = values
         T, N, M = x.shape
         A = self.attention_hidden_size
-        if d_out is not None:
-            d_out = float_array("d_out", d_out, dtype=self.dtype)
-            want = (N, T, M) if cache.batch_first else (T, N, M)
-            if d_out.shape != want:
-                raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
-            d_out = d_out.transpose(1, 0, 2) if cache.batch_first else d_out
-        else:
-            d_out = np.zeros((T, N, M), dtype=self.dtype)
-        d_fin = (None,) * 4 if d_state_n is None else self._state("d_state_n", d_state_n, N)
-        g = {}
-        with FloatGuard():
-            g["output.weight"] = d_out.reshape(-1, M).T @ rw.reshape(-1, A)
-            d_rw = _mm(d_out, p["output.weight"])  # (T, N, A)
-            wkv = kc[16]
-            d_wkv = d_rw * r
-            d_rpre = d_rw * wkv * r * (1.0 - r)
-            (d_k, d_v, g["time_decay"], g["time_first"]), d_wkv0 = kernel.wkv_backward(
-                kc, d_wkv, None if d_state_n is None else kernel.WKVState(*d_fin[1:]))
-            d_x = np.zeros_like(x)
-            d_sx = np.zeros_like(x)
-            for name, xin, dpre in (("key", xk, d_k), ("value", xv, d_v), ("receptance", xr, d_rpre)):
-                g[f"{name}.weight"] = dpre.reshape(-1, A).T @ xin.reshape(-1, M)
-                d_in = _mm(dpre, p[f"{name}.weight"])  # (T, N, M)
-                mu = p[f"time_mix_{name}"][0, 0]
-                g[f"time_mix_{name}"] = (d_in * diff).sum(axis=(0, 1))[None, None]
-                d_x += d_in * mu
-                d_sx += d_in * (1.0 - mu)
-            d_x[:-1] += d_sx[1:]
-            d_shift0 = d_sx[0].copy() if T else np.zeros((N, M), dtype=self.dtype)
-            if d_fin[0] is not None:
-                if T:
-                    d_x[-1] += d_fin[0]
-                else:
-                    d_shift0 += d_fin[0]
-        grads = {key: np.ascontiguousarray(g[key]) for key in p}
-        d_u = d_x.transpose(1, 0, 2) if cache.batch_first else d_x
-        return grads, d_u, RWKVState(d_shift0, *d_wkv0)
+        d_out = np.zeros((T, N, M), dtype=self.dtype) if d_out is None else d_out
+        d_fin = (None,) * 4 if d_final is None else tuple(d_final)
+        g = {"output.weight": d_out.reshape(-1, M).T @ rw.reshape(-1, A)}
+        d_rw = _mm(d_out, p["output.weight"])  # (T, N, A)
+        wkv = kc[16]
+        d_wkv = d_rw * r
+        d_rpre = d_rw * wkv * r * (1.0 - r)
+        (d_k, d_v, g["time_decay"], g["time_first"]), d_wkv0 = kernel.wkv_backward(
+            kc, d_wkv, None if d_final is None else kernel.WKVState(*d_fin[1:]))
+        d_x = np.zeros_like(x)
+        d_sx = np.zeros_like(x)
+        for name, xin, dpre in (("key", xk, d_k), ("value", xv, d_v), ("receptance", xr, d_rpre)):
+            g[f"{name}.weight"] = dpre.reshape(-1, A).T @ xin.reshape(-1, M)
+            d_in = _mm(dpre, p[f"{name}.weight"])  # (T, N, M)
+            mu = p[f"time_mix_{name}"][0, 0]
+            g[f"time_mix_{name}"] = (d_in * diff).sum(axis=(0, 1))[None, None]
+            d_x += d_in * mu
+            d_sx += d_in * (1.0 - mu)
+        d_x[:-1] += d_sx[1:]
+        d_shift0 = d_sx[0].copy() if T else np.zeros((N, M), dtype=self.dtype)
+        if d_fin[0] is not None:  # the final shift is the last input (the initial one when T = 0)
+            if T:
+                d_x[-1] += d_fin[0]
+            else:
+                d_shift0 += d_fin[0]
+        return {key: np.ascontiguousarray(g[key]) for key in p}, d_x, RWKVState(d_shift0, *d_wkv0)
+
+    def _recorded(self, values):
+        return RWKVState(values[1].copy(), *kernel.wkv_states(values[7]))
