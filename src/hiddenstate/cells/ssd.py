@@ -6,9 +6,10 @@ scalar) read out as ``y_t = h_t C_t``. Over a chunk of Q steps starting from ``h
     y_i   = sum_{j <= i} exp(seg(i, j)) (C_i . B_j) u_j  +  exp(l_i) h_in C_i
     h_out = exp(l_{Q-1}) h_in + sum_j exp(seg(Q-1, j)) u_j B_j^T
 
-with ``l_i = a_0 + ... + a_i`` and ``seg(i, j) = a_{j+1} + ... + a_i`` (the segment sum, formed
-as a masked cumulative sum rather than a difference of cumulative sums, so a long run of strong
-decays loses no digits): the first term is a (Q, Q) masked "attention" matrix ``L o (C B^T)``
+with ``l_i = a_0 + ... + a_i`` and ``seg(i, j) = a_{j+1} + ... + a_i`` (the segment sum;
+``L = exp(seg)`` is formed as a masked running product of the factors ``exp(a_k)`` rather than
+from a difference of cumulative sums, so a long run of strong decays loses no digits, and with
+Q exponentials per chunk instead of Q^2): the first term is a (Q, Q) masked "attention" matrix ``L o (C B^T)``
 applied to ``u``, the second and the state are low-rank, and only the chunk-to-chunk state is a
 loop (T / Q steps). This is the "state space duality" of the paper: the same outputs as the scan,
 computed as matrix products. The adjoint below is this module's own, derived term by term
@@ -30,19 +31,20 @@ __all__ = ["SSD_CHUNK", "ssd_backward", "ssd_forward"]
 SSD_CHUNK = 64
 
 
-def _segments(a):
-    """``seg[i, j] = a_{j+1} + ... + a_i`` for ``i >= j`` (-inf above the diagonal) and ``l_i`` for one chunk.
+def _decays(a):
+    """``L[i, j] = exp(a_{j+1} + ... + a_i)`` for ``i >= j`` (0 above the diagonal) and ``l_i`` for one chunk.
 
-    ``a`` is (Q, N, H); returns ``seg`` (N, H, Q, Q) and ``l`` (Q, N, H). The sums run along the
-    last (contiguous) axis of the transposed mask and are transposed back.
+    ``a`` is (Q, N, H); returns ``L`` (N, H, Q, Q) and ``l`` (Q, N, H). ``L`` is the running
+    product of the factors ``exp(a_k)`` (each formed once), along the last (contiguous) axis of
+    the transposed mask, then transposed back: no exponential of a difference of large sums.
     """
     Q = a.shape[0]
-    at = np.moveaxis(a, 0, -1)  # (N, H, Q)
+    e = np.exp(np.moveaxis(a, 0, -1))  # (N, H, Q): exp(a_k)
     after = np.triu(np.ones((Q, Q), dtype=bool), 1)  # [j, k]: k > j
-    X = np.where(after, at[..., None, :], 0.0)  # (N, H, Q j, Q k): a_k where k > j
-    seg = np.cumsum(X, axis=-1).swapaxes(-1, -2)  # [i, j]: sum over j < k <= i
-    seg = np.where(np.tril(np.ones((Q, Q), dtype=bool)), seg, -np.inf)
-    return seg, np.cumsum(a, axis=0)
+    X = np.where(after, e[..., None, :], 1.0)  # (N, H, Q j, Q k): exp(a_k) where k > j
+    L = np.cumprod(X, axis=-1).swapaxes(-1, -2)  # [i, j]: the product over j < k <= i
+    L = np.where(np.tril(np.ones((Q, Q), dtype=bool)), L, 0.0)
+    return L, np.cumsum(a, axis=0)
 
 
 def _heads_first(x):
@@ -85,9 +87,8 @@ def ssd_forward(a, u, B, C, h0, *, chunk: int | None = None):
     for s in range(0, T, Q):
         e = min(s + Q, T)
         uc, Bc, Cc = ut[:, :, s:e], Bt[:, :, s:e], Ct[:, :, s:e]
-        seg, cum = _segments(a[s:e])
+        L, cum = _decays(a[s:e])  # (N, H, Q, Q)
         cum = np.moveaxis(cum, 0, -1)  # (N, H, Q)
-        L = np.exp(seg)  # (N, H, Q, Q)
         M = (Cc @ Bc.swapaxes(-1, -2)) * L  # L o (C B^T)
         y[:, :, s:e] = M @ uc + np.exp(cum)[..., None] * (Cc @ h.swapaxes(-1, -2))
         starts.append((h, L, cum))
