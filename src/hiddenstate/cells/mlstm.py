@@ -246,7 +246,7 @@ def mlstm_backward(cache, d_h, d_final):
     # x_t = d_lin_t + w_t (dm_local_t + x_{t+1}) and x_T = dL/dm_{T-1} from the final state
     w = _tie_weight(a, i)
     g_end = np.zeros(i.shape[1:], dtype=i.dtype) if dm_T is None else dm_T[..., 0].astype(i.dtype)
-    x = linear_scan(w[::-1], (d_lin + w * dm_local)[::-1], g_end, parallel=False)[::-1]  # (T, N, H)
+    x = linear_scan(w[::-1], (d_lin + w * dm_local)[::-1], g_end)[::-1]  # (T, N, H)
     after = np.concatenate([x[1:], g_end[None]], axis=0) if T else x  # dL/dm_t from step t+1 on
     d_i += (1.0 - w) * (dm_local + after)
     d_f = x * sigmoid(-f)  # d log sigmoid(f) / df = sigmoid(-f)

@@ -202,7 +202,7 @@ def wkv_backward(cache, d_wkv, d_final):
     d_pT = np.zeros_like(ab0[:, 0]) if dmax_T is None else np.asarray(dmax_T, dtype=k.dtype)
     coef = np.concatenate([wp[1:], np.ones_like(wp[:1])], axis=0)
     c = dp_local + np.concatenate([E[1:], np.zeros_like(E[:1])], axis=0)
-    Z = linear_scan(coef[::-1], c[::-1], d_pT, parallel=False)[::-1]  # (T, N, A)
+    Z = linear_scan(coef[::-1], c[::-1], d_pT)[::-1]  # (T, N, A)
     d_s = Z * wp
     d_k += Z * (1.0 - wp)
     d_w += d_s.sum(axis=(0, 1))
