@@ -1,4 +1,4 @@
-"""Our blocks from transformers' mixers: :func:`mamba_block` (Mamba-1), :func:`mamba2_block` (Mamba-2).
+"""Our blocks from transformers' mixers: :func:`mamba_block` (Mamba-1 and its variants), :func:`mamba2_block` (Mamba-2).
 
 Every family whose mixer is transformers' ``MambaMixer`` or ``Mamba2Mixer`` under another name
 (Bamba's ``BambaMixer``, NemotronH's ``NemotronHMamba2Mixer``, GraniteMoeHybrid's
@@ -17,7 +17,7 @@ import numpy as np
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 
-__all__ = ["mamba2_block", "mamba_block", "mixer_weights"]
+__all__ = ["bcdt_norm_eps", "mamba2_block", "mamba_block", "mixer_weights", "require_silu"]
 
 
 def mixer_weights(mixer) -> dict:
@@ -62,7 +62,55 @@ def _silu(mixer) -> None:
         raise ValueError(f"the {_who(mixer)}'s activation must be 'silu' (Mamba's); got {mixer.activation!r}.")
 
 
-def mamba_block(mixer) -> Mamba:
+def require_silu(config, option: str) -> None:
+    """Refuse a config whose activation ``option`` is not SiLU (the convolution's activation our blocks compute).
+
+    Parameters
+    ----------
+    config : transformers config
+    option : str
+        The config's attribute naming the mixer's activation (``"hidden_act"`` of FalconMamba and
+        Jamba, ``"hidden_mamba_act"`` of Zamba); absent counts as SiLU.
+
+    Raises
+    ------
+    ValueError
+        ``config.<option>`` is not ``"silu"`` (the message names the option and its value).
+    """
+    act = getattr(config, option, "silu")
+    if act != "silu":
+        raise ValueError(f"config.{option} must be 'silu' (the activation of the convolution our Mamba block "
+                         f"computes); got {act!r}.")
+
+
+def bcdt_norm_eps(mixer, option: str) -> float:
+    """The one epsilon of a mixer's RMS norms of dt, B and C (``dt_layernorm``, ``b_layernorm``, ``c_layernorm``).
+
+    Parameters
+    ----------
+    mixer : transformers FalconMambaMixer or JambaMambaMixer
+        Its three norms' ``variance_epsilon``.
+    option : str
+        The config option they come from (``"mixer_rms_eps"``, ``"rms_norm_eps"``), for the message.
+
+    Returns
+    -------
+    float
+        Our block's ``norm_eps``.
+
+    Raises
+    ------
+    ValueError
+        The three norms have different epsilons (our block has one).
+    """
+    eps = {float(getattr(mixer, f"{k}_layernorm").variance_epsilon) for k in ("dt", "b", "c")}
+    if len(eps) != 1:
+        raise ValueError(f"the {_who(mixer)}'s dt, B and C norms must share one epsilon (config.{option}; our block has "
+                         f"one norm_eps); got {sorted(eps)}.")
+    return eps.pop()
+
+
+def mamba_block(mixer, *, bcdt_norm=None, norm_eps: float = 1e-6, num_heads=None) -> Mamba:
     """Our :class:`~hiddenstate.Mamba` with the weights of a transformers ``MambaMixer`` (or one of its kind).
 
     Parameters
@@ -71,6 +119,13 @@ def mamba_block(mixer) -> Mamba:
         ``hidden_size`` M, ``ssm_state_size`` S, ``conv_kernel_size`` K, ``intermediate_size``
         Di, ``time_step_rank`` R, ``activation``, and the parameters of
         :attr:`hiddenstate.Mamba.params` under the same names.
+    bcdt_norm : {None, "rms", "rms_weight"}, default None
+        The block's RMS norms of dt, B, C: ``"rms"`` for ``FalconMambaMixer``'s weightless ones,
+        ``"rms_weight"`` for ``JambaMambaMixer``'s (their weights are then in the state dict).
+    norm_eps : float, default 1e-6
+        Their epsilon (unused without ``bcdt_norm``).
+    num_heads : int, optional
+        ``ZambaMambaMixer``'s ``n_mamba_heads`` (its per-head ``x_proj_weight``, ``dt_proj_weight``).
 
     Returns
     -------
@@ -80,13 +135,14 @@ def mamba_block(mixer) -> Mamba:
     Raises
     ------
     ValueError
-        An activation other than SiLU, Di not a multiple of M, a bias on only one projection.
+        An activation other than SiLU, Di not a multiple of M, a bias on only one projection; a
+        state dict whose names or shapes are not the block's with these options.
     """
     _silu(mixer)
     blk = Mamba(int(mixer.hidden_size), d_state=int(mixer.ssm_state_size), d_conv=int(mixer.conv_kernel_size),
                 expand=_expand(mixer), dt_rank=int(mixer.time_step_rank), bias=_biases(mixer),
                 conv_bias=mixer.conv1d.bias is not None, batch_first=True, dtype=np.float64,
-                rng=np.random.default_rng(0))
+                rng=np.random.default_rng(0), bcdt_norm=bcdt_norm, norm_eps=norm_eps, num_heads=num_heads)
     blk.load_state_dict(mixer_weights(mixer))
     return blk
 
