@@ -10,14 +10,14 @@ its ``config.model_type``, and the family functions only walk the model's attrib
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 
-__all__ = ["BLOCKS", "ROLES", "Family", "LayerInfo", "decoder_layer_map", "family_of", "find_family", "register",
-           "registered"]
+__all__ = ["BLOCKS", "ROLES", "Family", "LayerInfo", "decoder_layer_map", "family_of", "find_family",
+           "hooked_hidden_states", "register", "registered"]
 
 #: Our block of each ``Family.kind``: what :attr:`Family.to_block` must return for that kind.
 BLOCKS = {"mamba": Mamba, "mamba2": Mamba2}
@@ -53,8 +53,25 @@ class LayerInfo(NamedTuple):
     parts: tuple = ()
 
 
-def _hidden_states(args, kwargs, output):
-    """The default :attr:`Family.hooked`: the mixer's first argument (or ``hidden_states=``) and its output."""
+def hooked_hidden_states(args, kwargs, output):
+    """The default :attr:`Family.hooked`: the mixer's first argument (or ``hidden_states=``) and its output.
+
+    Parameters
+    ----------
+    args : tuple
+        The positional arguments the mixer was called with (what a forward hook sees).
+    kwargs : dict
+        Its keyword arguments.
+    output : torch.Tensor or tuple
+        What it returned.
+
+    Returns
+    -------
+    u : torch.Tensor of shape (N, T, M)
+        The mixer's input.
+    out : torch.Tensor of shape (N, T, M)
+        Its output (the first item of a tuple).
+    """
     u = args[0] if args else kwargs["hidden_states"]
     return u, output[0] if isinstance(output, tuple) else output
 
@@ -96,7 +113,7 @@ class Family:
     kind: str
     layers: Callable[[Any], list]
     to_block: Callable[[Any, Any], Any]
-    hooked: Callable = _hidden_states
+    hooked: Callable = field(default_factory=lambda: hooked_hidden_states)
     package: str = "transformers"
     notes: str = ""
 
