@@ -18,7 +18,7 @@ from hiddenstate.interop.families import family_of, recompute_layers, registry
 from hiddenstate.interop.families.blocks import mamba_block
 from tests._torch import require_torch, torch_required
 
-T, N, V = 36, 2, 40
+T, N, V = 36, 2, 50  # V as tests/test_families.py (its ids)
 TEXT = "the state of a hybrid, step by step!"  # one character per step of sequence 0
 assert len(TEXT) == T
 F32 = 1e-5  # float32 round-off of the model's own run, 100 times inside the registry's tolerance (1.2e-4)
@@ -35,8 +35,10 @@ def _randomise(torch, model, seed):
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("A_log") or name.endswith(".D"):
+            if name.endswith("A_log"):
                 p.add_(0.3 * torch.randn_like(p))
+            elif name.endswith(".D"):  # a small skip D a: the SSM's C h makes most of the output
+                p.copy_(0.3 * torch.randn_like(p))
             elif "layernorm.weight" in name and ("mamba." in name or "mixer." in name):
                 p.copy_(1 + 0.3 * torch.randn_like(p))
     return model.eval()
@@ -48,19 +50,19 @@ def build(name):
     torch.manual_seed(0)
     if name == "falcon_mamba":
         cfg = tr.FalconMambaConfig(vocab_size=V, hidden_size=16, state_size=5, num_hidden_layers=3, time_step_rank=3,
-                                   mixer_rms_eps=1e-3, use_bias=True)
+                                   mixer_rms_eps=1e-3, use_bias=True, initializer_range=0.5)
         model = tr.FalconMambaForCausalLM(cfg)
     elif name == "jamba":  # layers: mamba + mlp, mamba + moe, attention + mlp, mamba + moe
         cfg = tr.JambaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
                              num_attention_heads=2, num_key_value_heads=1, mamba_d_state=5, mamba_dt_rank=3,
                              mamba_d_conv=3, attn_layer_period=4, attn_layer_offset=2, expert_layer_period=2,
                              expert_layer_offset=1, num_experts=2, num_experts_per_tok=1, rms_norm_eps=1e-4,
-                             mamba_proj_bias=True)
+                             mamba_proj_bias=True, initializer_range=0.5)
         model = tr.JambaForCausalLM(cfg)
     else:  # zamba: layers 2 and 4 hybrid (the shared attention block, then the mixer), the others a mixer alone
         cfg = tr.ZambaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=5,
                              num_attention_heads=2, num_key_value_heads=2, n_mamba_heads=2, mamba_d_state=5,
-                             mamba_dt_rank=3, attn_layer_period=2, attn_layer_offset=1)
+                             mamba_dt_rank=3, attn_layer_period=2, attn_layer_offset=1, initializer_range=0.5)
         model = tr.ZambaForCausalLM(cfg)
     ids = torch.randint(0, V, (N, T), generator=torch.Generator().manual_seed(1))
     return _randomise(torch, model, 2), ids
@@ -109,25 +111,36 @@ def test_every_recurrent_layer_recomputed_within_float32_round_off(case):
     assert rc.layers == tuple(recurrent) and rc.dtype == "float32" and rc.tolerance == pytest.approx(1.2e-4, rel=0.01)
     print(f"{name}: " + ", ".join(f"layer {i} {e:.2e}" for i, e in zip(rc.layers, rc.errors)))
     assert all(0 < e < F32 for e in rc.errors)
-    for rec in rc.records:
+    mixers = family_of(model).mixers(model)
+    for i, rec in zip(rc.layers, rc.records):
         assert rec.ssm.shape[:2] == (T, N) and np.isfinite(rec.ssm).all()
+        skip = mixers[i].D.detach().double().numpy().reshape(-1) * rec.x  # D a: what the output is without the SSM
+        assert np.abs(rec.y - skip).max() > 0.2 * np.abs(skip).max()  # so the output check sees the recurrence
 
 
 def test_every_recorded_state_is_the_models_cache_after_that_step(case):
     # the model's own cache after the whole run, and after runs of prefixes: every step's state, not only the last
     torch, _ = _transformers()
     name, model, ids, rc = case
+    worst = {}
     for t in (1, T // 2, T):
         with torch.no_grad():
             cache = model(input_ids=ids[:, :t], use_cache=True).cache
+        # the same run as the hooked one at t = T; a shorter run's attention rounds differently (float32), and a
+        # hybrid's later layers see that in their input: held to the registry's tolerance there
+        tol = F32 if t == T else rc.tolerance
         for i, rec in zip(rc.layers, rc.records):
             ssm = cache.get_recurrent_state(i).double().numpy()
             conv = cache.get_conv_state(i).double().numpy()
             Di, S = rec.ssm.shape[2:]
             assert ssm.shape == ((N, 2, Di // 2, S) if name == "zamba" else (N, Di, S))  # Zamba's heads
             ssm = ssm.reshape(N, Di, S)
-            assert np.abs(rec.ssm[t - 1] - ssm).max() <= F32 * np.abs(ssm).max(), (name, i, t)
-            assert np.abs(rec.conv[t - 1] - conv[..., 1:]).max() <= F32 * np.abs(conv).max(), (name, i, t)
+            err = np.abs(rec.ssm[t - 1] - ssm).max() / np.abs(ssm).max()
+            worst[t] = max(worst.get(t, 0.0), err)
+            assert err <= tol, (name, i, t, err)
+            assert np.abs(rec.conv[t - 1] - conv[..., 1:]).max() <= tol * np.abs(conv).max(), (name, i, t)
+    print(f"{name}: worst SSM state against the cache after t steps: "
+          + ", ".join(f"t={t} {e:.2e}" for t, e in worst.items()))
 
 
 def test_the_layer_map_lists_recurrent_attention_and_moe_layers_as_the_config_says(case):
