@@ -61,6 +61,19 @@ Example, the whole of ``bamba.py``::
         to_block=lambda mixer, config: mamba2_block(mixer),
     )
 
+What the registry gives (nothing of it changes per family)
+----------------------------------------------------------
+``family_of(model_or_config_or_model_type) -> Family`` (TypeError in one line naming the
+registered families), ``find_family(...) -> Family | None``, ``registered() -> tuple of Family``,
+``register(family)``; on a ``Family``: ``recognises(model)``, ``layer_map(model)`` (checked),
+``mixers(model) -> {index: module}``, ``block(model, index)`` (a trainable float64 copy of one
+recurrent mixer), ``convert(mixer, config)``.
+``recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) -> Recomputed``
+(``family``, ``layer_map``, ``layers``, ``records``, ``errors``, ``tolerance``, ``dtype``);
+``estimate_bytes(model, T, N, *, layers=None) -> {index: bytes}``; ``tolerance(dtype)``.
+``hiddenstate.inspect_model(model, ids, text=..., layers=..., max_bytes=..., out=...)`` and
+:func:`hiddenstate.family_inspection.analyze_family_model` run these and the Mamba analyses.
+
 Then a test builds a tiny random model of the family from a small config (CPU, float32, no
 download) and checks that ``recompute_layers(model, ids)`` passes (every recurrent layer within
 the tolerance of the model's own output) and that the last recorded SSM state equals the

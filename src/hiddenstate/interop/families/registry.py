@@ -76,7 +76,7 @@ def hooked_hidden_states(args, kwargs, output):
     return u, output[0] if isinstance(output, tuple) else output
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Family:
     """One family of transformers models whose recurrent layers our block computes.
 
@@ -127,6 +127,9 @@ class Family:
         for what in ("layers", "to_block", "hooked"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
+
+    def __repr__(self) -> str:
+        return f"Family({self.name!r}, kind={self.kind!r}, classes={self.classes!r})"
 
     def recognises(self, model) -> bool:
         """Whether ``model`` is one of this family's models (class name, package, ``config.model_type``).
