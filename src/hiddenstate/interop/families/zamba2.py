@@ -49,7 +49,7 @@ def to_block(mixer, config):
         :func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses.
     """
     H, P, Di = int(mixer.num_heads), int(mixer.head_dim), int(mixer.intermediate_size)
-    if H * P != Di:
+    if Di != H * P:
         raise ValueError(f"config.n_mamba_heads must divide Di = int(mamba_expand * hidden_size) = {Di} into heads of "
                          f"mamba_headdim = {P} channels (our block has H = Di / head_dim heads); got {H}.")
     return mamba2_block(mixer)
