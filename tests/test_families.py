@@ -25,6 +25,8 @@ from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families import registry  # noqa: E402
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes, recompute_layers, tolerance  # noqa: E402
 from hiddenstate.interop.transformers_io import from_transformers  # noqa: E402
+from tests.test_families_mamba1 import build as build_mamba1  # noqa: E402
+from tests.test_families_mamba2 import build as build_mamba2  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50
@@ -58,13 +60,13 @@ def nemotron_h(**over):
     return transformers.NemotronHForCausalLM(transformers.NemotronHConfig(**{**cfg, **over}))
 
 
-def granitemoehybrid():
-    return transformers.GraniteMoeHybridForCausalLM(transformers.GraniteMoeHybridConfig(
-        vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
-        num_key_value_heads=1, layer_types=["linear_attention", "full_attention", "linear_attention"],
-        mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
-        mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
-        initializer_range=0.5))
+def granitemoehybrid(**over):
+    cfg = dict(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+               num_key_value_heads=1, layer_types=["linear_attention", "full_attention", "linear_attention"],
+               mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
+               mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
+               initializer_range=0.5)
+    return transformers.GraniteMoeHybridForCausalLM(transformers.GraniteMoeHybridConfig(**{**cfg, **over}))
 
 
 #: family name -> (tiny model builder, its recurrent layers, its layer roles)
@@ -74,6 +76,13 @@ BUILDERS = {
     "bamba": (bamba, (0, 2, 3), ["recurrent", "attention", "recurrent", "recurrent"]),
     "nemotron_h": (nemotron_h, (0, 4), ["recurrent", "moe", "attention", "mlp", "recurrent"]),
     "granitemoehybrid": (granitemoehybrid, (0, 2), ["recurrent", "attention", "recurrent"]),
+    # the Mamba-1 variants (tests/test_families_mamba1.py): dt/B/C norms, Jamba's MoE, Zamba's heads and hybrid layers
+    "falcon_mamba": (lambda: build_mamba1("falcon_mamba")[0], (0, 1, 2), ["recurrent"] * 3),
+    "jamba": (lambda: build_mamba1("jamba")[0], (0, 1, 3), ["recurrent", "recurrent", "attention", "recurrent"]),
+    "zamba": (lambda: build_mamba1("zamba")[0], (0, 1, 2, 3, 4), ["recurrent"] * 5),
+    # the Mamba-2 hybrids with shared attention blocks and muP multipliers (tests/test_families_mamba2.py)
+    "zamba2": (lambda: build_mamba2("zamba2")[0], (0, 1, 2, 3), ["recurrent"] * 4),
+    "falcon_h1": (lambda: build_mamba2("falcon_h1")[0], (0, 1, 2), ["recurrent"] * 3),
 }
 
 
@@ -88,7 +97,7 @@ def ids_for(seed=1, N=2, T=24):
 
 def test_every_family_is_registered_once_and_documented():
     names = [f.name for f in families.registered()]
-    assert names == list(BUILDERS)
+    assert names[:len(BUILDERS)] == list(BUILDERS)  # the Mamba kinds' families first; other kinds' after them
     for f in families.registered():
         assert f.kind in families.BLOCKS and f.classes and f.notes
         assert families.family_of(f.name) is f
@@ -113,9 +122,11 @@ def test_every_recurrent_layer_is_recomputed_to_the_models_own_output_and_cache(
         ssm = cache.get_recurrent_state(i).double().numpy()
         conv = cache.get_conv_state(i).double().numpy()  # (N, Dc, K): the last K inputs; ours keeps K - 1
         assert rec.ssm.shape[:2] == (ids.shape[1], ids.shape[0])  # time-major (T, N, ...)
+        ssm = ssm.reshape(rec.ssm.shape[1:])  # Zamba's heads: (N, H, Dh, S) is our (N, Di, S)
         assert np.abs(rec.ssm[-1] - ssm).max() <= 1e-5 * np.abs(ssm).max()
         assert np.abs(rec.conv[-1] - conv[..., 1:]).max() <= 1e-5 * np.abs(conv).max()
         A = -np.exp(mixers[i].A_log.detach().double().numpy())  # decay = exp(dt A), from the mixer's own A_log
+        A = A.reshape(rec.decay.shape[2:]) if rec.decay.ndim == 4 else A  # Zamba's (H, Dh, S) is our (Di, S)
         decay = np.exp(rec.dt[..., None] * A) if rec.decay.ndim == 4 else np.exp(rec.dt * A)
         np.testing.assert_allclose(rec.decay, decay, rtol=1e-12)
 
@@ -145,12 +156,30 @@ def test_a_mapping_that_misses_part_of_the_mixer_is_refused_with_the_layer_and_f
         recompute_layers(model, ids_for())
 
 
-def test_a_clamped_step_size_or_another_width_is_refused_before_anything_runs():
-    with pytest.raises(ValueError, match=r"BambaMixer's time_step_limit must be \(0.0, inf\).*got \(0.0, 0.5\)"):
-        recompute_layers(build("bamba", time_step_limit=(0.0, 0.5)), ids_for())
-    with pytest.raises(ValueError, match="NemotronHMamba2Mixer's intermediate_size must be a multiple of its "
-                                         "hidden_size .* got 24 and 16"):
-        recompute_layers(build("nemotron_h", mamba_num_heads=3), ids_for())
+@pytest.mark.parametrize("name, over", [("bamba", dict(time_step_limit=(0.0, 1.2))),  # dt clamped (about 1.3 here)
+                                         ("nemotron_h", dict(mamba_num_heads=3, n_groups=3)),  # Di = 24: not a multiple of 16
+                                         ("granitemoehybrid", dict(time_step_limit=(0.5, 1.1), mamba_proj_bias=True))])
+def test_the_block_options_a_config_varies_are_read_off_the_mixer(name, over):
+    model = build(name, **over)
+    ids = ids_for()
+    rc = recompute_layers(model, ids)
+    assert max(rc.errors) <= rc.tolerance
+    blk = rc.family.block(model, rc.layers[0])
+    mixer = rc.family.mixers(model)[rc.layers[0]]
+    assert blk.d_inner == mixer.intermediate_size and tuple(blk.time_step_limit) == tuple(mixer.time_step_limit)
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    ssm = cache.get_recurrent_state(rc.layers[-1]).double().numpy()
+    assert np.abs(rc.records[-1].ssm[-1] - ssm).max() <= 1e-5 * np.abs(ssm).max()
+
+
+def test_what_the_block_does_not_compute_is_refused_before_the_model_runs():
+    model = build("bamba", hidden_act="gelu")
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    with pytest.raises(ValueError, match="^config.hidden_act must be 'silu' .*; got 'gelu'.$"):
+        recompute_layers(model, ids_for())
+    assert not calls
 
 
 def test_the_registry_recognises_by_class_package_and_model_type_and_refuses_the_rest():
@@ -178,7 +207,7 @@ def test_the_registry_recognises_by_class_package_and_model_type_and_refuses_the
 
 def test_a_family_record_is_checked_and_names_are_unique():
     fam = registry.find_family("bamba")
-    with pytest.raises(ValueError, match="kind must be one of \\['mamba', 'mamba2'\\]"):
+    with pytest.raises(ValueError, match=r"kind must be one of \[.*'mamba', 'mamba2'.*\] \(our blocks\); got 'lstm'"):
         dataclasses.replace(fam, kind="lstm")
     with pytest.raises(TypeError, match="classes must be a non-empty tuple"):
         dataclasses.replace(fam, classes="BambaForCausalLM")
@@ -277,7 +306,7 @@ def test_inspect_model_of_a_hybrid_reports_the_layer_map_and_each_layers_recompu
     page = out.read_text(encoding="utf-8")
     assert '<section id="layermap"><h2>Layer map</h2>' in page and "3 of its 4 layers are recurrent" in page
     for i, role, cls in ((0, "recurrent", "BambaMixer"), (1, "attention", "BambaAttention"), (2, "recurrent", "BambaMixer")):
-        shown = f"<td>{role}</td><td style=\"text-align:left\">{cls}</td>"
+        shown = f"<td>{role} + mlp</td><td style=\"text-align:left\">{cls} + BambaMLP</td>"  # the layer's MLP part
         assert shown in page
         assert (f'<a href="#layer{i}">{i}</a>' in page) == (role == "recurrent")
         assert (f'<section id="layer{i}">' in page) == (role == "recurrent")

@@ -97,7 +97,7 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
         ``model`` is not a ``MambaForCausalLM``, ``FalconMambaForCausalLM`` or ``Mamba2ForCausalLM``.
     ValueError
         A configuration this package does not compute (an activation other than SiLU; for
-        Mamba-2 a ``time_step_limit`` other than (0, inf)).
+        Mamba-2 a ``time_step_limit`` that is not a pair 0 <= lo <= hi).
     """
     mamba2, falcon = is_transformers_mamba2(model), is_transformers_falcon_mamba(model)
     if not (mamba2 or falcon or is_transformers_mamba(model)):
@@ -116,11 +116,12 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
                   d_conv=cfg.conv_kernel, expand=cfg.expand, bias=cfg.use_bias, conv_bias=cfg.use_conv_bias, scan=scan,
                   rng=np.random.default_rng(0))
     if mamba2:
-        if tuple(cfg.time_step_limit) != (0.0, float("inf")):
-            raise ValueError(f"model.config.time_step_limit must be (0.0, inf) (no clamp of dt, transformers' "
-                             f"default); got {tuple(cfg.time_step_limit)}.")
+        limit = cfg.time_step_limit
+        if limit is None or len(limit) != 2 or not 0.0 <= limit[0] <= limit[1]:
+            raise ValueError(f"model.config.time_step_limit must be a pair (lo, hi) with 0 <= lo <= hi (the clamp of "
+                             f"dt; (0.0, inf) clamps nothing); got {limit!r}.")
         lm = Mamba2LM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, head_dim=cfg.head_dim,
-                      n_groups=cfg.n_groups, **common)
+                      n_groups=cfg.n_groups, time_step_limit=tuple(float(v) for v in limit), **common)
     else:
         norms = dict(bcdt_norm="rms", norm_eps=cfg.mixer_rms_eps) if falcon else {}
         lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, dt_rank=int(cfg.time_step_rank),
@@ -158,23 +159,34 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
         ``lm`` is neither a MambaLM nor a Mamba2LM.
     ValueError
         Blocks with ``bcdt_norm="rms_weight"`` or ``num_heads`` (mixers of hybrid models, with no
-        whole-model transformers class of their own).
+        whole-model transformers class of their own); Mamba-2 blocks with an option
+        ``Mamba2Config`` cannot hold (a hybrid family's variant: ``d_inner`` other than
+        ``expand * d_model``, ``out_bias`` other than ``bias``, no or a pre-gate norm, muP
+        multipliers).
     """
     if not isinstance(lm, (MambaLM, Mamba2LM)):
         raise TypeError(f"lm must be a hiddenstate MambaLM (or Mamba2LM); got {type(lm).__name__}.")
-    import torch
-    import transformers
-
     blk = lm.layers[0]
+    if isinstance(lm, Mamba2LM):
+        odd = {"d_inner": blk.d_inner != blk.expand * blk.d_model, "out_bias": blk.out_bias != blk.bias,
+               "rms_norm": not blk.rms_norm, "norm_before_gate": blk.norm_before_gate,
+               "ssm_multipliers": blk.ssm_multipliers is not None, "ssm_in_multiplier": blk.ssm_in_multiplier != 1.0}
+        if any(odd.values()):
+            raise ValueError(f"lm's Mamba-2 blocks must be Mamba2Mixer's own for a Mamba2ForCausalLM; got blocks with "
+                             f"{', '.join(k for k, v in odd.items() if v)} set (a hybrid family's variant).")
     if isinstance(lm, MambaLM) and (blk.bcdt_norm == "rms_weight" or blk.num_heads is not None):
         raise ValueError(f"lm's blocks must be MambaMixer's or FalconMambaMixer's (bcdt_norm None or 'rms', num_heads "
                          f"None) to become a transformers model; got {blk!r}. Save its params instead.")
+    import torch
+    import transformers
+
     common = dict(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
                   num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
                   conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,
                   tie_word_embeddings=lm.tie_embeddings)
     if isinstance(lm, Mamba2LM):
-        cfg = transformers.Mamba2Config(num_heads=blk.num_heads, head_dim=blk.head_dim, n_groups=blk.n_groups, **common)
+        cfg = transformers.Mamba2Config(num_heads=blk.num_heads, head_dim=blk.head_dim, n_groups=blk.n_groups,
+                                        time_step_limit=blk.time_step_limit, **common)
         model = transformers.Mamba2ForCausalLM(cfg)
     else:
         falcon = blk.bcdt_norm == "rms"

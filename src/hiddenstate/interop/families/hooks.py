@@ -16,14 +16,31 @@ analysed silently.
 model's dtype (``A = -exp(A_log.float())``, the gated norm in float32) and round their output to
 the model's dtype, so the bound is ``8 eps(dtype) + 1000 eps(float32)`` (1.2e-4 for a float32 or
 float64 model, 8.0e-3 for float16, 6.3e-2 for bfloat16). Measured on random weights (one
-sequence, 2 CPUs): the worst layer of a 4-layer ``MambaForCausalLM`` of the 130M width
-(``hidden_size`` 768) is 9.8e-7 in float32 (8 eps) at T = 512 and 1.1e-6 at T = 2,048, 4.9e-8
+sequence, 2 CPUs), the worst layer's error: a 4-layer ``MambaForCausalLM`` of the 130M width
+(``hidden_size`` 768): 9.8e-7 in float32 (8 eps) at T = 512 and 1.1e-6 at T = 2,048, 4.9e-8
 in float64 at T = 2,048 (the float32 parts), 1.5e-3 in float16 (1.6 eps) and 1.3e-2 in bfloat16
-(1.6 eps) at T = 512; a 4-layer ``BambaForCausalLM`` (``hidden_size`` 256, 3 Mamba-2 layers)
-5.9e-7 (float32), 6.8e-4 (float16) and 7.4e-3 (bfloat16) at T = 512, 5.6e-7 (float32) and
-1.1e-7 (float64) at T = 2,048. So float32 sits 100 times inside its bound, the 16-bit types 5 to
-8 times. A mapping that misses part of the mixer's math (a norm, a clamp of
-dt, a multiplier) is off by far more than that.
+(1.6 eps) at T = 512. A 4-layer ``BambaForCausalLM`` (``hidden_size`` 256, 3 Mamba-2 layers
+of 8 heads x 64 x 64, chunk 64) drawn with ``initializer_range=0.3``, so that the SSM's readout
+``C h`` outweighs the skip ``D x`` 900 times (at transformers' default 0.02 it is 1/1000 of it,
+and the output would hardly test the recurrence): 3.5e-6 in float32 at T = 512, 1.4e-5 at
+2,048, 8.0e-6 (its last layer) at 8,192 (about 100 eps, not growing with T), 1.2e-5 in float64
+at 2,048, 1.2e-3 in float16 and 1.1e-2 in bfloat16 at 512. So float32 sits 8 to 100 times inside
+its bound, the 16-bit types 5 to 7 times. A mapping that misses part of the mixer's math is off
+by far more where that part matters (a 4-layer Bamba of ``hidden_size`` 16 at default weights:
+D 1% off, 1.0e-2; the gated norm's eps 10 times too large, 0.68) -- and by little where it does
+not: an ignored clamp of dt at 0.5 changes that model's output by 5e-6, since its output is almost
+all ``D x`` (the tests draw their weights so that ``C h`` dominates).
+
+The delta-rule families (kinds ``gated_delta`` and ``kda``) are computed by transformers in
+float32 whatever the model's dtype (``torch_chunk_gated_delta_rule`` and
+``chunk_kimi_delta_attention`` cast q, k, v, g and beta to float32; the gated norms compute in
+float32), and their output has no skip term: all of it is read out of the matrix state.
+Measured on the tests' 3-layer models (N = 2, mixers' decays mostly 0.5 to 1), the worst
+layer's error and the final state's against the cache: ``Qwen3NextForCausalLM`` 8.3e-7 and
+3.7e-7 at T = 150, 1.3e-6 and 3.8e-7 at T = 1,024, in bfloat16 1.5e-2 and 4.4e-3;
+``OlmoHybridForCausalLM`` 1.1e-6 / 1.9e-7, 9.9e-7 / 8.3e-7, 1.1e-2 / 4.7e-3;
+``KimiLinearForCausalLM`` 1.1e-6 / 1.6e-7, 1.2e-6 / 8.2e-7, 1.8e-2 / 5.4e-3: float32 about 100
+times inside its bound, bfloat16 3.5 to 6 times.
 
 **Memory.** The records of all chosen layers are kept (the analyses read them): per layer and
 per step of each sequence, the bytes one recorded step of that block takes (measured by a
@@ -40,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hiddenstate.interop.families.registry import Family, family_of
+from hiddenstate.kinds import get_kind
 from hiddenstate.validation import shape_str
 
 __all__ = ["MAX_BYTES", "Recomputed", "estimate_bytes", "recompute_layers", "tolerance"]
@@ -59,8 +77,8 @@ def tolerance(dtype) -> float:
     Returns
     -------
     float
-        1.2e-4 for float32 and float64, 8.0e-3 for float16, 6.3e-2 for bfloat16 (see the module
-        docstring for what was measured).
+        1.2e-4 for float32 and float64, 8.0e-3 for float16, 6.3e-2 for bfloat16 (the module
+        docstring gives what was measured against it).
 
     Raises
     ------
@@ -90,8 +108,10 @@ class Recomputed:
         Every layer of the model (index, role, class name, path).
     layers : tuple of int
         The recorded layers' indices, in model order.
-    records : tuple of MambaRecord or Mamba2Record
-        Per recorded layer, every step's states and selective parameters, time-major (T, N, ...).
+    records : tuple of records of the family's kind
+        Per recorded layer, every step's states and gates, time-major (T, N, ...): a MambaRecord,
+        Mamba2Record or DeltaRecord (:func:`hiddenstate.kinds.get_kind` of ``family.kind`` reads
+        its states and its :class:`~hiddenstate.kinds.RecordView`).
     errors : tuple of float
         Per recorded layer, ``max |ours - theirs| / max |theirs|`` of its output.
     tolerance : float
@@ -151,9 +171,9 @@ def _chosen(family: Family, model, layer_map, layers) -> tuple:
     return tuple(wanted)
 
 
-def _step_bytes(blk) -> int:
-    """Bytes one recorded step of one sequence takes in ``blk``'s record (a two-step dry run)."""
-    _, _, _, rec = blk.forward(np.zeros((1, 2, blk.d_model)), record=True)
+def _step_bytes(kind, blk) -> int:
+    """Bytes one recorded step of one sequence takes in ``blk``'s record (a two-step dry run of its kind's ``run``)."""
+    _, rec = kind.run(blk, np.zeros((1, 2, blk.d_model)))
     return sum(a.nbytes for a in rec if isinstance(a, np.ndarray)) // 2
 
 
@@ -191,7 +211,7 @@ def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
         shapes = tuple((k, tuple(v.shape)) for k, v in params.items())
         if shapes not in seen:  # layers of the same sizes record the same bytes a step
             blk = family.convert(mixers[i], model.config)
-            seen[shapes] = (_step_bytes(blk), blk.d_model)
+            seen[shapes] = (_step_bytes(get_kind(family.kind), blk), blk.d_model)
         step, M = seen[shapes]
         itemsize = next(iter(params.values())).element_size() if params else 4
         out[i] = T * N * (step + 2 * M * itemsize)
@@ -292,7 +312,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
                              f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
-        ours, _, _, rec = blk.forward(u, record=True)
+        ours, rec = get_kind(family.kind).run(blk, u)
         scale = float(np.abs(theirs).max())
         err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
         if not err <= tol:

@@ -13,14 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba2 import Mamba2
+from hiddenstate.kinds import BLOCKS, get_kind
 
 __all__ = ["BLOCKS", "ROLES", "Family", "LayerInfo", "decoder_layer_map", "family_of", "find_family",
            "hooked_hidden_states", "register", "registered"]
 
-#: Our block of each ``Family.kind``: what :attr:`Family.to_block` must return for that kind.
-BLOCKS = {"mamba": Mamba, "mamba2": Mamba2}
+# BLOCKS (from :mod:`hiddenstate.kinds`): our block of each ``Family.kind``, what :attr:`Family.to_block` must
+# return for that kind; a kind registered there (:func:`hiddenstate.kinds.register_kind`) is a kind here.
 
 #: The roles a layer map uses (a family may use another word; only "recurrent" layers are recorded).
 ROLES = ("recurrent", "attention", "mlp", "moe")
@@ -40,12 +39,17 @@ class LayerInfo(NamedTuple):
     path : str
         The mixer's module path in the model as passed (``"model.layers.3.mamba"``), as
         ``model.get_submodule(path)`` reads it.
+    parts : tuple of (str, str, str), default ()
+        The layer's other modules the map shows, each ``(role, class_name, path)``: a Jamba
+        layer's feed-forward (``("moe", "JambaSparseMoeBlock", "model.layers.1.feed_forward")``),
+        a Zamba hybrid layer's shared attention block. Never recorded; only the report reads them.
     """
 
     index: int
     role: str
     class_name: str
     path: str
+    parts: tuple = ()
 
 
 def hooked_hidden_states(args, kwargs, output):
@@ -71,7 +75,7 @@ def hooked_hidden_states(args, kwargs, output):
     return u, output[0] if isinstance(output, tuple) else output
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Family:
     """One family of transformers models whose recurrent layers our block computes.
 
@@ -84,13 +88,15 @@ class Family:
         of the family when its class has one of these names, comes from the package
         ``package`` and its ``config.model_type`` is ``name``.
     kind : str
-        Our block of its recurrent layers, a key of :data:`BLOCKS` (``"mamba"``, ``"mamba2"``).
+        Our block of its recurrent layers, a registered :class:`hiddenstate.kinds.Kind`'s name, a
+        key of ``BLOCKS`` (``"mamba"``, ``"mamba2"``, ``"gated_delta"``, ``"kda"``): the kind says
+        how the block is run with every step recorded and what of its record the analyses read.
     layers : callable
         ``layers(model) -> list of LayerInfo``: the layer map, one entry per layer of the
         model's stack, in order (:func:`decoder_layer_map` builds the usual one).
     to_block : callable
-        ``to_block(mixer, config) -> Mamba or Mamba2``: one recurrent mixer's weights and
-        sizes as our block (of ``BLOCKS[kind]``), float64, ``batch_first=True``; a ValueError
+        ``to_block(mixer, config) -> block``: one recurrent mixer's weights and sizes as our
+        block (of ``BLOCKS[kind]``), float64, ``batch_first=True``; a ValueError
         for what the block does not compute (:mod:`hiddenstate.interop.families.blocks`).
     hooked : callable, optional
         ``hooked(args, kwargs, output) -> (u, out)``: the mixer's input (N, T, M) and output
@@ -123,13 +129,15 @@ class Family:
             raise TypeError(f"name must be a non-empty str (the config's model_type); got {self.name!r}.")
         if not isinstance(self.classes, tuple) or not self.classes or not all(isinstance(c, str) for c in self.classes):
             raise TypeError(f"classes must be a non-empty tuple of class names; got {self.classes!r}.")
-        if self.kind not in BLOCKS:
-            raise ValueError(f"kind must be one of {sorted(BLOCKS)} (our blocks); got {self.kind!r}.")
+        get_kind(self.kind)  # a ValueError naming the registered kinds
         for what in ("layers", "to_block", "hooked"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
         if self.tiny_config is not None and not callable(self.tiny_config):
             raise TypeError(f"tiny_config must be callable or None; got {type(self.tiny_config).__name__}.")
+
+    def __repr__(self) -> str:
+        return f"Family({self.name!r}, kind={self.kind!r}, classes={self.classes!r})"
 
     def recognises(self, model) -> bool:
         """Whether ``model`` is one of this family's models (class name, package, ``config.model_type``).
@@ -195,8 +203,8 @@ class Family:
 
         Returns
         -------
-        Mamba or Mamba2
-            Of ``BLOCKS[kind]``; a trainable copy of the mixer (its weights are not shared).
+        block
+            Of ``BLOCKS[kind]`` (Mamba, Mamba2, GatedDeltaNet, ...); a trainable copy of the mixer (its weights are not shared).
 
         Raises
         ------
@@ -223,7 +231,8 @@ class Family:
 
         Returns
         -------
-        Mamba or Mamba2
+        block
+            Of ``BLOCKS[kind]``.
 
         Raises
         ------
@@ -328,7 +337,16 @@ def family_of(model) -> Family:
     raise TypeError(f"model must be of a registered recurrent family: {names}; got {got}.")
 
 
-def decoder_layer_map(model, roles: dict, *, stack: str = "layers") -> list:
+def _attr(obj, dotted: str):
+    """``obj.a.b`` for ``dotted`` ``"a.b"``; None where a link is missing or None."""
+    for name in dotted.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict | None = None) -> list:
     """The usual layer map: per layer of ``model.base_model.<stack>``, its first present attribute of ``roles``.
 
     Parameters
@@ -338,10 +356,15 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers") -> list:
     roles : dict of str to str
         Attribute of a decoder layer -> its role, tried in order; the first attribute that is
         present and not None is the layer's mixer (Bamba: ``{"mamba": "recurrent",
-        "self_attn": "attention"}``). A role may also be a callable ``role(layer, index) -> str``
+        "self_attn": "attention"}``). An attribute may be a dotted path (Zamba's hybrid layers:
+        ``"mamba_decoder.mamba"``). A role may also be a callable ``role(layer, index) -> str``
         (a layer whose one attribute ``mixer`` is of several kinds).
     stack : str, default "layers"
         The attribute of the base model that holds the layers.
+    parts : dict of str to str, optional
+        The layer's other modules to show, attribute (or dotted path) -> role or
+        ``role(layer, index)``; every one present becomes an entry of :attr:`LayerInfo.parts`
+        (Jamba: ``{"feed_forward": ...}`` giving ``"moe"`` or ``"mlp"``).
 
     Returns
     -------
@@ -352,14 +375,21 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers") -> list:
     ValueError
         A layer has none of the attributes.
     """
-    paths = {id(m): name for name, m in model.named_modules()}
+    paths: dict = {}
+    for name, m in model.named_modules(remove_duplicate=False):  # a module shared by layers: its first path
+        paths.setdefault(id(m), name)
     out = []
     for i, layer in enumerate(getattr(model.base_model, stack)):
-        attr = next((a for a in roles if getattr(layer, a, None) is not None), None)
+        attr = next((a for a in roles if _attr(layer, a) is not None), None)
         if attr is None:
             raise ValueError(f"model.base_model.{stack}[{i}] must have one of the attributes {list(roles)}; its "
                              f"{type(layer).__name__} has none.")
-        mixer = getattr(layer, attr)
+        mixer = _attr(layer, attr)
         role = roles[attr](layer, i) if callable(roles[attr]) else roles[attr]
-        out.append(LayerInfo(i, role, type(mixer).__name__, paths[id(mixer)]))
+        extra = []
+        for a, r in (parts or {}).items():
+            module = _attr(layer, a)
+            if module is not None:
+                extra.append((r(layer, i) if callable(r) else r, type(module).__name__, paths[id(module)]))
+        out.append(LayerInfo(i, role, type(mixer).__name__, paths[id(mixer)], tuple(extra)))
     return out
