@@ -9,7 +9,8 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid.
+Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid (Mamba kinds); recurrent_gemma (RG-LRU),
+minimax (lightning attention), lfm2 (short convolution).
 
 How to add a family
 -------------------
@@ -25,7 +26,9 @@ import and to ``_MODULES`` below. The fields:
     ``config.model_type`` is ``name``.
 ``kind``
     Our block of its recurrent layers, a key of ``BLOCKS``: ``"mamba"``
-    (:class:`hiddenstate.Mamba`) or ``"mamba2"`` (:class:`hiddenstate.Mamba2`).
+    (:class:`hiddenstate.Mamba`), ``"mamba2"`` (:class:`hiddenstate.Mamba2`), ``"rglru"``
+    (:class:`hiddenstate.rglru.RGLRUBlock`), ``"lightning"`` (:class:`hiddenstate.lightning.LightningAttention`)
+    or ``"shortconv"`` (:class:`hiddenstate.shortconv.ShortConv`).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
     path)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"`` or
@@ -38,9 +41,10 @@ import and to ``_MODULES`` below. The fields:
     block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` and
     :func:`~hiddenstate.interop.families.blocks.mamba2_block` read every ``MambaMixer`` /
     ``Mamba2Mixer``-like module.
-``hooked(args, kwargs, output) -> (u, out)`` (optional)
+``hooked(args, kwargs, output) -> (u, out)`` or ``(u, out, forward)`` (optional)
     The mixer's input and output (N, T, M) from what its forward hook sees; default its first
-    argument (or ``hidden_states=``) and its output (a tuple's first item).
+    argument (or ``hidden_states=``) and its output (a tuple's first item). ``forward``, a dict,
+    is passed to the block's ``forward`` (RecurrentGemma's ``{"reset": position_ids == 0}``).
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
@@ -76,7 +80,16 @@ the tolerance of the model's own output) and that the last recorded SSM state eq
 model's cache (``tests/test_families.py`` does this for every registered family).
 """
 
-from hiddenstate.interop.families import bamba, granitemoehybrid, mamba, mamba2, nemotron_h
+from hiddenstate.interop.families import (
+    bamba,
+    granitemoehybrid,
+    lfm2,
+    mamba,
+    mamba2,
+    minimax,
+    nemotron_h,
+    recurrent_gemma,
+)
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
     BLOCKS,
@@ -89,7 +102,7 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, recurrent_gemma, minimax, lfm2)
 for _module in _MODULES:
     register(_module.FAMILY)
 

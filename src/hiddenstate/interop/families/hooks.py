@@ -269,8 +269,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
 
     def hook(index):
         def keep(module, args, kwargs, output):
-            u, out = family.hooked(args, kwargs, output)
-            seen[index].append((u.detach().clone(), out.detach().clone()))
+            got = family.hooked(args, kwargs, output)
+            u, out, extra = got if len(got) == 3 else (*got, {})
+            seen[index].append((u.detach().clone(), out.detach().clone(), extra))
         return keep
 
     handles = []
@@ -293,12 +294,13 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         if len(seen[i]) != 1:
             raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recomputed; it "
                              f"ran {len(seen[i])} times.")
-        u, theirs = (t.cpu().double().numpy() for t in seen[i].pop())
+        u, theirs, extra = seen[i].pop()
+        u, theirs = (t.cpu().double().numpy() for t in (u, theirs))
         blk = family.convert(mixers[i], model.config)
         if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
                              f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
-        ours, _, _, rec = blk.forward(u, record=True)
+        ours, _, _, rec = blk.forward(u, record=True, **extra)
         scale = float(np.abs(theirs).max())
         err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
         if not err <= tol:

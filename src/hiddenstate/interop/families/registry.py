@@ -13,14 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from hiddenstate.lightning import LightningAttention
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
+from hiddenstate.rglru import RGLRUBlock
+from hiddenstate.shortconv import ShortConv
 
 __all__ = ["BLOCKS", "ROLES", "Family", "LayerInfo", "decoder_layer_map", "family_of", "find_family",
            "hooked_hidden_states", "register", "registered"]
 
 #: Our block of each ``Family.kind``: what :attr:`Family.to_block` must return for that kind.
-BLOCKS = {"mamba": Mamba, "mamba2": Mamba2}
+BLOCKS = {"mamba": Mamba, "mamba2": Mamba2, "rglru": RGLRUBlock, "lightning": LightningAttention,
+          "shortconv": ShortConv}
 
 #: The roles a layer map uses (a family may use another word; only "recurrent" layers are recorded).
 ROLES = ("recurrent", "attention", "mlp", "moe")
@@ -84,7 +88,8 @@ class Family:
         of the family when its class has one of these names, comes from the package
         ``package`` and its ``config.model_type`` is ``name``.
     kind : str
-        Our block of its recurrent layers, a key of :data:`BLOCKS` (``"mamba"``, ``"mamba2"``).
+        Our block of its recurrent layers, a key of :data:`BLOCKS` (``"mamba"``, ``"mamba2"``,
+        ``"rglru"``, ``"lightning"``, ``"shortconv"``).
     layers : callable
         ``layers(model) -> list of LayerInfo``: the layer map, one entry per layer of the
         model's stack, in order (:func:`decoder_layer_map` builds the usual one).
@@ -93,8 +98,9 @@ class Family:
         sizes as our block (of ``BLOCKS[kind]``), float64, ``batch_first=True``; a ValueError
         for what the block does not compute (:mod:`hiddenstate.interop.families.blocks`).
     hooked : callable, optional
-        ``hooked(args, kwargs, output) -> (u, out)``: the mixer's input (N, T, M) and output
-        (N, T, M) from what a forward hook sees; default the first argument (or
+        ``hooked(args, kwargs, output) -> (u, out)`` or ``(u, out, forward)``: the mixer's input
+        (N, T, M) and output (N, T, M) from what a forward hook sees, and optionally a dict of
+        keywords for the block's ``forward`` (``reset``); default the first argument (or
         ``hidden_states=``) and the output (the first item of a tuple).
     package : str, default "transformers"
         The top-level package the model classes come from.
