@@ -183,3 +183,52 @@ def test_what_our_blocks_do_not_compute_is_refused_naming_the_option():
     with pytest.raises(ValueError, match=r"Lfm2ShortConv's in_proj, conv and out_proj must all have a bias or none .* "
                                          r"got \{'in_proj': True, 'conv': True, 'out_proj': False\}"):
         recompute_layers(model, ids_for())
+
+
+def decode(name, model, ids, T0):
+    """A prefill of T0 steps, then one token a call through the model's own cache; every mixer call hooked."""
+    fam = families.family_of(model)
+    mixers = fam.mixers(model)
+    calls = {i: [] for i in mixers}
+
+    def keep(i):
+        def hook(module, args, kwargs, output):
+            got = fam.hooked(args, kwargs, output)
+            calls[i].append((got[0].double().numpy(), got[1].double().numpy(), got[2] if len(got) == 3 else {}))
+        return hook
+
+    handles = [m.register_forward_hook(keep(i), with_kwargs=True) for i, m in mixers.items()]
+    T = ids.shape[1]
+    try:
+        with torch.no_grad():
+            if name == "recurrent_gemma":  # its states live on the blocks; the cache serves the attention layers
+                cache = transformers.DynamicCache(config=model.config)
+                model(ids[:, :T0], position_ids=torch.arange(T0)[None], cache=cache, use_cache=True)
+                for t in range(T0, T):
+                    model(ids[:, t:t + 1], position_ids=torch.tensor([[t]]), cache=cache, use_cache=True)
+            else:
+                cache = model(ids[:, :T0], use_cache=True).cache
+                for t in range(T0, T):
+                    cache = model(ids[:, t:t + 1], cache=cache, use_cache=True).cache
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_token_by_token_decoding_through_the_cache_equals_our_carried_state(name):
+    model = build(name)
+    ids = ids_for(T=12)
+    calls = decode(name, model, ids, T0=7)
+    final = cached_states(name, build(name), ids)  # the same weights, one prefill of all 12 steps
+    fam = families.family_of(model)
+    for i, seen in calls.items():
+        assert [u.shape[1] for u, _, _ in seen] == [7, 1, 1, 1, 1, 1]
+        blk = fam.block(model, i)
+        state = None
+        for u, theirs, extra in seen:  # our block, its state carried from call to call
+            ours, state, _ = blk.forward(u, state, **extra)
+            assert rel(ours, theirs) <= 1e-5, i
+        for field, theirs in final[i].items():
+            assert rel(getattr(state, field), theirs) <= 1e-5, (i, field)
