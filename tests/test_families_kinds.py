@@ -23,6 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import hiddenstate as hs  # noqa: E402
 from hiddenstate.cells.lightning import slope_rates  # noqa: E402
 from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families import minimax, recurrent_gemma, registry  # noqa: E402
@@ -232,3 +233,53 @@ def test_token_by_token_decoding_through_the_cache_equals_our_carried_state(name
             assert rel(ours, theirs) <= 1e-5, i
         for field, theirs in final[i].items():
             assert rel(getattr(state, field), theirs) <= 1e-5, (i, field)
+
+
+KIND = {"recurrent_gemma": "rglru", "minimax": "lightning", "lfm2": "shortconv"}
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_inspect_model_reports_the_layer_map_and_each_kinds_measurements(name, tmp_path):
+    model = build(name)
+    ids = ids_for(T=30)
+    text = "the cat sat on the mat, and so"
+    out = tmp_path / f"{name}.html"
+    an = hs.inspect_model(model, ids, text=text, out=out, max_lag=5)
+    rc = recompute_layers(model, ids)
+    assert [la.layer for la in an.layers] == list(rc.layers) and [la.recomputed for la in an.layers] == list(rc.errors)
+    assert an.meta["kind"] == KIND[name] and an.meta["model"] == f"transformers {type(model).__name__}"
+    page = out.read_text(encoding="utf-8")
+    n_rec = len(rc.layers)
+    assert (f'<section id="layermap"><h2>Layer map</h2><p>Every layer of the model: {n_rec} of its '
+            f"{len(rc.layer_map)} layers are recurrent") in page
+    for e in rc.layer_map:
+        assert f"<td>{e.role}</td><td style=\"text-align:left\">{e.class_name}</td>" in page
+        assert (f'<a href="#layer{e.index}">{e.index}</a>' in page) == (e.role == "recurrent")
+        assert (f'<section id="layer{e.index}">' in page) == (e.role == "recurrent")
+    for la in an.layers:
+        assert f"layer {la.layer} recomputed: {la.recomputed:.2g} of the model's own output" in page
+    assert f"Inside the recurrent layers of a {type(model).__name__}" in page and "Explore the units" in page
+    H = getattr(model.config, "num_attention_heads", None)
+    if name == "recurrent_gemma":  # a_t from the model's own Lambda, the document start (position 0) left out
+        for la in an.layers:
+            lam = model.model.layers[la.layer].temporal_block.rg_lru.recurrent_param.detach().double().numpy()
+            a = np.exp(-8 * la.record.recurrent_gate[1:] * np.logaddexp(0, lam))
+            np.testing.assert_allclose(la.time_constants, 1 / (1 - a.mean(axis=(0, 1))), rtol=1e-10)
+        assert "mean channel decay a_t" in page
+    elif name == "minimax":  # transformers' per-layer slopes; the rank of the state its own cache holds
+        L = model.config.num_hidden_layers
+        cache = cached_states(name, build(name), ids)
+        for la in an.layers:
+            np.testing.assert_allclose(la.time_constants, 1 / (1 - np.exp(-slope_rates(H, la.layer, L))), rtol=1e-6)
+            sv = np.linalg.svd(cache[la.layer]["kv"], compute_uv=False)  # (N, H, D)
+            p = sv / sv.sum(axis=-1, keepdims=True)
+            np.testing.assert_allclose(la.effective_rank[-1], np.exp(-(p * np.log(p)).sum(axis=-1)).mean(axis=0),
+                                       rtol=1e-4)
+        assert "effective rank of S_t at the last step" in page
+    else:  # no keep gate: said so, a memory of exactly K - 1 steps
+        K = model.config.conv_L_cache
+        for la in an.layers:
+            assert la.decay is None and la.time_constants is None
+            np.testing.assert_array_equal(la.flow_spectral, np.arange(6) < K - 1)
+        assert "<b>keep gate and time constants</b>: a short convolution" in page
+        assert f"its memory exactly {K - 1} steps" in page
