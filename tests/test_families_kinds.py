@@ -275,7 +275,7 @@ def test_inspect_model_reports_the_layer_map_and_each_kinds_measurements(name, t
             p = sv / sv.sum(axis=-1, keepdims=True)
             np.testing.assert_allclose(la.effective_rank[-1], np.exp(-(p * np.log(p)).sum(axis=-1)).mean(axis=0),
                                        rtol=1e-4)
-        assert "effective rank of S_t at the last step" in page
+        assert "effective rank of S_t at the last step" in page and "How full the matrix memory is" in page
     else:  # no keep gate: said so, a memory of exactly K - 1 steps
         K = model.config.conv_L_cache
         for la in an.layers:

@@ -25,6 +25,7 @@ from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layer
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 from hiddenstate.mamba_lm import Mamba2LM, MambaLM
+from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
@@ -34,7 +35,8 @@ from hiddenstate.report.mamba_page import build_mamba_report
 __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
 
 #: The analyses' kind of the records of each of our block kinds (``Family.kind``).
-KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "rglru": RGLRU, "lightning": LIGHTNING, "shortconv": SHORTCONV}
+KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "rglru": RGLRU,
+         "lightning": LIGHTNING, "shortconv": SHORTCONV}
 
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 

@@ -9,8 +9,9 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid (Mamba kinds); recurrent_gemma (RG-LRU),
-minimax (lightning attention), lfm2 (short convolution).
+Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid (Mamba kinds); qwen3_next, olmo_hybrid
+(kind ``gated_delta``), kimi_linear (kind ``kda``); recurrent_gemma (kind ``rglru``), minimax
+(kind ``lightning``), lfm2 (kind ``shortconv``).
 
 How to add a family
 -------------------
@@ -25,17 +26,25 @@ import and to ``_MODULES`` below. The fields:
     these names, comes from ``package`` (default ``"transformers"``) and its
     ``config.model_type`` is ``name``.
 ``kind``
-    Our block of its recurrent layers, a key of ``BLOCKS``: ``"mamba"``
-    (:class:`hiddenstate.Mamba`), ``"mamba2"`` (:class:`hiddenstate.Mamba2`), ``"rglru"``
-    (:class:`hiddenstate.rglru.RGLRUBlock`), ``"lightning"`` (:class:`hiddenstate.lightning.LightningAttention`)
-    or ``"shortconv"`` (:class:`hiddenstate.shortconv.ShortConv`).
+    Our block of its recurrent layers, the name of a registered :class:`hiddenstate.kinds.Kind`
+    (a key of ``BLOCKS``): ``"mamba"`` (:class:`hiddenstate.Mamba`), ``"mamba2"``
+    (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.gated_delta.GatedDeltaNet`)
+    ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`), ``"rglru"``
+    (:class:`hiddenstate.rglru.RGLRUBlock`), ``"lightning"``
+    (:class:`hiddenstate.lightning.LightningAttention`) or ``"shortconv"``
+    (:class:`hiddenstate.shortconv.ShortConv`). The kind says how its block
+    runs with every step recorded (``Kind.run``), which of the record's arrays are its states
+    (``Kind.states``) and what the analyses read of it (``Kind.view``, a
+    :class:`~hiddenstate.kinds.RecordView`); a new kind is one
+    :func:`hiddenstate.kinds.register_kind` (and its :class:`~hiddenstate.probe.mamba_layers.LayerKind`
+    in :data:`hiddenstate.family_inspection.KINDS` for the analysis's result types).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
     path)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"`` or
     another word; ``path`` the mixer's module path in the model as passed (what
     ``model.get_submodule`` reads). :func:`decoder_layer_map` builds it from the attribute names
     of a decoder layer.
-``to_block(mixer, config) -> Mamba or Mamba2``
+``to_block(mixer, config) -> block``
     One recurrent mixer (a ``torch.nn.Module``) and the model's config onto our block: float64,
     ``batch_first=True``, the mixer's weights; a ValueError naming the option for anything the
     block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` and
@@ -83,11 +92,14 @@ model's cache (``tests/test_families.py`` does this for every registered family)
 from hiddenstate.interop.families import (
     bamba,
     granitemoehybrid,
+    kimi_linear,
     lfm2,
     mamba,
     mamba2,
     minimax,
     nemotron_h,
+    olmo_hybrid,
+    qwen3_next,
     recurrent_gemma,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
@@ -102,7 +114,8 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, recurrent_gemma, minimax, lfm2)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma,
+            minimax, lfm2)
 for _module in _MODULES:
     register(_module.FAMILY)
 
