@@ -25,6 +25,7 @@ from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families import registry  # noqa: E402
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes, recompute_layers, tolerance  # noqa: E402
 from hiddenstate.interop.transformers_io import from_transformers  # noqa: E402
+from tests.test_families_mamba1 import build as build_mamba1  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50
@@ -58,13 +59,13 @@ def nemotron_h(**over):
     return transformers.NemotronHForCausalLM(transformers.NemotronHConfig(**{**cfg, **over}))
 
 
-def granitemoehybrid():
-    return transformers.GraniteMoeHybridForCausalLM(transformers.GraniteMoeHybridConfig(
-        vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
-        num_key_value_heads=1, layer_types=["linear_attention", "full_attention", "linear_attention"],
-        mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
-        mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
-        initializer_range=0.5))
+def granitemoehybrid(**over):
+    cfg = dict(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+               num_key_value_heads=1, layer_types=["linear_attention", "full_attention", "linear_attention"],
+               mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
+               mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
+               initializer_range=0.5)
+    return transformers.GraniteMoeHybridForCausalLM(transformers.GraniteMoeHybridConfig(**{**cfg, **over}))
 
 
 #: family name -> (tiny model builder, its recurrent layers, its layer roles)
@@ -74,6 +75,10 @@ BUILDERS = {
     "bamba": (bamba, (0, 2, 3), ["recurrent", "attention", "recurrent", "recurrent"]),
     "nemotron_h": (nemotron_h, (0, 4), ["recurrent", "moe", "attention", "mlp", "recurrent"]),
     "granitemoehybrid": (granitemoehybrid, (0, 2), ["recurrent", "attention", "recurrent"]),
+    # the Mamba-1 variants (tests/test_families_mamba1.py): dt/B/C norms, Jamba's MoE, Zamba's heads and hybrid layers
+    "falcon_mamba": (lambda: build_mamba1("falcon_mamba")[0], (0, 1, 2), ["recurrent"] * 3),
+    "jamba": (lambda: build_mamba1("jamba")[0], (0, 1, 3), ["recurrent", "recurrent", "attention", "recurrent"]),
+    "zamba": (lambda: build_mamba1("zamba")[0], (0, 1, 2, 3, 4), ["recurrent"] * 5),
 }
 
 
@@ -113,9 +118,11 @@ def test_every_recurrent_layer_is_recomputed_to_the_models_own_output_and_cache(
         ssm = cache.get_recurrent_state(i).double().numpy()
         conv = cache.get_conv_state(i).double().numpy()  # (N, Dc, K): the last K inputs; ours keeps K - 1
         assert rec.ssm.shape[:2] == (ids.shape[1], ids.shape[0])  # time-major (T, N, ...)
+        ssm = ssm.reshape(rec.ssm.shape[1:])  # Zamba's heads: (N, H, Dh, S) is our (N, Di, S)
         assert np.abs(rec.ssm[-1] - ssm).max() <= 1e-5 * np.abs(ssm).max()
         assert np.abs(rec.conv[-1] - conv[..., 1:]).max() <= 1e-5 * np.abs(conv).max()
         A = -np.exp(mixers[i].A_log.detach().double().numpy())  # decay = exp(dt A), from the mixer's own A_log
+        A = A.reshape(rec.decay.shape[2:]) if rec.decay.ndim == 4 else A  # Zamba's (H, Dh, S) is our (Di, S)
         decay = np.exp(rec.dt[..., None] * A) if rec.decay.ndim == 4 else np.exp(rec.dt * A)
         np.testing.assert_allclose(rec.decay, decay, rtol=1e-12)
 
@@ -145,12 +152,30 @@ def test_a_mapping_that_misses_part_of_the_mixer_is_refused_with_the_layer_and_f
         recompute_layers(model, ids_for())
 
 
-def test_a_clamped_step_size_or_another_width_is_refused_before_anything_runs():
-    with pytest.raises(ValueError, match=r"BambaMixer's time_step_limit must be \(0.0, inf\).*got \(0.0, 0.5\)"):
-        recompute_layers(build("bamba", time_step_limit=(0.0, 0.5)), ids_for())
-    with pytest.raises(ValueError, match="NemotronHMamba2Mixer's intermediate_size must be a multiple of its "
-                                         "hidden_size .* got 24 and 16"):
-        recompute_layers(build("nemotron_h", mamba_num_heads=3), ids_for())
+@pytest.mark.parametrize("name, over", [("bamba", dict(time_step_limit=(0.0, 1.2))),  # dt clamped (about 1.3 here)
+                                         ("nemotron_h", dict(mamba_num_heads=3, n_groups=3)),  # Di = 24: not a multiple of 16
+                                         ("granitemoehybrid", dict(time_step_limit=(0.5, 1.1), mamba_proj_bias=True))])
+def test_the_block_options_a_config_varies_are_read_off_the_mixer(name, over):
+    model = build(name, **over)
+    ids = ids_for()
+    rc = recompute_layers(model, ids)
+    assert max(rc.errors) <= rc.tolerance
+    blk = rc.family.block(model, rc.layers[0])
+    mixer = rc.family.mixers(model)[rc.layers[0]]
+    assert blk.d_inner == mixer.intermediate_size and tuple(blk.time_step_limit) == tuple(mixer.time_step_limit)
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    ssm = cache.get_recurrent_state(rc.layers[-1]).double().numpy()
+    assert np.abs(rc.records[-1].ssm[-1] - ssm).max() <= 1e-5 * np.abs(ssm).max()
+
+
+def test_what_the_block_does_not_compute_is_refused_before_the_model_runs():
+    model = build("bamba", hidden_act="gelu")
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    with pytest.raises(ValueError, match="^the BambaMixer's activation must be 'silu' \\(Mamba's\\); got 'gelu'.$"):
+        recompute_layers(model, ids_for())
+    assert not calls
 
 
 def test_the_registry_recognises_by_class_package_and_model_type_and_refuses_the_rest():

@@ -1,7 +1,7 @@
 """transformers ``Mamba2ForCausalLM`` (Dao & Gu 2024): every layer a Mamba-2 mixer (``backbone.layers[i].mixer``).
 
-The mixer is exactly our :class:`~hiddenstate.Mamba2` when its ``time_step_limit`` is (0, inf)
-(:func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses a clamp).
+The mixer is exactly our :class:`~hiddenstate.Mamba2`, its ``time_step_limit`` clamp of dt
+included (:func:`~hiddenstate.interop.families.blocks.mamba2_block`).
 """
 
 from __future__ import annotations

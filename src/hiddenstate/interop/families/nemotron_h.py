@@ -2,9 +2,9 @@
 
 ``model.layers[i].mixer`` is a ``NemotronHMamba2Mixer`` where ``config.layers_block_type[i]``
 is ``"linear_attention"``, and an attention, MLP or MoE module elsewhere. The Mamba-2 mixer is
-ours (:class:`~hiddenstate.Mamba2`) when its Di = ``mamba_num_heads * mamba_head_dim`` is a
-multiple of ``hidden_size`` and ``time_step_limit`` is (0, inf); otherwise
-:func:`~hiddenstate.interop.families.blocks.mamba2_block` says which.
+our :class:`~hiddenstate.Mamba2` with ``d_inner = mamba_num_heads * mamba_head_dim`` (not a
+multiple of ``hidden_size`` in general) and its ``time_step_limit``
+(:func:`~hiddenstate.interop.families.blocks.mamba2_block`).
 """
 
 from __future__ import annotations
