@@ -9,9 +9,11 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, and the Mamba-1 variants
-falcon_mamba, jamba, zamba (Mamba kinds); qwen3_next, olmo_hybrid (kind ``gated_delta``), kimi_linear
-(kind ``kda``); recurrent_gemma (kind ``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``).
+Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybrid, zamba2
+(shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
+the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
+olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
+``rglru``), minimax (kind ``lightning``) and lfm2 (kind ``shortconv``).
 
 How to add a family
 -------------------
@@ -60,7 +62,8 @@ import and to ``_MODULES`` below. The fields:
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
-Example, the whole of ``bamba.py``::
+Example, a family whose mixer needs nothing beyond what ``mamba2_block`` reads (``bamba.py``
+adds a named refusal of ``config.hidden_act`` and its MLP part)::
 
     from hiddenstate.interop.families.blocks import mamba2_block
     from hiddenstate.interop.families.registry import Family, decoder_layer_map
@@ -94,6 +97,7 @@ model's cache (``tests/test_families.py`` does this for every registered family)
 
 from hiddenstate.interop.families import (
     bamba,
+    falcon_h1,
     falcon_mamba,
     granitemoehybrid,
     jamba,
@@ -107,6 +111,7 @@ from hiddenstate.interop.families import (
     qwen3_next,
     recurrent_gemma,
     zamba,
+    zamba2,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
@@ -120,8 +125,8 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, qwen3_next, olmo_hybrid,
-            kimi_linear, recurrent_gemma, minimax, lfm2)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
+            qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2)
 for _module in _MODULES:
     register(_module.FAMILY)
 
