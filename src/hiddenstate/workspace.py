@@ -30,12 +30,15 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "MAX_IDLE_BYTES", "MIN_BYTES", "block_steps", "clear", "empty", "idle_bytes", "zeros"]
+__all__ = ["BLOCK_BYTES", "MAX_IDLE_BYTES", "MIN_BYTES", "SCRATCH_BYTES", "block_steps", "clear", "empty", "idle_bytes",
+           "scratch", "transposed", "zeros"]
 
 #: Buffers smaller than this (bytes) are plain ``numpy.empty`` arrays, never pooled.
 MIN_BYTES = 1 << 18
 #: Free (unreferenced) pooled buffers beyond this many bytes in total are released.
 MAX_IDLE_BYTES = 1 << 30
+#: The largest temporary that :func:`scratch` takes from the pool (larger ones are not kept idle).
+SCRATCH_BYTES = 1 << 24
 #: Bytes of one (B, N, H) block of per-step factors that the backward kernels compute at a time (cache-sized).
 BLOCK_BYTES = 1 << 18
 _PER_KEY = 8  # at most this many buffers of one shape and dtype
@@ -119,6 +122,46 @@ def zeros(shape, dtype) -> np.ndarray:
     a = empty(shape, dtype)
     a.fill(0)
     return a
+
+
+def scratch(shape, dtype) -> np.ndarray:
+    """A buffer for a temporary inside one call: :func:`empty` up to :data:`SCRATCH_BYTES`, else ``numpy.empty``.
+
+    A one-step kernel's (H, H) temporaries, allocated fresh, were page-faulted in at every call
+    (most of a 256-unit GRU's step Jacobian); pooled, they are not. Larger ones are not pooled, so
+    that the pool does not keep them idle.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The array's shape.
+    dtype : numpy.dtype or type
+        Its dtype.
+
+    Returns
+    -------
+    ndarray of the given shape and dtype, uninitialised
+    """
+    nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
+    return empty(shape, dtype) if nbytes <= SCRATCH_BYTES else np.empty(shape, dtype)
+
+
+def transposed(w: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``w.T`` in a :func:`scratch` buffer.
+
+    Parameters
+    ----------
+    w : ndarray of shape (A, B)
+
+    Returns
+    -------
+    ndarray of shape (B, A)
+        Equal to ``w.T``; the caller must not keep it beyond the call that asked for it if it is
+        to be reused (it is reused only once nothing references it).
+    """
+    out = scratch(w.shape[::-1], w.dtype)
+    np.copyto(out, w.T)
+    return out
 
 
 def idle_bytes() -> int:

@@ -34,26 +34,17 @@ __all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_for
 
 
 def _gate_weights(w_hh, half, G, N):
-    """``W_hh^T`` of the first G gates, r and z rows pre-halved: (G, H, H), or (H, G*H) for N = 1 rows.
+    """``W_hh^T`` of the first G gates, rows r, z pre-halved: (G, H, H), or (H, G*H) for N = 1 (one product).
 
-    With one row the product is one (1, H) x (H, G*H) product, whose (1, G*H) result is the
-    memory of (G, 1, H). The re-laid-out copies live in pooled buffers (:mod:`hiddenstate.workspace`):
-    freshly allocated, their page faults were most of a one-step call (``layer_map``'s map: 3.4 of
-    3.5 ms for H = 256).
+    In pooled buffers (:func:`hiddenstate.workspace.scratch`): page-faulted in fresh at every
+    call, these copies were 3.4 of the 3.5 ms of one step of a 256-unit GRU (``layer_map``).
     """
     H = w_hh.shape[1]
     w3 = w_hh[:G * H].reshape(G, H, H)  # (G, H_out, H_in)
     if N == 1:  # (H_in, G, H_out) in one pass
-        return np.multiply(w3.transpose(2, 0, 1), half[:G, 0], out=ws.empty((H, G * H), w_hh.dtype).reshape(H, G, H)
-                           ).reshape(H, G * H)
-    return np.multiply(w3.transpose(0, 2, 1), half[:G], out=ws.empty((G, H, H), w_hh.dtype))
-
-
-def _transposed(w):
-    """A C-contiguous copy of ``w.T`` in a pooled buffer."""
-    out = ws.empty(w.shape[::-1], w.dtype)
-    np.copyto(out, w.T)
-    return out
+        out = ws.scratch((H, G, H), w_hh.dtype)
+        return np.multiply(w3.transpose(2, 0, 1), half[:G, 0], out=out).reshape(H, G * H)
+    return np.multiply(w3.transpose(0, 2, 1), half[:G], out=ws.scratch((G, H, H), w_hh.dtype))
 
 
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, reset_after=False):
@@ -118,7 +109,7 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2  # gates served by the one batched product with h
     w_g = _gate_weights(w_hh, half, G, N)  # (G, H, H): W_hh^T per gate; (H, G*H) for one row
-    w_n_t = _transposed(w_hh[2 * H:])  # (H, H)
+    w_n_t = ws.transposed(w_hh[2 * H:])  # (H, H)
     S = ws.empty((T, N, H), dt)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
     hprev = ws.empty((T, N, H), dt)
     hnew = ws.empty((T, N, H), dt)
@@ -213,7 +204,7 @@ def scan_infer(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2
     w_g = _gate_weights(w_hh, half, G, N)
-    w_n_t = None if reset_after else _transposed(w_hh[2 * H:])
+    w_n_t = None if reset_after else ws.transposed(w_hh[2 * H:])
     hs = ws.empty((T, N, H), dt)
     a = np.empty((3, N, H), dtype=dt)  # this step's r, z, n
     gh = np.empty((G, N, H), dtype=dt)
@@ -430,14 +421,14 @@ def jacobian(rec: Record, w_hh: np.ndarray, *, reset_after: bool = False) -> np.
     # of one Jacobian (the fixed-point search asks for hundreds)
     shape = np.broadcast_shapes(r.shape, z.shape, n.shape, hp.shape) + (H,)
     dt = np.result_type(z, w_hh)
-    Jz = np.multiply(dz[..., :, None], W_z, out=_scratch(shape, dt))
-    M = _scratch(shape, dt)
+    Jz = np.multiply(dz[..., :, None], W_z, out=ws.scratch(shape, dt))
+    M = ws.scratch(shape, dt)
     if reset_after:
         np.multiply(r[..., :, None], W_n, out=M)
-        M += np.multiply((s * dr)[..., :, None], W_r, out=_scratch(shape, dt))
+        M += np.multiply((s * dr)[..., :, None], W_r, out=ws.scratch(shape, dt))
     else:
         np.multiply(W_n, r[..., None, :], out=M)
-        M += W_n @ np.multiply((hp * dr)[..., :, None], W_r, out=_scratch(shape, dt))
+        M += W_n @ np.multiply((hp * dr)[..., :, None], W_r, out=ws.scratch(shape, dt))
     M *= dn[..., :, None]
     J = np.multiply((1.0 - z)[..., :, None], M, out=np.empty(shape, dt) if dt == np.float64 else M)
     Jz *= (hp - n)[..., :, None]
@@ -445,12 +436,6 @@ def jacobian(rec: Record, w_hh: np.ndarray, *, reset_after: bool = False) -> np.
     J = J if dt == np.float64 else J.astype(np.float64)  # float64, as J + np.eye(H) * z always was
     J.reshape(*shape[:-2], H * H)[..., ::H + 1] += z  # + diag(z): the carried part
     return J
-
-
-def _scratch(shape, dtype) -> np.ndarray:
-    """A buffer for a temporary: pooled (:func:`hiddenstate.workspace.empty`) up to 16 MiB, else new."""
-    nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
-    return ws.empty(shape, dtype) if nbytes <= 1 << 24 else np.empty(shape, dtype)
 
 
 def bounds(hidden_size: int, *, reset_after: bool = False) -> list:
