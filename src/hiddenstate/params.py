@@ -58,7 +58,8 @@ def load_into(params: dict, state, owner: str) -> None:
     missing = sorted(set(params) - set(state.keys()))
     extra = sorted(set(state.keys()) - set(params))
     if missing or extra:
-        raise ValueError(f"state_dict keys do not match {owner}: missing {missing}, unexpected {extra}.")
+        raise ValueError(f"state_dict keys do not match {owner}: missing {missing}, unexpected {extra}; a state_dict "
+                         f"must have exactly the keys of {owner}'s params.")
     new = {}
     for k, v in params.items():
         a = as_array(f"state_dict[{k!r}]", state[k])

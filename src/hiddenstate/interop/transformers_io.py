@@ -134,13 +134,16 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
     Raises
     ------
     TypeError
-        ``lm`` is neither a MambaLM nor a Mamba2LM.
+        ``lm`` is neither a MambaLM nor a Mamba2LM; ``torch_dtype`` is not a floating torch dtype.
     """
     if not isinstance(lm, (MambaLM, Mamba2LM)):
         raise TypeError(f"lm must be a hiddenstate MambaLM (or Mamba2LM); got {type(lm).__name__}.")
     import torch
     import transformers
 
+    if torch_dtype is not None and torch_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise TypeError(f"torch_dtype must be None or a floating torch dtype (torch.float32, torch.float64, "
+                        f"torch.float16, torch.bfloat16); got {type(torch_dtype).__name__} {torch_dtype!r:.60}.")
     blk = lm.layers[0]
     common = dict(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
                   num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
