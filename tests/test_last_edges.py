@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 
 import numpy as np
 import pytest
@@ -113,3 +114,35 @@ def test_the_cli_refuses_a_looped_checkpoint_in_one_line(looped_run, tmp_path, c
         "of symbolic links" in lines[0], lines
     assert "Errno" not in lines[0]
     assert sorted(os.listdir(looped_run)) == before and os.listdir(tmp_path) == []  # nothing written
+
+
+def test_processes_beyond_the_machine_are_refused_before_any_worker_starts(tmp_path):
+    """``--processes 100000`` once started workers until the machine stalled."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = main(["train", "--processes", "100000", "--steps", "1", "--out", str(tmp_path / "run")])
+        except SystemExit as exit_:
+            status = exit_.code
+    lines = err.getvalue().strip().splitlines()
+    assert status == 2 and len(lines) == 1 and re.search(r"--processes must be at most \d+ on this machine .*got "
+                                                         r"100000", lines[0]), lines
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_rank_beyond_world_size_says_so(tmp_path, monkeypatch):
+    """RANK=5 of WORLD_SIZE=2 exited 2 saying nothing (it took itself for a quiet follower of rank 0)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "5")
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be\n" * 20)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = main(["train", "--data", str(text), "--steps", "1", "--out", str(tmp_path / "run")])
+        except SystemExit as exit_:
+            status = exit_.code
+    lines = err.getvalue().strip().splitlines()
+    assert status == 2 and lines == ["hiddenstate: error: RANK must be less than WORLD_SIZE=2 (set by torchrun); got 5. "
+                                     "Start the ranks with torchrun or hiddenstate train --processes K."], lines
+    assert not (tmp_path / "run").exists()

@@ -331,11 +331,11 @@ def text_file(tmp_path_factory):
     return p
 
 
-@settings(SWEEP, max_examples=min(SWEEP.max_examples, 12))
-@given(processes=st.sampled_from(["0", "-1", "1.5", "x", "", "100000", "2", "nan"]),
+# no value here may start workers: ``--processes 100000`` once did, until the machine stalled (now refused)
+@settings(SWEEP, max_examples=min(SWEEP.max_examples, 8))
+@given(processes=st.sampled_from(["0", "-1", "1.5", "x", "", "100000", "nan"]),
        env=st.sampled_from([{}, {"WORLD_SIZE": "x"}, {"WORLD_SIZE": "0"}, {"RANK": "-1", "WORLD_SIZE": "2"},
-                            {"RANK": "5", "WORLD_SIZE": "2"}, {"MASTER_PORT": "99999999"}, {"MASTER_PORT": "abc"},
-                            {"LOCAL_RANK": "x", "WORLD_SIZE": "2", "RANK": "0"}]),
+                            {"RANK": "5", "WORLD_SIZE": "2"}, {"MASTER_PORT": "99999999"}]),
        extra=st.sampled_from([[], ["--device", "cuda:9"], ["--dtype", "float16"]]))
 def test_distributed_launch(tmp_path_factory, text_file, processes, env, extra):
     out = tmp_path_factory.mktemp("run") / "run"
@@ -347,7 +347,7 @@ def test_distributed_launch(tmp_path_factory, text_file, processes, env, extra):
     proc = subprocess.Popen(argv, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
@@ -358,7 +358,7 @@ def test_distributed_launch(tmp_path_factory, text_file, processes, env, extra):
         pytest.fail(f"a stray process after {argv} {env}")
     lines = err.strip().splitlines()
     if proc.returncode == 0:
-        assert processes in ("2", "1") or env or extra, (argv, env, lines)
+        pytest.fail(f"{argv} {env} ran: {lines}")
         COUNTS[("train --processes", "ran")] += 1
         return
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("hiddenstate"), (argv, env, proc.returncode,

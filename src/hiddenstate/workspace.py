@@ -26,12 +26,13 @@ from __future__ import annotations
 import sys
 import sysconfig
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "MAX_IDLE_BYTES", "MIN_BYTES", "SCRATCH_BYTES", "block_steps", "clear", "empty", "idle_bytes",
-           "scratch", "transposed", "zeros"]
+__all__ = ["BLOCK_BYTES", "MAX_IDLE_BYTES", "MIN_BYTES", "SCRATCH_BYTES", "block_steps", "clear", "derived", "empty",
+           "idle_bytes", "scratch", "transposed", "zeros"]
 
 #: Buffers smaller than this (bytes) are plain ``numpy.empty`` arrays, never pooled.
 MIN_BYTES = 1 << 18
@@ -162,6 +163,46 @@ def transposed(w: np.ndarray) -> np.ndarray:
     out = scratch(w.shape[::-1], w.dtype)
     np.copyto(out, w.T)
     return out
+
+
+_derived: dict = {}  # id(w) -> (weak reference to w, {key: array derived from w})
+
+
+def derived(w: np.ndarray, key, make):
+    """``make()``, computed once per ``key`` for an array that cannot change, else at every call.
+
+    An array that is read-only and owns its memory cannot change (no view of it writes, and it
+    has no base that could), so what a kernel derives from it (a transposed, re-laid-out copy of
+    weights) may be kept: :func:`hiddenstate.probe.layermap.layer_map` freezes its weights so, and
+    the one-step kernels it calls hundreds of times reuse their layout. Kept arrays are read-only
+    and are dropped with ``w``.
+
+    Parameters
+    ----------
+    w : ndarray
+        The array the result is derived from.
+    key : hashable
+        What was derived (one array can have several).
+    make : callable
+        ``make() -> ndarray``, the derivation.
+
+    Returns
+    -------
+    ndarray
+        ``make()``'s result; read-only when it is kept.
+    """
+    if w.flags.writeable or not w.flags.owndata:
+        return make()
+    ident = id(w)
+    entry = _derived.get(ident)
+    if entry is None or entry[0]() is not w:
+        entry = (weakref.ref(w, lambda _: _derived.pop(ident, None)), {})
+        _derived[ident] = entry
+    if key not in entry[1]:
+        out = make()
+        out.flags.writeable = False
+        entry[1][key] = out
+    return entry[1][key]
 
 
 def idle_bytes() -> int:

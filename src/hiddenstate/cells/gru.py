@@ -108,8 +108,8 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
     B = ws.block_steps(T, 3 * N * H * dt.itemsize)
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2  # gates served by the one batched product with h
-    w_g = _gate_weights(w_hh, half, G, N)  # (G, H, H): W_hh^T per gate; (H, G*H) for one row
-    w_n_t = ws.transposed(w_hh[2 * H:])  # (H, H)
+    w_g = ws.derived(w_hh, ("gru", G, N == 1), lambda: _gate_weights(w_hh, half, G, N))  # (G, H, H) or (H, G*H)
+    w_n_t = ws.derived(w_hh, "gru_n", lambda: ws.transposed(w_hh[2 * H:]))  # (H, H)
     S = ws.empty((T, N, H), dt)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
     hprev = ws.empty((T, N, H), dt)
     hnew = ws.empty((T, N, H), dt)
@@ -203,8 +203,8 @@ def scan_infer(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
     b_in = b_hh[2 * H:] if (b_hh is not None and not reset_after) else None
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2
-    w_g = _gate_weights(w_hh, half, G, N)
-    w_n_t = None if reset_after else ws.transposed(w_hh[2 * H:])
+    w_g = ws.derived(w_hh, ("gru", G, N == 1), lambda: _gate_weights(w_hh, half, G, N))
+    w_n_t = None if reset_after else ws.derived(w_hh, "gru_n", lambda: ws.transposed(w_hh[2 * H:]))
     hs = ws.empty((T, N, H), dt)
     a = np.empty((3, N, H), dtype=dt)  # this step's r, z, n
     gh = np.empty((G, N, H), dtype=dt)
