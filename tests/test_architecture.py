@@ -33,10 +33,11 @@ LAYERS = {
     "train": {CORE, "train", "report.figures"},
     "experiments": {CORE, "experiments", "probe", "train.optim", "report.figures"},
     "app": {CORE, "probe", "report", "train", "app"},
-    "inspection": {CORE, "probe", "report", "train", "interop", "app", "inspection"},  # foreign models -> report
+    "family_inspection": {CORE, "probe", "report", "interop", "family_inspection"},  # Mamba models, ours and transformers'
+    "inspection": {CORE, "probe", "report", "train", "interop", "app", "family_inspection", "inspection"},  # foreign models -> report
     "export": {CORE, "train", "interop", "export"},  # trained models -> ONNX / torch.export files
     "inspect_command": {CORE, "train", "app", "inspection", "inspect_command"},  # which model a path names
-    "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "inspection", "export",
+    "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "family_inspection", "inspection", "export",
             "inspect_command", "cli"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may

@@ -114,7 +114,36 @@ def test_our_float32_model_matches_transformers_to_float32_round_off():
         assert rel(ours.ssm, ref.ssm) <= RTOL
 
 
-def test_a_clamped_step_size_is_refused_clearly():
-    m = hf_model(layers=1, time_step_limit=(0.0, 0.5))
-    with pytest.raises(ValueError, match=r"model.config.time_step_limit must be \(0.0, inf\).*; got \(0.0, 0.5\)"):
+def test_a_clamped_step_size_equals_transformers_and_goes_back():
+    m = hf_model(layers=2, time_step_limit=(0.3, 0.9))
+    with torch.no_grad():  # step sizes around 0.7, so that the clamp cuts on both sides
+        for layer in m.backbone.layers:
+            layer.mixer.dt_bias.uniform_(-1.0, 0.5)
+    ids = torch.randint(0, 40, (2, 11), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out = m(ids, use_cache=True)
+    for scan in ("parallel", "ssd"):
+        lm = from_transformers(m, scan=scan)
+        assert all(b.time_step_limit == (0.3, 0.9) for b in lm.layers)
+        logits, states, _, records = lm.forward(ids.numpy(), record=True)
+        assert rel(logits, out.logits.numpy()) <= RTOL
+        for ours, ref in zip(states, states_from_cache(out.cache, 2)):
+            assert rel(ours.ssm, ref.ssm) <= RTOL
+        dt = np.concatenate([r.dt.ravel() for r in records])
+        assert (dt == 0.3).any() and (dt == 0.9).any() and ((dt > 0.3) & (dt < 0.9)).any()
+    back = to_transformers(lm)
+    assert tuple(back.config.time_step_limit) == (0.3, 0.9)
+    with torch.no_grad():
+        assert rel(back(ids).logits.numpy(), out.logits.numpy()) <= RTOL  # its own chunk_size: round-off
+
+
+def test_a_bad_step_size_limit_and_a_hybrid_block_are_refused_clearly():
+    m = hf_model(layers=1)
+    m.config.time_step_limit = (0.5, 0.1)
+    with pytest.raises(ValueError, match=r"model.config.time_step_limit must be a pair \(lo, hi\) with 0 <= lo <= hi.*; "
+                                         r"got \(0.5, 0.1\)"):
         from_transformers(m)
+    lm = Mamba2LM(11, 8, 1, d_state=3, head_dim=4, rms_norm=False, ssm_multipliers=(1, 2, 1, 1, 1),
+                  rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="must be Mamba2Mixer's own .* got blocks with rms_norm, ssm_multipliers set"):
+        to_transformers(lm)

@@ -95,7 +95,8 @@ def test_weights_go_back_bit_for_bit():
 
 
 def test_the_conversion_refuses_other_models_clearly():
-    with pytest.raises(TypeError, match=r"model must be a transformers MambaForCausalLM \(or Mamba2ForCausalLM\); got Linear"):
+    with pytest.raises(TypeError, match=r"model must be a transformers MambaForCausalLM \(or FalconMambaForCausalLM, "
+                                        r"Mamba2ForCausalLM\); got Linear"):
         from_transformers(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match=r"lm must be a hiddenstate MambaLM \(or Mamba2LM\); got dict"):
         to_transformers({})

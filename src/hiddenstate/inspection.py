@@ -16,20 +16,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from hiddenstate.app import char_mamba_report, check_report_path
+from hiddenstate.family_inspection import inspect_mamba, is_mamba_model
+from hiddenstate.interop.families import MAX_BYTES, family_of
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
-from hiddenstate.interop.transformers_io import from_transformers, is_transformers_mamba, is_transformers_mamba2
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba2 import Mamba2
-from hiddenstate.mamba_lm import Mamba2LM, MambaLM
 from hiddenstate.nesting import where_ragged
 from hiddenstate.probe.analysis import Analysis, analyze_model
-from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba
-from hiddenstate.probe.mamba2 import analyze_mamba2
+from hiddenstate.probe.mamba import MambaAnalysis
 from hiddenstate.recurrent import RecurrentLayer
 from hiddenstate.report import build_report
-from hiddenstate.report.mamba_page import build_mamba_report
 from hiddenstate.train.model import CharRNN
 from hiddenstate.validation import float_array, shape_str
 
@@ -243,30 +239,28 @@ def _check_x(x, layer, source: str) -> np.ndarray:
 
 def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tokens=None, out=None, title=None,
                   max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None, echo=None,
-                  source: str | None = None) -> Analysis:
+                  source: str | None = None, layers=None, max_bytes=MAX_BYTES) -> Analysis:
     """Measure the hidden state of a recurrent model trained anywhere, and optionally write its report.
 
     Parameters
     ----------
-    model : torch.nn.RNN, GRU or LSTM; Keras 3 SimpleRNN, GRU, LSTM or Bidirectional; ours
+    model : torch.nn.RNN, GRU or LSTM; Keras 3 SimpleRNN, GRU, LSTM or Bidirectional; ours; a transformers model
         Any ``num_layers``, ``bidirectional`` and ``batch_first`` of a torch module; a built Keras
         layer, or a Keras ``Sequential``/``Model`` whose one recurrent layer reads its input; a
         hiddenstate RNN/GRU/LSTM/MinGRU/MinLSTM; or a :class:`~hiddenstate.CharRNN`.
         Converted exactly (:func:`as_layer`); what cannot be represented raises. A transformers
-        ``MambaForCausalLM``, a :class:`~hiddenstate.MambaLM` or a :class:`~hiddenstate.Mamba`
-        block is measured by :func:`hiddenstate.probe.mamba.analyze_mamba` instead (a
-        ``Mamba2ForCausalLM``, :class:`~hiddenstate.mamba_lm.Mamba2LM` or
-        :class:`~hiddenstate.Mamba2` by :func:`hiddenstate.probe.mamba2.analyze_mamba2`) (``x``: token
-        ids (N, T) as transformers takes them, or the block's input; ``h0``: the initial states;
-        only ``out``, ``title``, ``max_lag``, ``text`` (the channels that track text features and
-        the explorer), ``tokens`` (time-major (T, N); default the ids) and ``source`` of the
-        options below apply; ``lengths`` and ``vocab`` are refused, ``echo``, ``rng`` and
-        ``n_fixed_point_starts`` have nothing to do) and its report is :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a
-        CharRNN of ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or
-        a str with ``vocab``, ``h0`` its state pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``;
-        ``text`` (default the decoded ``x``), ``vocab``, ``tokens``, ``out``, ``title``,
-        ``max_lag``, ``echo`` and ``source`` apply, ``lengths`` is refused, and there is no
-        fixed-point search).
+        model of a registered family (:mod:`hiddenstate.interop.families`: ``MambaForCausalLM``,
+        ``Mamba2ForCausalLM``, ``BambaForCausalLM``, ...) runs itself on the ids while its recurrent
+        layers are recomputed by our block, each held to the model's own output; it, a
+        :class:`~hiddenstate.MambaLM`, :class:`~hiddenstate.mamba_lm.Mamba2LM`,
+        :class:`~hiddenstate.Mamba` or :class:`~hiddenstate.Mamba2` is measured by
+        :func:`hiddenstate.family_inspection.inspect_mamba` (``x``: token ids (N, T) as
+        transformers takes them, or the block's input; ``h0``: our models' initial states; only
+        ``out``, ``title``, ``max_lag``, ``text``, ``tokens`` (time-major (T, N); default the ids),
+        ``source``, ``layers`` and ``max_bytes`` apply; ``lengths`` and ``vocab`` are refused) and
+        its report is :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a CharRNN of
+        ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or a str with
+        ``vocab``, ``h0`` its state pair; ``lengths`` is refused, no fixed-point search).
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
@@ -281,9 +275,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         the coloured-text view. For a CharRNN it defaults to the decoded ``x`` when ``vocab``
         is known, and a text given with ``vocab`` must be that decoding (refused otherwise).
     vocab : Vocabulary, str or list of str, optional
-        A CharRNN's characters in id order (``hiddenstate.train.corpus.Vocabulary`` or its
-        ``chars``): lets ``x`` be text, and gives the text view and the fixed points with the
-        input held at ``' '``.
+        A CharRNN's characters in id order: lets ``x`` be text, and gives the text view and the
+        fixed points with the input held at ``' '``.
     tokens : array_like of int, shape (T, N) or (T,), optional
         Token ids behind ``x`` (a CharRNN's ids are used by default): the memory curve then
         decodes the token k steps back.
@@ -303,6 +296,11 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     source : str, optional
         What the report calls the model (``meta["model"]`` and the subtitle); default from what
         ``model`` is (``"torch.nn.GRU"``, ``"hiddenstate GRU"``, ...).
+    layers : int or list of int, optional
+        A transformers model's recurrent layers to record (its own indices; default all).
+    max_bytes : int or None, default 4 GiB
+        A transformers model's cap on the recorded states, estimated before the model runs
+        (:func:`hiddenstate.interop.families.estimate_bytes`); ``layers=`` lowers the estimate.
 
     Returns
     -------
@@ -310,31 +308,40 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         As :func:`hiddenstate.analyze_model` (``analysis.trace`` holds every step's state of every
         layer and direction); ``meta["model"]`` names what ``model`` was. For a Mamba model a
         :class:`~hiddenstate.probe.mamba.MambaAnalysis` (``layers[l].record`` every step's states;
-        for Mamba-2 its subclass :class:`~hiddenstate.probe.mamba2.Mamba2Analysis`, per head).
+        for Mamba-2 its subclass :class:`~hiddenstate.probe.mamba2.Mamba2Analysis`, per head; for
+        a transformers model ``layers[l].recomputed`` and ``layer_map``).
 
     Raises
     ------
     TypeError
-        ``model`` is not one of the kinds above (e.g. a ``torch.nn.Linear``); ``x`` of a
-        non-numeric dtype; ``vocab`` of the wrong type.
+        ``model`` is not one of the kinds above (e.g. a ``torch.nn.Linear``; a transformers model
+        of no registered family, in one line naming the registered ones); ``x`` of a non-numeric
+        dtype; ``vocab`` of the wrong type.
     ValueError
         An option the conversion cannot represent (named); ``x`` whose shape does not fit the
-        model (the message gives the layout expected), with no sequence (N = 0), or ``lengths``
-        all 0 (``lengths`` at all for a Mamba-2 model); a ``text`` that is not what ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written; and the
-        errors of :func:`hiddenstate.analyze_model`.
+        model, with no sequence (N = 0), or ``lengths`` all 0; a ``text`` that is not what
+        ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written;
+        ``layers`` of anything but a transformers model; a recomputed layer above the tolerance;
+        records over ``max_bytes``; and the errors of :func:`hiddenstate.analyze_model`.
     """
     out = None if out is None else check_report_path(out)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None; got {type(title).__name__}.")
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
-    if is_transformers_mamba(model) or is_transformers_mamba2(model) or isinstance(model, _MAMBAS):
+    if is_mamba_model(model):
         if lengths is not None:  # the measurements would average over the padded steps
             raise ValueError("lengths must be None for a Mamba or Mamba-2 model: its analysis reads whole sequences "
                              "(no right-padded batches); got lengths. Inspect sequences of equal length.")
         if vocab is not None:
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= instead.")
-        return _inspect_mamba(model, x, h0, out, title, max_lag, text, tokens, source)
+        return inspect_mamba(model, x, h0, out=out, title=title, max_lag=max_lag, text=text, tokens=tokens,
+                             source=source, layers=layers, max_bytes=max_bytes)
+    if _package(model) == "transformers":
+        family_of(model)  # a model of no registered family: one line naming those there are
+    if layers is not None:
+        raise ValueError(f"layers must be None unless model is a transformers model of a registered family; got "
+                         f"{layers!r} for a {type(model).__name__}.")
     if isinstance(model, CharRNN) and model.cell == "mamba":
         return _inspect_char_mamba(model, x, h0, lengths, text, vocab, tokens, out, title, max_lag, echo, source)
     layer, converted = as_layer(model)
@@ -371,29 +378,6 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
                     f"of {N:,} sequence(s)" + ("; fixed points with the input held at ' '." if fp is not None else "."))
         build_report(out, an, title=title or "Inside the hidden state", subtitle=subtitle,
                      max_chars=len(an.text) if an.text else 2000)
-    return an
-
-
-
-_MAMBAS = (Mamba, MambaLM, Mamba2, Mamba2LM)  # measured by _inspect_mamba
-
-
-def _inspect_mamba(model, x, states, out, title, max_lag, text=None, tokens=None, source=None) -> MambaAnalysis:
-    """:func:`inspect_model` of a Mamba or Mamba-2 model: a transformers ``Mamba(2)ForCausalLM`` or ours."""
-    named = f"hiddenstate {type(model).__name__}"
-    if is_transformers_mamba(model) or is_transformers_mamba2(model):
-        named = f"transformers {type(model).__name__}"
-        model = from_transformers(model)
-    source = named if source is None else source
-    if type(x).__module__.split(".")[0] == "torch":
-        x = x.detach().cpu().numpy()
-    if tokens is not None:
-        tokens = _numpy("tokens", tokens)
-    analyze = analyze_mamba2 if isinstance(model, (Mamba2, Mamba2LM)) else analyze_mamba
-    an = analyze(model, x, states, max_lag=max_lag, model_name=source, text=text, tokens=tokens)
-    if out is not None:
-        build_mamba_report(out, an, title=title or "Inside a Mamba model",
-                           subtitle=f"{source}, converted exactly; every layer's state measured on every step.")
     return an
 
 

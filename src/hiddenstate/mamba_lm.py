@@ -273,7 +273,8 @@ class MambaLM(_ResidualLM):
     rng : numpy.random.Generator, optional
     **block
         Options of every :class:`Mamba` block (``d_state``, ``d_conv``, ``expand``, ``dt_rank``,
-        ``bias``, ``conv_bias``, ``scan``).
+        ``bias``, ``conv_bias``, ``scan``, ``bcdt_norm``, ``norm_eps``, ``num_heads``;
+        ``bcdt_norm="rms"`` makes it transformers' ``FalconMambaForCausalLM``).
 
     Attributes
     ----------

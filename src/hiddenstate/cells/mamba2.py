@@ -18,6 +18,18 @@ the channels of the convolution)::
     out_t     = out_proj(n_t)                           out_proj.weight (M, Di)
 
 with ``rms_G(g) = sqrt(mean(g^2) + eps)`` taken per group (transformers' ``MambaRMSNormGated``).
+
+The variants the hybrid families' Mamba-2 mixers use (Bamba, NemotronH, Zamba2, Falcon-H1,
+GraniteMoeHybrid), each a keyword of :func:`scan_forward` whose default is the plain block:
+
+* ``dt_limit=(lo, hi)`` (``time_step_limit``): ``dt_t = clamp(softplus(r_t + dt_bias), lo, hi)``;
+  its gradient passes where ``lo <= softplus(.) <= hi`` and is zero outside (as ``torch.clamp``).
+* ``mup`` (W,) and ``in_multiplier`` (Falcon-H1's muP ``mup_vector`` built from
+  ``ssm_multipliers``, and ``ssm_in_multiplier``): ``zxr_t = (in_proj(in_multiplier * u_t)) * mup``,
+  one constant per output of ``in_proj`` (its z, x, B, C and dt blocks).
+* ``norm_before_gate=True``: ``n_t = (norm.weight * y_t / rms_G(y_t)) * silu(z_t)`` (the norm
+  reads ``y`` and the gate comes after it); no ``norm.weight`` in ``p``: ``n_t = y_t * silu(z_t)``
+  (Falcon-H1's ``mamba_rms_norm=False``).
 Where Mamba-1's decay ``exp(dt A)`` is a matrix (Di, S) per step, Mamba-2's is one number per
 head, which is what lets the reference kernels compute a chunk as a masked matrix product (the
 "state space duality" of the paper); here the recurrence is evaluated as a scan. The block has
@@ -36,7 +48,8 @@ Everything else is per step and runs as whole-sequence matrix products.
 
 Kernel contract
 ---------------
-``scan_forward(p, u, h0, conv0, *, eps, n_groups, scan="parallel") -> (out, (h_T, conv_T), cache)``
+``scan_forward(p, u, h0, conv0, *, eps, n_groups, scan="parallel", dt_limit=(0, inf), norm_before_gate=False,
+mup=None, in_multiplier=1.0) -> (out, (h_T, conv_T), cache)``
     ``p`` the parameters by name (:data:`PARAMS`), ``u`` (T, N, M), ``h0`` (N, H, P, S),
     ``conv0`` (N, Dc, K-1). Nothing is validated; every array has the dtype of ``u``.
 ``scan_backward(cache, d_out, d_final) -> (grads, d_u, (d_h0, d_conv0))``
@@ -53,6 +66,7 @@ structured state space duality", arXiv:2405.21060, 2024.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -65,7 +79,7 @@ from hiddenstate.functional import sigmoid
 __all__ = ["PARAMS", "Mamba2Record", "MambaState", "gated_rms_norm", "gated_rms_norm_backward", "recorded",
            "scan_backward", "scan_forward"]
 
-#: The block's parameters in transformers' ``Mamba2Mixer`` names (the three biases are optional).
+#: The block's parameters in transformers' ``Mamba2Mixer`` names (the three biases and ``norm.weight`` are optional).
 PARAMS = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight",
           "out_proj.weight", "out_proj.bias")
 
@@ -166,14 +180,16 @@ def _sizes(p, n_groups):
 
 
 def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, eps: float, n_groups: int,
-                 scan: str = "parallel"):
+                 scan: str = "parallel", dt_limit: tuple[float, float] = (0.0, math.inf), norm_before_gate: bool = False,
+                 mup: np.ndarray | None = None, in_multiplier: float = 1.0):
     """The Mamba-2 block over all T steps (the equations of the module docstring): the forward kernel.
 
     Parameters
     ----------
     p : dict of str to ndarray
         The parameters by their ``Mamba2Mixer`` names (:data:`PARAMS`; ``in_proj.bias``,
-        ``conv1d.bias``, ``out_proj.bias`` may be absent).
+        ``conv1d.bias``, ``out_proj.bias`` may be absent; without ``norm.weight`` there is no
+        norm, ``n_t = y_t * silu(z_t)``).
     u : ndarray of shape (T, N, M)
         The block's input.
     h0 : ndarray of shape (N, H, P, S)
@@ -187,6 +203,16 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
     scan : {"parallel", "sequential", "ssd"}, default "parallel"
         How the SSM recurrence runs: a chunked Brent-Kung scan, the per-step loop, or SSD's
         chunked matrix form.
+    dt_limit : pair of float, default (0, inf)
+        ``(lo, hi)``: the step size is clamped to ``[lo, hi]`` after the softplus
+        (transformers' ``time_step_limit``); (0, inf) clamps nothing.
+    norm_before_gate : bool, default False
+        The norm reads ``y`` and the gate multiplies its output (Falcon-H1's
+        ``mamba_norm_before_gate``) instead of the norm reading ``y * silu(z)``.
+    mup : ndarray of shape (Di + Dc + H,), optional
+        Constants multiplying ``in_proj``'s output (Falcon-H1's ``mup_vector``); None: ones.
+    in_multiplier : float, default 1.0
+        Multiplies the input before ``in_proj`` (Falcon-H1's ``ssm_in_multiplier``).
 
     Returns
     -------
@@ -199,9 +225,11 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
     """
     T, N, _ = u.shape
     H, P, G, S, K, Di, Dc = _sizes(p, n_groups)
-    zxr = u @ p["in_proj.weight"].T  # (T, N, Di + Dc + H)
+    zxr = (u if in_multiplier == 1.0 else u * in_multiplier) @ p["in_proj.weight"].T  # (T, N, Di + Dc + H)
     if p.get("in_proj.bias") is not None:
         zxr += p["in_proj.bias"]
+    if mup is not None:
+        zxr *= mup
     z, xbc, r = zxr[:, :, :Di], zxr[:, :, Di:Di + Dc], zxr[:, :, Di + Dc:]
     xpad = np.concatenate([conv0.transpose(2, 0, 1), xbc], axis=0)  # (K-1+T, N, Dc)
     w = p["conv1d.weight"][:, 0, :]  # (Dc, K)
@@ -215,6 +243,11 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
     Bh, Ch = np.repeat(B, H // G, axis=2), np.repeat(C, H // G, axis=2)  # (T, N, H, S)
     pre = r + p["dt_bias"]  # (T, N, H)
     dt = np.logaddexp(0.0, pre)  # softplus
+    lo, hi = dt_limit
+    passes = None  # where the clamp passes the gradient (None: everywhere)
+    if lo > 0.0 or hi < math.inf:
+        passes = (dt >= lo) & (dt <= hi)
+        dt = np.clip(dt, lo, hi)
     A = -np.exp(p["A_log"])  # (H,)
     with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
         decay = np.exp(dt * A)  # (T, N, H)
@@ -227,13 +260,22 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
         y_ssm, h_T, starts = (hs @ Ch[..., None])[..., 0], (hs[-1].copy() if T else h0.copy()), None
     y = y_ssm + p["D"][:, None] * x  # (T, N, H, P)
     sz, dsz = silu(z)
-    g = y.reshape(T, N, Di) * sz  # (T, N, Di)
-    nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, G)
+    yf, inv, nb = y.reshape(T, N, Di), None, None
+    if "norm.weight" not in p:  # no norm: the gated output goes to out_proj
+        g = nrm = yf * sz
+    elif norm_before_gate:  # the norm reads y; the gate multiplies its output
+        g = yf
+        nb, inv = gated_rms_norm(yf, p["norm.weight"], eps, G)
+        nrm = nb * sz
+    else:
+        g = yf * sz  # (T, N, Di)
+        nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, G)
     out = nrm @ p["out_proj.weight"].T  # (T, N, M)
     if p.get("out_proj.bias") is not None:
         out += p["out_proj.bias"]
     final = MambaState(h_T, np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
-    cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan)
+    cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan,
+             (passes, nb, mup, in_multiplier))
     return out, final, cache
 
 
@@ -244,7 +286,9 @@ def scan_backward(cache, d_out, d_final):
     ``dL/dh_t``; the SSM adjoint ``g_t = dL/dh_t + exp(dt_{t+1} A) g_{t+1}`` runs through the same
     scan backwards in time (:func:`hiddenstate.cells.scan.recurrence_backward`); then through
     ``dt``, ``B``, ``C`` (summed over the heads of each group), the convolution and the input
-    projection.
+    projection. The variants' adjoints: the clamp of ``dt`` passes its gradient where it did not
+    cut; the muP constants and ``in_multiplier`` scale the gradients of ``in_proj``'s output and
+    of its input; the norm before the gate is the same norm's adjoint read at ``y``.
 
     Parameters
     ----------
@@ -264,7 +308,8 @@ def scan_backward(cache, d_out, d_final):
     d_state : MambaState
         Gradients with respect to ``h0`` (N, H, P, S) and ``conv0`` (N, Dc, K-1).
     """
-    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan = cache
+    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan, var = cache
+    passes, nb, mup, in_multiplier = var
     T, N, M = u.shape
     H, P, G, S, K, Di, Dc = _sizes(p, G)
     d_h_T, d_conv_T = (None, None) if d_final is None else d_final
@@ -273,9 +318,17 @@ def scan_backward(cache, d_out, d_final):
     grads["out_proj.weight"] = d_out.reshape(-1, M).T @ nrm.reshape(-1, Di)
     if p.get("out_proj.bias") is not None:
         grads["out_proj.bias"] = d_out.reshape(-1, M).sum(axis=0)
-    d_g, grads["norm.weight"] = gated_rms_norm_backward(g, p["norm.weight"], inv, d_out @ p["out_proj.weight"])
-    d_y = (d_g * sz).reshape(T, N, H, P)
-    d_z = d_g * y.reshape(T, N, Di) * dsz
+    d_n = d_out @ p["out_proj.weight"]  # (T, N, Di)
+    yf = y.reshape(T, N, Di)
+    if "norm.weight" not in p:
+        d_y, d_z = (d_n * sz).reshape(T, N, H, P), d_n * yf * dsz
+    elif nb is not None:  # the norm before the gate
+        d_z = d_n * nb * dsz
+        d_yf, grads["norm.weight"] = gated_rms_norm_backward(yf, p["norm.weight"], inv, d_n * sz)
+        d_y = d_yf.reshape(T, N, H, P)
+    else:
+        d_g, grads["norm.weight"] = gated_rms_norm_backward(g, p["norm.weight"], inv, d_n)
+        d_y, d_z = (d_g * sz).reshape(T, N, H, P), d_g * yf * dsz
     grads["D"] = (d_y * x).sum(axis=(0, 1, 3))
     d_x = d_y * p["D"][:, None]  # (T, N, H, P)
     if scan == "ssd":
@@ -292,6 +345,8 @@ def scan_backward(cache, d_out, d_final):
     grads["A_log"] = (d_lin * dt).sum(axis=(0, 1)) * A  # dA/dA_log = A
     d_dt += (d_u_ssm * x).sum(axis=-1)
     d_x += d_u_ssm * dt[..., None]
+    if passes is not None:  # the clamp: no gradient where it cut dt
+        d_dt *= passes
     d_pre = d_dt * sigmoid(pre)  # (T, N, H)
     grads["dt_bias"] = d_pre.sum(axis=(0, 1))
     d_B = d_Bh.reshape(T, N, G, H // G, S).sum(axis=3)  # the heads of a group share its B
@@ -309,11 +364,16 @@ def scan_backward(cache, d_out, d_final):
     if d_conv_T is not None:
         d_xpad[T:] += d_conv_T.transpose(2, 0, 1)
     d_zxr = np.concatenate([d_z, d_xpad[K - 1:], d_pre], axis=-1)  # (T, N, Di + Dc + H)
+    if mup is not None:
+        d_zxr *= mup  # now the gradient of in_proj's own output
     W = d_zxr.shape[-1]
-    grads["in_proj.weight"] = d_zxr.reshape(-1, W).T @ u.reshape(-1, M)
+    us = u if in_multiplier == 1.0 else u * in_multiplier
+    grads["in_proj.weight"] = d_zxr.reshape(-1, W).T @ us.reshape(-1, M)
     if p.get("in_proj.bias") is not None:
         grads["in_proj.bias"] = d_zxr.reshape(-1, W).sum(axis=0)
     d_u = d_zxr @ p["in_proj.weight"]
+    if in_multiplier != 1.0:
+        d_u *= in_multiplier
     grads = {k: grads[k] for k in p}
     return grads, d_u, MambaState(d_h0, np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))
 
@@ -331,7 +391,7 @@ def recorded(cache) -> Mamba2Record:
     Mamba2Record
         Time-major arrays (see :class:`Mamba2Record`).
     """
-    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan = cache
+    p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan, _ = cache
     T, N = u.shape[:2]
     K = xpad.shape[0] - T + 1
     idx = np.arange(T)[:, None] + np.arange(1, K)[None, :]  # (T, K-1): the window after step t

@@ -1,6 +1,7 @@
 """Mamba models of Hugging Face ``transformers`` in and out: :func:`from_transformers`, :func:`to_transformers`.
 
-A ``MambaForCausalLM`` becomes a :class:`hiddenstate.MambaLM`, a ``Mamba2ForCausalLM`` a
+A ``MambaForCausalLM`` (or a ``FalconMambaForCausalLM``: Mamba blocks with weightless RMS
+norms of dt, B, C) becomes a :class:`hiddenstate.MambaLM`, a ``Mamba2ForCausalLM`` a
 :class:`hiddenstate.mamba_lm.Mamba2LM`, with the same weights under the same names (its state
 dict without the ``backbone.`` prefix), and back. transformers and torch are imported inside the
 functions only, so ``import hiddenstate`` loads neither.
@@ -19,8 +20,8 @@ from hiddenstate.cells.mamba import MambaState
 from hiddenstate.mamba_lm import Mamba2LM, MambaLM
 from hiddenstate.validation import choice, float_dtype
 
-__all__ = ["from_transformers", "is_transformers_mamba", "is_transformers_mamba2", "states_from_cache",
-           "to_transformers"]
+__all__ = ["from_transformers", "is_transformers_falcon_mamba", "is_transformers_mamba", "is_transformers_mamba2",
+           "states_from_cache", "to_transformers"]
 
 _PREFIX = "backbone."
 
@@ -55,13 +56,29 @@ def is_transformers_mamba2(model) -> bool:
     return cls.__name__ == "Mamba2ForCausalLM" and cls.__module__.split(".")[0] == "transformers"
 
 
+def is_transformers_falcon_mamba(model) -> bool:
+    """Whether ``model`` is a transformers ``FalconMambaForCausalLM`` (told by its class, without importing transformers).
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
+    cls = type(model)
+    return cls.__name__ == "FalconMambaForCausalLM" and cls.__module__.split(".")[0] == "transformers"
+
+
 def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM | Mamba2LM:
     """A :class:`~hiddenstate.MambaLM` (or :class:`~hiddenstate.mamba_lm.Mamba2LM`) with a transformers model's weights.
 
     Parameters
     ----------
-    model : transformers.MambaForCausalLM or transformers.Mamba2ForCausalLM
-        Any dtype; its weights are copied (the model is not changed).
+    model : transformers.MambaForCausalLM, FalconMambaForCausalLM or Mamba2ForCausalLM
+        Any dtype; its weights are copied (the model is not changed). A FalconMamba gives a
+        MambaLM whose blocks have ``bcdt_norm="rms"``, ``norm_eps=config.mixer_rms_eps``.
     dtype : {float64, float32}, default float64
         Our model's dtype (float32 weights are exact in float64).
     scan : {"parallel", "sequential", "ssd"}, default "parallel"
@@ -77,15 +94,15 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
     Raises
     ------
     TypeError
-        ``model`` is neither a ``MambaForCausalLM`` nor a ``Mamba2ForCausalLM``.
+        ``model`` is not a ``MambaForCausalLM``, ``FalconMambaForCausalLM`` or ``Mamba2ForCausalLM``.
     ValueError
         A configuration this package does not compute (an activation other than SiLU; for
-        Mamba-2 a ``time_step_limit`` other than (0, inf)).
+        Mamba-2 a ``time_step_limit`` that is not a pair 0 <= lo <= hi).
     """
-    mamba2 = is_transformers_mamba2(model)
-    if not (mamba2 or is_transformers_mamba(model)):
-        raise TypeError(f"model must be a transformers MambaForCausalLM (or Mamba2ForCausalLM); got "
-                        f"{type(model).__name__}.")
+    mamba2, falcon = is_transformers_mamba2(model), is_transformers_falcon_mamba(model)
+    if not (mamba2 or falcon or is_transformers_mamba(model)):
+        raise TypeError(f"model must be a transformers MambaForCausalLM (or FalconMambaForCausalLM, "
+                        f"Mamba2ForCausalLM); got {type(model).__name__}.")
     dtype = float_dtype("dtype", dtype)
     scan = choice("scan", scan, ("parallel", "sequential", "ssd") if mamba2 else ("parallel", "sequential"))
     cfg = model.config
@@ -99,13 +116,16 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
                   d_conv=cfg.conv_kernel, expand=cfg.expand, bias=cfg.use_bias, conv_bias=cfg.use_conv_bias, scan=scan,
                   rng=np.random.default_rng(0))
     if mamba2:
-        if tuple(cfg.time_step_limit) != (0.0, float("inf")):
-            raise ValueError(f"model.config.time_step_limit must be (0.0, inf) (no clamp of dt, transformers' "
-                             f"default); got {tuple(cfg.time_step_limit)}.")
+        limit = cfg.time_step_limit
+        if limit is None or len(limit) != 2 or not 0.0 <= limit[0] <= limit[1]:
+            raise ValueError(f"model.config.time_step_limit must be a pair (lo, hi) with 0 <= lo <= hi (the clamp of "
+                             f"dt; (0.0, inf) clamps nothing); got {limit!r}.")
         lm = Mamba2LM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, head_dim=cfg.head_dim,
-                      n_groups=cfg.n_groups, **common)
+                      n_groups=cfg.n_groups, time_step_limit=tuple(float(v) for v in limit), **common)
     else:
-        lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, dt_rank=int(cfg.time_step_rank), **common)
+        norms = dict(bcdt_norm="rms", norm_eps=cfg.mixer_rms_eps) if falcon else {}
+        lm = MambaLM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, dt_rank=int(cfg.time_step_rank),
+                     **norms, **common)
     for key, arr in lm.params.items():
         src = "lm_head.weight" if key == "lm_head.weight" else _PREFIX + key
         if src not in sd:
@@ -119,6 +139,8 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
 def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
     """A transformers ``MambaForCausalLM`` (``Mamba2ForCausalLM``) with the weights of a MambaLM (Mamba2LM), bit for bit.
 
+    A MambaLM whose blocks have ``bcdt_norm="rms"`` becomes a ``FalconMambaForCausalLM``.
+
     Parameters
     ----------
     lm : MambaLM or Mamba2LM
@@ -128,32 +150,53 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
 
     Returns
     -------
-    transformers.MambaForCausalLM or transformers.Mamba2ForCausalLM
+    transformers.MambaForCausalLM, FalconMambaForCausalLM or Mamba2ForCausalLM
         In eval mode.
 
     Raises
     ------
     TypeError
         ``lm`` is neither a MambaLM nor a Mamba2LM; ``torch_dtype`` is not a floating torch dtype.
+    ValueError
+        Blocks with ``bcdt_norm="rms_weight"`` or ``num_heads`` (mixers of hybrid models, with no
+        whole-model transformers class of their own); Mamba-2 blocks with an option
+        ``Mamba2Config`` cannot hold (a hybrid family's variant: ``d_inner`` other than
+        ``expand * d_model``, ``out_bias`` other than ``bias``, no or a pre-gate norm, muP
+        multipliers).
     """
     if not isinstance(lm, (MambaLM, Mamba2LM)):
         raise TypeError(f"lm must be a hiddenstate MambaLM (or Mamba2LM); got {type(lm).__name__}.")
+    blk = lm.layers[0]
+    if isinstance(lm, Mamba2LM):
+        odd = {"d_inner": blk.d_inner != blk.expand * blk.d_model, "out_bias": blk.out_bias != blk.bias,
+               "rms_norm": not blk.rms_norm, "norm_before_gate": blk.norm_before_gate,
+               "ssm_multipliers": blk.ssm_multipliers is not None, "ssm_in_multiplier": blk.ssm_in_multiplier != 1.0}
+        if any(odd.values()):
+            raise ValueError(f"lm's Mamba-2 blocks must be Mamba2Mixer's own for a Mamba2ForCausalLM; got blocks with "
+                             f"{', '.join(k for k, v in odd.items() if v)} set (a hybrid family's variant).")
+    if isinstance(lm, MambaLM) and (blk.bcdt_norm == "rms_weight" or blk.num_heads is not None):
+        raise ValueError(f"lm's blocks must be MambaMixer's or FalconMambaMixer's (bcdt_norm None or 'rms', num_heads "
+                         f"None) to become a transformers model; got {blk!r}. Save its params instead.")
     import torch
     import transformers
 
     if torch_dtype is not None and torch_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         raise TypeError(f"torch_dtype must be None or a floating torch dtype (torch.float32, torch.float64, "
                         f"torch.float16, torch.bfloat16); got {type(torch_dtype).__name__} {torch_dtype!r:.60}.")
-    blk = lm.layers[0]
     common = dict(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
                   num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
                   conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,
                   tie_word_embeddings=lm.tie_embeddings)
     if isinstance(lm, Mamba2LM):
-        cfg = transformers.Mamba2Config(num_heads=blk.num_heads, head_dim=blk.head_dim, n_groups=blk.n_groups, **common)
+        cfg = transformers.Mamba2Config(num_heads=blk.num_heads, head_dim=blk.head_dim, n_groups=blk.n_groups,
+                                        time_step_limit=blk.time_step_limit, **common)
         model = transformers.Mamba2ForCausalLM(cfg)
     else:
-        model = transformers.MambaForCausalLM(transformers.MambaConfig(time_step_rank=blk.dt_rank, **common))
+        falcon = blk.bcdt_norm == "rms"
+        kind = "FalconMamba" if falcon else "Mamba"
+        norms = dict(mixer_rms_eps=blk.norm_eps) if falcon else {}
+        cfg = getattr(transformers, f"{kind}Config")(time_step_rank=blk.dt_rank, **norms, **common)
+        model = getattr(transformers, f"{kind}ForCausalLM")(cfg)
     model = model.to(torch_dtype or torch.float32)
     state = {(k if k == "lm_head.weight" else _PREFIX + k): torch.from_numpy(np.ascontiguousarray(v))
              for k, v in lm.params.items()}

@@ -27,19 +27,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.cells.mamba import MambaRecord
-from hiddenstate.functional import sigmoid
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba_lm import MambaLM
 from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
-from hiddenstate.probe.mamba_memory import memory_rows, memory_target, state_memory_curve
-from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data
+from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
-from hiddenstate.probe.pca import PCAResult, pca
-from hiddenstate.probe.textfeatures import usable_text_features
+from hiddenstate.probe.pca import PCAResult
 from hiddenstate.validation import positive_int
 
-__all__ = ["NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids",
-           "decay_flow", "is_mamba_char_model", "trace_mamba"]
+__all__ = ["MAMBA", "NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids",
+           "decay_flow", "is_mamba_char_model", "recomputed_phrase", "trace_mamba"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on Mamba, and why.
 NOT_MEASURED = {
@@ -215,6 +212,9 @@ class MambaLayerAnalysis:
     units : dict of str to UnitCorrelation, or None
         With a text: the channels whose activation ``y`` tracks each text feature
         (:func:`hiddenstate.probe.mamba_units.channel_features`).
+    recomputed : float or None
+        For a layer recomputed from a model's own run (a transformers model's), the relative
+        error ``max |ours - theirs| / max |theirs|`` of its output; None otherwise.
     """
 
     layer: int
@@ -229,6 +229,7 @@ class MambaLayerAnalysis:
     pca: PCAResult
     memory: MemoryCurve | None = None
     units: dict | None = None
+    recomputed: float | None = None
 
     @property
     def channels(self) -> np.ndarray:
@@ -258,6 +259,9 @@ class MambaAnalysis:
     explore : dict or None
         With a text: the explorer's data of the top layer's channels
         (:func:`hiddenstate.probe.mamba_units.mamba_explore_data`).
+    layer_map : tuple of LayerInfo, or None
+        For a transformers model, every layer of it: ``(index, role, class_name, path)``, the
+        recorded ones of role ``"recurrent"`` (:mod:`hiddenstate.interop.families`).
     """
 
     layers: list
@@ -265,6 +269,7 @@ class MambaAnalysis:
     meta: dict = field(default_factory=dict)
     text: str | None = None
     explore: dict | None = None
+    layer_map: tuple | None = None
 
     def summary(self) -> str:
         """One line per layer: decay, time constants, step size, gradient, memory capacity, PCA, channels.
@@ -283,7 +288,7 @@ class MambaAnalysis:
                          f"channel time constants median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} "
                          f"steps; mean dt {float(np.mean(la.mean_dt)):.3g}; |dh_T/dh_(T-{la.flow_spectral.size - 1})| "
                          f"{la.flow_spectral[-1]:.3g}; {la.pca.n_components_for(0.9)} PCs explain 90%"
-                         + _memory_phrase(la.memory) + _units_phrase(la.units))
+                         + _memory_phrase(la.memory) + _units_phrase(la.units) + recomputed_phrase(la.recomputed))
         lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
         return "\n".join(lines)
 
@@ -332,54 +337,45 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     if text is not None and not isinstance(text, str):
         raise TypeError(f"text must be a str or None; got {type(text).__name__}.")
     records = trace_mamba(model, x, states)
-    T, N, Di, S = records[0].ssm.shape
-    if T == 0:
-        raise ValueError("x must have at least one step; got T = 0.")
-    if text is not None and not 1 <= len(text) <= T:
-        raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={T} characters; got "
-                         f"{len(text)}.")
-    if is_mamba_char_model(model):  # its character ids, time-major, are what the memory curve decodes
-        target, what = memory_target(char_ids(x, model.vocab_size), tokens, T, N, ids=True, batch_first=False)
-    else:
-        target, what = memory_target(x, tokens, T, N, ids=isinstance(model, MambaLM), batch_first=model.batch_first)
-    K = min(max_lag, T // 3)
-    try:
-        memory_rows(T, N, K)
-    except ValueError as exc:
-        skip_memory = f"the sequences are too short for a held-out split: {exc}"
-    else:
-        skip_memory = None
-    feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
-    blk = (model.layers[0] if isinstance(model, MambaLM) else
-           model.rnn.layers[0] if is_mamba_char_model(model) else model)
-    out = []
-    for i, rec in enumerate(records):
-        decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {i} decay", keep=True)
-        tau = time_constant(np.clip(decay.mean, 0.0, 1.0)).reshape(Di, S)
-        spectral, rms = decay_flow(rec.decay, max_lag)
-        flat = rec.ssm.reshape(T, N, Di * S)
-        out.append(MambaLayerAnalysis(
-            layer=i, record=rec, decay=decay, gate=_gate_stats(rec, i), time_constants=tau,
-            channel_time_constant=tau.max(axis=1), mean_dt=rec.dt.reshape(-1, Di).mean(axis=0), flow_spectral=spectral,
-            flow_rms=rms, pca=pca(flat, method="gram"),  # wide: thousands of steps of Di*S entries
-            memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
-            units=channel_features(rec, feats) if feats and len(text) >= 2 else None))
-    meta = {"T": T, "N": N, "d_inner": Di, "d_state": S, "d_conv": blk.d_conv, "num_layers": len(records),
-            "model": model_name or (f"hiddenstate {type(model).__name__}"
-                                    + (" (mamba)" if is_mamba_char_model(model) else ""))}
-    not_measured = dict(NOT_MEASURED)
-    if skip_memory:
-        not_measured["memory curve"] = skip_memory
-    else:
-        meta["memory target"] = what
-    if text is None:
-        not_measured["unit features and the explorer"] = NEEDS_TEXT
-    else:
-        not_measured.update(skipped)
-        if not feats:
-            not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
-    explore = mamba_explore_data(records[-1], text, out[-1].units) if text is not None else None
-    return MambaAnalysis(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore)
+    char = is_mamba_char_model(model)  # its character ids, time-major, are what the memory curve decodes
+    name = model_name or f"hiddenstate {type(model).__name__}" + (" (mamba)" if char else "")
+    return analyze_records(MAMBA, records, x=char_ids(x, model.vocab_size) if char else x, tokens=tokens,
+                           ids=char or isinstance(model, MambaLM), batch_first=not char and model.batch_first,
+                           max_lag=max_lag, text=text, model_name=name)
+
+
+def recomputed_phrase(error) -> str:
+    """``; recomputed: 2.1e-07 of the model's own output`` for a summary ('' when the layer was not recomputed).
+
+    Parameters
+    ----------
+    error : float or None
+        The layer's ``recomputed`` error.
+
+    Returns
+    -------
+    str
+    """
+    return "" if error is None else f"; recomputed: {error:.2g} of the model's own output"
+
+
+def _measure(index: int, rec: MambaRecord, max_lag: int) -> dict:
+    """A Mamba layer's own measurements: the decay per state entry, its time constants, dt, the lag curve."""
+    T, N, Di, S = rec.ssm.shape
+    decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {index} decay", keep=True)
+    tau = time_constant(np.clip(decay.mean, 0.0, 1.0)).reshape(Di, S)
+    spectral, rms = decay_flow(rec.decay, max_lag)
+    return {"decay": decay, "time_constants": tau, "channel_time_constant": tau.max(axis=1),
+            "mean_dt": rec.dt.reshape(-1, Di).mean(axis=0), "flow_spectral": spectral, "flow_rms": rms}
+
+
+def _sizes(rec: MambaRecord) -> dict:
+    """``meta``'s sizes of a Mamba record: Di, S and the convolution's width K."""
+    return {"d_inner": rec.ssm.shape[2], "d_state": rec.ssm.shape[3], "d_conv": rec.conv.shape[-1] + 1}
+
+
+#: The Mamba-1 records' kind for the shared layer loop (:func:`hiddenstate.probe.mamba_layers.analyze_records`).
+MAMBA = LayerKind("mamba", _measure, MambaLayerAnalysis, MambaAnalysis, _sizes, NOT_MEASURED, NEEDS_TEXT)
 
 
 def _memory_phrase(mc) -> str:
@@ -398,7 +394,3 @@ def _units_phrase(units) -> str:
     name, u = max(units.items(), key=lambda kv: abs(float(kv[1].top_r[0])))
     return f"; channel {u.best_unit} tracks {name} (r = {float(u.top_r[0]):+.2f})"
 
-
-def _gate_stats(rec: MambaRecord, i: int) -> GateStats:
-    """Statistics of the output gate's sigmoid part ``sigmoid(z)`` in [0, 1] (``silu(z) = z sigmoid(z)``)."""
-    return gate_statistics(sigmoid(rec.z), name=f"layer {i} output gate sigmoid(z)", keep=False)

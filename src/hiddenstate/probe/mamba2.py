@@ -37,19 +37,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.cells.mamba2 import Mamba2Record
-from hiddenstate.functional import sigmoid
 from hiddenstate.mamba2 import Mamba2
 from hiddenstate.mamba_lm import Mamba2LM
 from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, decay_flow
-from hiddenstate.probe.mamba_memory import memory_rows, memory_target, state_memory_curve
-from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data
+from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, decay_flow, recomputed_phrase
+from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
-from hiddenstate.probe.pca import PCAResult, pca
-from hiddenstate.probe.textfeatures import usable_text_features
+from hiddenstate.probe.pca import PCAResult
 from hiddenstate.validation import positive_int
 
-__all__ = ["NOT_MEASURED2", "Mamba2Analysis", "Mamba2LayerAnalysis", "analyze_mamba2", "head_flow", "trace_mamba2"]
+__all__ = ["MAMBA2", "NOT_MEASURED2", "Mamba2Analysis", "Mamba2LayerAnalysis", "analyze_mamba2", "head_flow", "trace_mamba2"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on Mamba-2, and why.
 NOT_MEASURED2 = {
@@ -141,6 +138,9 @@ class Mamba2LayerAnalysis:
         The memory curve of the flattened SSM state; None when the steps are too few.
     units : dict of str to UnitCorrelation, or None
         With a text: the head-channels whose ``y`` tracks each text feature.
+    recomputed : float or None
+        For a layer recomputed from a model's own run, the relative error of its output
+        (:attr:`hiddenstate.probe.mamba.MambaLayerAnalysis.recomputed`); None otherwise.
     """
 
     layer: int
@@ -155,6 +155,7 @@ class Mamba2LayerAnalysis:
     pca: PCAResult
     memory: MemoryCurve | None = None
     units: dict | None = None
+    recomputed: float | None = None
 
     @property
     def channels(self) -> np.ndarray:
@@ -189,6 +190,8 @@ class Mamba2Analysis(MambaAnalysis):
         The characters of sequence 0.
     explore : dict or None
         With a text: the explorer's data of the top layer's head-channels.
+    layer_map : tuple of LayerInfo, or None
+        For a transformers model, every layer of it (:attr:`hiddenstate.probe.mamba.MambaAnalysis.layer_map`).
     """
 
     not_measured: dict = field(default_factory=lambda: dict(NOT_MEASURED2))
@@ -212,7 +215,8 @@ class Mamba2Analysis(MambaAnalysis):
                          f"constants median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} steps (head "
                          f"{int(np.argmax(tau))}); mean dt {float(np.mean(la.mean_dt)):.3g}; "
                          f"|dh_T/dh_(T-{la.flow_spectral.size - 1})| {la.flow_spectral[-1]:.3g}; "
-                         f"{la.pca.n_components_for(0.9)} PCs explain 90%{mem}" + _units_phrase(la.units, P))
+                         f"{la.pca.n_components_for(0.9)} PCs explain 90%{mem}" + _units_phrase(la.units, P)
+                         + recomputed_phrase(la.recomputed))
         lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
         return "\n".join(lines)
 
@@ -257,50 +261,31 @@ def analyze_mamba2(model, x, states=None, *, max_lag: int = 30, model_name: str 
     if text is not None and not isinstance(text, str):
         raise TypeError(f"text must be a str or None; got {type(text).__name__}.")
     records = trace_mamba2(model, x, states)
-    T, N, H, P, S = records[0].ssm.shape
-    if T == 0:
-        raise ValueError("x must have at least one step; got T = 0.")
-    if text is not None and not 1 <= len(text) <= T:
-        raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={T} characters; got "
-                         f"{len(text)}.")
-    target, what = memory_target(x, tokens, T, N, ids=isinstance(model, Mamba2LM), batch_first=model.batch_first)
-    K = min(max_lag, T // 3)
-    try:
-        memory_rows(T, N, K)
-    except ValueError as exc:
-        skip_memory = f"the sequences are too short for a held-out split: {exc}"
-    else:
-        skip_memory = None
-    feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
-    blk = model.layers[0] if isinstance(model, Mamba2LM) else model
-    out = []
-    for i, rec in enumerate(records):
-        decay = gate_statistics(rec.decay, name=f"layer {i} head decay", keep=True)
-        spectral, rms = decay_flow(rec.decay[..., None], max_lag)  # every head holds P*S equal entries
-        flat = rec.ssm.reshape(T, N, H * P * S)
-        out.append(Mamba2LayerAnalysis(
-            layer=i, record=rec, decay=decay,
-            gate=gate_statistics(sigmoid(rec.z), name=f"layer {i} output gate sigmoid(z)", keep=False),
-            time_constants=time_constant(np.clip(decay.mean, 0.0, 1.0)), mean_dt=rec.dt.reshape(-1, H).mean(axis=0),
-            flow_spectral=spectral, flow_rms=rms, head_flow=head_flow(rec.decay, max_lag), pca=pca(flat, method="gram"),
-            memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
-            units=channel_features(rec, feats) if feats and len(text) >= 2 else None))
-    meta = {"kind": "mamba2", "T": T, "N": N, "num_heads": H, "head_dim": P, "d_inner": H * P, "d_state": S,
-            "n_groups": blk.n_groups, "d_conv": blk.d_conv, "num_layers": len(records),
-            "model": model_name or f"hiddenstate {type(model).__name__}"}
-    not_measured = dict(NOT_MEASURED2)
-    if skip_memory:
-        not_measured["memory curve"] = skip_memory
-    else:
-        meta["memory target"] = what
-    if text is None:
-        not_measured["unit features and the explorer"] = NEEDS_TEXT.replace("analyze_mamba", "analyze_mamba2")
-    else:
-        not_measured.update(skipped)
-        if not feats:
-            not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
-    explore = mamba_explore_data(records[-1], text, out[-1].units) if text is not None else None
-    return Mamba2Analysis(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore)
+    return analyze_records(MAMBA2, records, x=x, tokens=tokens, ids=isinstance(model, Mamba2LM),
+                           batch_first=model.batch_first, max_lag=max_lag, text=text,
+                           model_name=model_name or f"hiddenstate {type(model).__name__}")
+
+
+def _measure(index: int, rec: Mamba2Record, max_lag: int) -> dict:
+    """A Mamba-2 layer's own measurements: the decay per head, its time constants, dt, the lag curves."""
+    H = rec.decay.shape[-1]
+    decay = gate_statistics(rec.decay, name=f"layer {index} head decay", keep=True)
+    spectral, rms = decay_flow(rec.decay[..., None], max_lag)  # every head holds P*S equal entries
+    return {"decay": decay, "time_constants": time_constant(np.clip(decay.mean, 0.0, 1.0)),
+            "mean_dt": rec.dt.reshape(-1, H).mean(axis=0), "flow_spectral": spectral, "flow_rms": rms,
+            "head_flow": head_flow(rec.decay, max_lag)}
+
+
+def _sizes(rec: Mamba2Record) -> dict:
+    """``meta``'s sizes of a Mamba-2 record: H, P, Di, S, G and the convolution's width K."""
+    _, _, H, P, S = rec.ssm.shape
+    return {"kind": "mamba2", "num_heads": H, "head_dim": P, "d_inner": H * P, "d_state": S,
+            "n_groups": rec.B.shape[2], "d_conv": rec.conv.shape[-1] + 1}
+
+
+#: The Mamba-2 records' kind for the shared layer loop (:func:`hiddenstate.probe.mamba_layers.analyze_records`).
+MAMBA2 = LayerKind("mamba2", _measure, Mamba2LayerAnalysis, Mamba2Analysis, _sizes, NOT_MEASURED2,
+                   NEEDS_TEXT.replace("analyze_mamba", "analyze_mamba2"))
 
 
 def _units_phrase(units, P: int) -> str:

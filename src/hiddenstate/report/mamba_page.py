@@ -6,7 +6,9 @@ channels' time constants), the step size, the exact gradient-against-lag curve, 
 curve of every layer's state; with a text, the channels that track text features and the explorer
 (:func:`hiddenstate.report.explorer.explorer_html`: a channel is a unit, its decay the gate view,
 with the report's own script and style sheet inlined); and the "Not measured" card with its
-reasons.
+reasons. For a transformers model's recurrent layers recomputed from its own run, the page opens
+with the model's layer map (every layer's index, role and class; the recorded ones linked to
+their cards), and each card gives its recomputation error against the model's own output.
 """
 
 from __future__ import annotations
@@ -136,6 +138,47 @@ def _explorer(analysis) -> str:
             f"per channel and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
 
 
+def _layer_map(analysis) -> str:
+    """The layer map of a transformers model: every layer's index, roles and classes, recorded ones linked to their cards.
+
+    A layer with parts (Jamba's feed-forward, Zamba's shared attention block) shows them after its
+    mixer: ``recurrent + moe``, ``JambaMambaMixer + JambaSparseMoeBlock``.
+    """
+    entries = getattr(analysis, "layer_map", None)
+    if not entries:
+        return ""
+    recorded = {la.layer for la in analysis.layers}
+    rows = []
+    for e in entries:
+        if e.index in recorded:
+            idx = f'<a href="#layer{e.index}">{e.index}</a>'
+            what = "recorded: its card below"
+        else:
+            idx = str(e.index)
+            what = "not recorded (layers= chose others)" if e.role == "recurrent" else ""
+        parts = ((e.role, e.class_name, e.path),) + tuple(getattr(e, "parts", ()))  # a layer's MoE, shared attention
+        role, cls = (" + ".join(html.escape(p[k]) for p in parts) for k in range(2))
+        path = " + ".join(f"<code>{html.escape(p[2])}</code>" for p in parts)
+        rows.append(f"<tr><td>{idx}</td><td>{role}</td><td style=\"text-align:left\">{cls}</td>"
+                    f"<td style=\"text-align:left\">{path}</td><td style=\"text-align:left\">{what}</td></tr>")
+    n_rec = sum(e.role == "recurrent" for e in entries)
+    return ('<section id="layermap"><h2>Layer map</h2><p>Every layer of the model: '
+            f"{n_rec} of its {len(entries)} layers are recurrent. The model itself ran on the ids; each recorded "
+            "recurrent layer was recomputed by our block from the input its hook saw, and its output held to the "
+            "model's own. Attention, MLP and MoE layers are the model's own and are not measured here.</p>"
+            "<table><tr><th>layer</th><th>role</th><th>class</th><th>module</th><th></th></tr>"
+            f"{''.join(rows)}</table></section>")
+
+
+def _recomputed(la) -> str:
+    """``<p>layer 3 recomputed: 2.1e-07 of the model's own output</p>`` ('' for a layer traced as it computes)."""
+    err = getattr(la, "recomputed", None)
+    if err is None:
+        return ""
+    return (f'<p class="recomputed">layer {la.layer} recomputed: {err:.2g} of the model\'s own output (max |ours &minus; '
+            "theirs| / max |theirs| over its whole output, our block in float64 against the model's run)</p>")
+
+
 def _is2(analysis) -> bool:
     """Whether ``analysis`` is of a Mamba-2 model (``meta["kind"] == "mamba2"``)."""
     return analysis.meta.get("kind") == "mamba2"
@@ -159,7 +202,7 @@ def _layer2(la) -> str:
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     heads = "".join(f"<th>head {h}</th>" for h in range(tau.size))
     taus = "".join(f"<td>{v:.3g}</td>" for v in tau)
-    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2><table>{body}</table>'
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{_recomputed(la)}<table>{body}</table>'
             f'<div style="overflow-x:auto"><table><tr><th></th>{heads}</tr><tr><th>time constant (steps)</th>{taus}'
             f"</tr></table></div>"
             f"<p>The exact Jacobian product dh<sub>T</sub>/dh<sub>T-k</sub> (each head's (P, S) block times the "
@@ -182,7 +225,7 @@ def _layer(la) -> str:
              f"{la.flow_spectral[-1]:.3g} / {la.flow_rms[-1]:.3g}"),
             ("principal components for 90% of the state's variance", str(la.pca.n_components_for(0.9)))]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2><table>{body}</table>'
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{_recomputed(la)}<table>{body}</table>'
             f"<p>The exact Jacobian product dh<sub>T</sub>/dh<sub>T-k</sub> (the diagonal of the last k decays), its "
             f"largest entry against the lag k:</p>{_curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}"
             f"</section>")
@@ -196,6 +239,10 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     analysis : MambaAnalysis
         From :func:`hiddenstate.probe.mamba.analyze_mamba`, or a Mamba-2 one from
         :func:`hiddenstate.probe.mamba2.analyze_mamba2` (``meta["kind"] == "mamba2"``: per head).
+        With a ``layer_map`` (a transformers model's recurrent layers recomputed,
+        :func:`hiddenstate.family_inspection.analyze_family_model`) the page opens with the
+        model's layer map, and each card says how close its recomputation came to the model's own
+        output.
     title : str, default "Inside a Mamba model"
     subtitle : str, default ""
 
@@ -221,19 +268,20 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     style = (_static("report.css") if explorer else "") + _STYLE  # the explorer's classes; ours win elsewhere
     script = f"<script>\n{_static('report.js')}</script>" if explorer else ""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    what = "recorded recurrent " if getattr(analysis, "layer_map", None) else ""
     if _is2(analysis):
-        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} layer(s), SSM state (H={m.get('num_heads')}"
+        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), SSM state (H={m.get('num_heads')}"
                 f", P={m.get('head_dim')}, S={m.get('d_state')}) with one decay per head, and convolution state (Dc, "
                 f"K-1={m.get('d_conv', 1) - 1}) per sequence; measured on {m.get('T')} steps of {m.get('N')} "
                 f"sequence(s).</p>")
     else:
-        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} layer(s), SSM state (Di="
+        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), SSM state (Di="
                 f"{m.get('d_inner')}, S={m.get('d_state')}) and convolution state (Di, K-1={m.get('d_conv', 1) - 1}) "
                 f"per sequence; measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
     layer = _layer2 if _is2(analysis) else _layer
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}"
+            f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"
             + "".join(layer(la) for la in analysis.layers) + _memory(analysis) + _units(analysis) + explorer
             + f'<section id="skipped"><h2>Not measured</h2><p>What the report of the other kinds shows and this one '
               f"does not, and why.</p><ul>{skipped}</ul></section>"

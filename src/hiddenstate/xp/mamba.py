@@ -12,6 +12,9 @@ the parameters' gradients included, an array of the input's library, device and 
 
 At step t a row reads its initial states ``(h0, conv0)`` where ``reset[t]`` (else the previous
 ones); past its length (``keep[t]`` False) its output is 0 and both states are carried unchanged.
+The variants of the kernels are here too: ``norm_eps`` (the RMS norms of dt, B, C, weighted by
+``p``'s :data:`~hiddenstate.cells.mamba.NORMS` when it has them) and ``ZambaMambaMixer``'s heads
+(when ``p`` has ``x_proj_weight``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.cells.mamba import MambaState
+from hiddenstate.cells.mamba import NORMS, MambaState
 from hiddenstate.params import check_params
 from hiddenstate.validation import bool_mask, shape_str
 from hiddenstate.validation import lengths as check_lengths
@@ -41,7 +44,28 @@ def _t(xp, w):
     return xp.matrix_transpose(w)
 
 
-def step(xp, p: dict, u, ssm, conv, *, saved=False):
+def _heads(p):
+    """``x_proj`` (H, R + 2S, Dh), ``dt_proj`` (H, Dh, R) and its bias (H, Dh): one head for ``MambaMixer``'s."""
+    if "x_proj_weight" in p:
+        return p["x_proj_weight"], p["dt_proj_weight"], p["dt_proj_bias"]
+    return p["x_proj.weight"][None, ...], p["dt_proj.weight"][None, ...], p["dt_proj.bias"][None, ...]
+
+
+def _rms(xp, v, w, eps):
+    """RMS norm over the last axis (``w`` None: weightless), and ``1 / rms``."""
+    inv = 1.0 / xp.sqrt(xp.mean(v * v, axis=-1, keepdims=True) + eps)
+    return (v * inv if w is None else w * (v * inv)), inv
+
+
+def _rms_backward(xp, v, w, inv, d):
+    """The adjoint of :func:`_rms`: ``d_v`` and ``d_w`` (None when weightless)."""
+    vn = v * inv
+    g = d if w is None else d * w
+    d_w = None if w is None else xp.sum(xp.reshape(d * vn, (-1, v.shape[-1])), axis=0)
+    return inv * (g - vn * xp.mean(g * vn, axis=-1, keepdims=True)), d_w
+
+
+def step(xp, p: dict, u, ssm, conv, *, saved=False, norm_eps=None):
     """One step of the Mamba block: the input ``u_t`` (N, M) and the states -> the output and the new states.
 
     Parameters
@@ -58,6 +82,8 @@ def step(xp, p: dict, u, ssm, conv, *, saved=False):
         The convolution's state before the step (the last K - 1 values of ``x``, oldest first).
     saved : bool, default False
         Also return what :func:`step_backward` needs.
+    norm_eps : float, optional
+        The epsilon of the RMS norms of dt, B, C; None: no norms.
 
     Returns
     -------
@@ -67,25 +93,32 @@ def step(xp, p: dict, u, ssm, conv, *, saved=False):
     kept : tuple
         Only with ``saved=True``: the step's values for :func:`step_backward`.
     """
-    Di, S = p["A_log"].shape
-    R = p["dt_proj.weight"].shape[1]
+    Wx, Wdt, bdt = _heads(p)
+    H, Dh, R = Wdt.shape
+    N, Di, S = u.shape[0], H * Dh, p["A_log"].shape[-1]
     xz = xp.matmul(u, _t(xp, p["in_proj.weight"]))  # (N, 2 Di)
     if p.get("in_proj.bias") is not None:
         xz = xz + p["in_proj.bias"]
-    x, z = xz[:, :Di], xz[:, Di:]
+    x, z = (xz[:, 0::2], xz[:, 1::2]) if "x_proj_weight" in p else (xz[:, :Di], xz[:, Di:])
     window = xp.concat([conv, x[:, :, None]], axis=2)  # (N, Di, K): the K inputs the convolution reads
     c = xp.sum(window * p["conv1d.weight"][:, 0, :], axis=2)  # (N, Di)
     if p.get("conv1d.bias") is not None:
         c = c + p["conv1d.bias"]
     a, da = _silu(xp, c)
-    dbc = xp.matmul(a, _t(xp, p["x_proj.weight"]))  # (N, R + 2S)
-    r, B, C = dbc[:, :R], dbc[:, R:R + S], dbc[:, R + S:]
-    pre = xp.matmul(r, _t(xp, p["dt_proj.weight"])) + p["dt_proj.bias"]  # (N, Di)
+    dbc = xp.matmul(xp.reshape(a, (N, H, 1, Dh)), _t(xp, Wx))[:, :, 0, :]  # (N, H, R + 2S)
+    raw = (dbc[..., :R], dbc[..., R:R + S], dbc[..., R + S:])
+    invs = None
+    if norm_eps is not None:
+        (r, B, C), invs = zip(*(_rms(xp, v, p.get(k), norm_eps) for v, k in zip(raw, NORMS)))
+    else:
+        r, B, C = raw  # (N, H, R), (N, H, S), (N, H, S)
+    pre = xp.reshape(xp.matmul(r[:, :, None, :], _t(xp, Wdt))[:, :, 0, :] + bdt, (N, Di))
     dt = softplus(xp, pre)
-    A = -xp.exp(p["A_log"])  # (Di, S)
+    A = -xp.exp(xp.reshape(p["A_log"], (Di, S)))  # (Di, S)
     decay = xp.exp(dt[:, :, None] * A)  # (N, Di, S)
-    new = decay * ssm + (dt * a)[:, :, None] * B[:, None, :]  # (N, Di, S)
-    y = xp.sum(new * C[:, None, :], axis=2) + p["D"] * a  # (N, Di)
+    new = decay * ssm + xp.reshape(xp.reshape(dt * a, (N, H, Dh, 1)) * B[:, :, None, :], (N, Di, S))
+    y = xp.reshape(xp.sum(xp.reshape(new, (N, H, Dh, S)) * C[:, :, None, :], axis=3), (N, Di))
+    y = y + xp.reshape(p["D"], (Di,)) * a  # (N, Di)
     sz, dsz = _silu(xp, z)
     g = y * sz
     out = xp.matmul(g, _t(xp, p["out_proj.weight"]))  # (N, M)
@@ -93,7 +126,8 @@ def step(xp, p: dict, u, ssm, conv, *, saved=False):
         out = out + p["out_proj.bias"]
     if not saved:
         return out, new, window[:, :, 1:]
-    return out, new, window[:, :, 1:], (u, ssm, window, da, a, r, B, C, pre, dt, A, decay, new, y, sz, dsz, g)
+    return out, new, window[:, :, 1:], (u, ssm, window, da, a, r, B, C, pre, dt, A, decay, new, y, sz, dsz, g,
+                                        raw, invs)
 
 
 def _add(grads, key, value):
@@ -128,43 +162,60 @@ def step_backward(xp, p: dict, kept: tuple, d_out, d_ssm, d_conv, grads: dict):
     d_conv : array of shape (N, Di, K-1)
         Gradient with respect to the convolution state before the step.
     """
-    u, ssm, window, da, a, r, B, C, pre, dt, A, decay, new, y, sz, dsz, g = kept
-    Di, S = A.shape
+    u, ssm, window, da, a, r, B, C, pre, dt, A, decay, new, y, sz, dsz, g, raw, invs = kept
+    Wx, Wdt, _ = _heads(p)
+    H, Dh, R = Wdt.shape
+    N, Di, S = u.shape[0], H * Dh, A.shape[1]
     if p.get("out_proj.bias") is not None:
         _add(grads, "out_proj.bias", xp.sum(d_out, axis=0))
     _add(grads, "out_proj.weight", xp.matmul(_t(xp, d_out), g))
     d_g = xp.matmul(d_out, p["out_proj.weight"])  # (N, Di)
     d_y, d_z = d_g * sz, d_g * y * dsz
-    d_new = d_ssm + d_y[:, :, None] * C[:, None, :]  # (N, Di, S): the readout's share and the future's
-    d_C = xp.sum(d_y[:, :, None] * new, axis=1)  # (N, S)
-    _add(grads, "D", xp.sum(d_y * a, axis=0))
-    d_a = d_y * p["D"]
+    d_yh = xp.reshape(d_y, (N, H, Dh, 1))
+    d_new = d_ssm + xp.reshape(d_yh * C[:, :, None, :], (N, Di, S))  # the readout's share and the future's
+    d_newh = xp.reshape(d_new, (N, H, Dh, S))
+    d_C = xp.sum(d_yh * xp.reshape(new, (N, H, Dh, S)), axis=2)  # (N, H, S)
+    _add(grads, "D", xp.reshape(xp.sum(d_y * a, axis=0), p["D"].shape))
+    d_a = d_y * xp.reshape(p["D"], (Di,))
     d_dta = d_new * ssm * decay  # dL/d(dt A), (N, Di, S)
     d_dt = xp.sum(d_dta * A, axis=2)  # (N, Di)
-    _add(grads, "A_log", xp.sum(d_dta * dt[:, :, None], axis=0) * A)  # dA/dA_log = A
-    dbB = xp.sum(d_new * B[:, None, :], axis=2)  # (N, Di): the input term dt a B
+    _add(grads, "A_log", xp.reshape(xp.sum(d_dta * dt[:, :, None], axis=0) * A, p["A_log"].shape))  # A' = A
+    dbB = xp.reshape(xp.sum(d_newh * B[:, :, None, :], axis=3), (N, Di))  # the input term dt a B
     d_dt = d_dt + dbB * a
     d_a = d_a + dbB * dt
-    d_B = xp.sum(d_new * (dt * a)[:, :, None], axis=1)  # (N, S)
-    d_pre = d_dt * sigmoid(xp, pre)  # softplus' = sigmoid
-    _add(grads, "dt_proj.weight", xp.matmul(_t(xp, d_pre), r))
-    _add(grads, "dt_proj.bias", xp.sum(d_pre, axis=0))
-    d_dbc = xp.concat([xp.matmul(d_pre, p["dt_proj.weight"]), d_B, d_C], axis=1)  # (N, R + 2S)
-    _add(grads, "x_proj.weight", xp.matmul(_t(xp, d_dbc), a))
-    d_c = (d_a + xp.matmul(d_dbc, p["x_proj.weight"])) * da  # (N, Di)
+    d_B = xp.sum(d_newh * xp.reshape(dt * a, (N, H, Dh, 1)), axis=2)  # (N, H, S)
+    d_pre = xp.reshape(d_dt * sigmoid(xp, pre), (N, H, Dh))  # softplus' = sigmoid
+    g_dt, g_bias = xp.sum(d_pre[..., None] * r[:, :, None, :], axis=0), xp.sum(d_pre, axis=0)  # (H, Dh, R), (H, Dh)
+    d_rbc = [xp.matmul(d_pre[:, :, None, :], Wdt)[:, :, 0, :], d_B, d_C]  # dL/d(r, B, C) after their norms
+    for i, k in enumerate(NORMS if invs is not None else ()):
+        d_rbc[i], d_w = _rms_backward(xp, raw[i], p.get(k), invs[i], d_rbc[i])
+        if k in p:
+            _add(grads, k, d_w)
+    d_dbc = xp.concat(d_rbc, axis=2)  # (N, H, R + 2S)
+    g_x = xp.sum(d_dbc[..., None] * xp.reshape(a, (N, H, 1, Dh)), axis=0)  # (H, R + 2S, Dh)
+    if "x_proj_weight" in p:
+        for k, v in zip(("x_proj_weight", "dt_proj_weight", "dt_proj_bias"), (g_x, g_dt, g_bias)):
+            _add(grads, k, v)
+    else:
+        for k, v in zip(("x_proj.weight", "dt_proj.weight", "dt_proj.bias"), (g_x, g_dt, g_bias)):
+            _add(grads, k, v[0, ...])
+    d_c = (d_a + xp.reshape(xp.matmul(d_dbc[:, :, None, :], Wx)[:, :, 0, :], (N, Di))) * da  # (N, Di)
     if p.get("conv1d.bias") is not None:
         _add(grads, "conv1d.bias", xp.sum(d_c, axis=0))
     _add(grads, "conv1d.weight", xp.sum(d_c[:, :, None] * window, axis=0)[:, None, :])
     zero = xp.zeros_like(window[:, :, :1])
     d_window = d_c[:, :, None] * p["conv1d.weight"][:, 0, :] + xp.concat([zero, d_conv], axis=2)  # (N, Di, K)
-    d_xz = xp.concat([d_window[:, :, -1], d_z], axis=1)  # (N, 2 Di)
+    if "x_proj_weight" in p:  # x and z interleaved
+        d_xz = xp.reshape(xp.stack([d_window[:, :, -1], d_z], axis=2), (N, 2 * Di))
+    else:
+        d_xz = xp.concat([d_window[:, :, -1], d_z], axis=1)  # (N, 2 Di)
     _add(grads, "in_proj.weight", xp.matmul(_t(xp, d_xz), u))
     if p.get("in_proj.bias") is not None:
         _add(grads, "in_proj.bias", xp.sum(d_xz, axis=0))
     return xp.matmul(d_xz, p["in_proj.weight"]), d_new * decay, d_window[:, :, :-1]
 
 
-def scan(xp, p: dict, u, ssm0, conv0, keep=None, reset=None):
+def scan(xp, p: dict, u, ssm0, conv0, keep=None, reset=None, *, norm_eps=None):
     """:func:`step` over all T steps, with padding and resets.
 
     Parameters
@@ -182,6 +233,8 @@ def scan(xp, p: dict, u, ssm0, conv0, keep=None, reset=None):
         False on padded steps: the output is 0 there and both states are carried.
     reset : bool array of shape (T, N), optional
         True where a row starts the step from ``(ssm0, conv0)`` (ignored where ``keep`` is False).
+    norm_eps : float, optional
+        As :func:`step`.
 
     Returns
     -------
@@ -200,7 +253,7 @@ def scan(xp, p: dict, u, ssm0, conv0, keep=None, reset=None):
         if reset is not None:
             r = reset[t][:, None, None]
             ssm, conv = xp.where(r, ssm0, ssm), xp.where(r, conv0, conv)
-        o, new, new_conv, kept = step(xp, p, u[t], ssm, conv, saved=True)
+        o, new, new_conv, kept = step(xp, p, u[t], ssm, conv, saved=True, norm_eps=norm_eps)
         if keep is not None:
             k = keep[t][:, None, None]
             o = xp.where(keep[t][:, None], o, xp.zeros_like(o))
@@ -213,7 +266,7 @@ def scan(xp, p: dict, u, ssm0, conv0, keep=None, reset=None):
     return out, ssm, conv, saved
 
 
-def run(xp, p: dict, u, ssm, conv, keep=None, reset=None):
+def run(xp, p: dict, u, ssm, conv, keep=None, reset=None, *, norm_eps=None):
     """:func:`step` over all T steps (:func:`scan` without what the backward pass keeps).
 
     Parameters
@@ -227,6 +280,8 @@ def run(xp, p: dict, u, ssm, conv, keep=None, reset=None):
     conv : array of shape (N, Di, K-1)
     keep, reset : bool arrays of shape (T, N), optional
         As :func:`scan`.
+    norm_eps : float, optional
+        As :func:`step`.
 
     Returns
     -------
@@ -236,7 +291,7 @@ def run(xp, p: dict, u, ssm, conv, keep=None, reset=None):
     conv : array of shape (N, Di, K-1)
         The final convolution state.
     """
-    return scan(xp, p, u, ssm, conv, keep, reset)[:3]
+    return scan(xp, p, u, ssm, conv, keep, reset, norm_eps=norm_eps)[:3]
 
 
 def _device(a):
@@ -400,7 +455,7 @@ def forward(net, u, state=None, *, lengths=None, reset=None):
         r = to_namespace(m, xp, dev) if m.any() else None
     check_params(net.params, net.shapes(), net.dtype, "Mamba")
     p = converted(net, xp, dev)
-    out, ssm, conv, saved = scan(xp, p, x, *s, keep, r)
+    out, ssm, conv, saved = scan(xp, p, x, *s, keep, r, norm_eps=None if net.bcdt_norm is None else net.norm_eps)
     cache = MambaXPCache(xp=xp, device=dev, p=p, saved=saved, state0=s, keep=keep, reset=r, shape=(T, N, M),
                          batch_first=net.batch_first, owner=weakref.ref(net))
     return (xp.permute_dims(out, (1, 0, 2)) if net.batch_first else out), MambaState(ssm, conv), cache

@@ -1,0 +1,110 @@
+"""Recurrent models of Hugging Face ``transformers``, one small module per family.
+
+A *family* is one ``config.model_type`` whose recurrent layers our blocks compute exactly. Each
+is a :class:`~hiddenstate.interop.families.registry.Family` record in its own module here;
+:func:`family_of` finds a model's family (or refuses in one line naming the registered ones),
+:func:`recompute_layers` runs the model itself and recomputes the chosen recurrent layers with
+our block, every step recorded and each layer held to the model's own output
+(:mod:`~hiddenstate.interop.families.hooks`). ``hiddenstate.inspect_model`` dispatches through
+this registry; the analyses and the report read the records and the layer map, so adding a
+family touches neither. Nothing here imports torch or transformers at module level.
+
+Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, and the Mamba-1 variants
+falcon_mamba, jamba, zamba.
+
+How to add a family
+-------------------
+Write ``families/<model_type>.py`` defining ``FAMILY = Family(...)`` and add the module to the
+import and to ``_MODULES`` below. The fields:
+
+``name``
+    ``config.model_type`` (``"bamba"``).
+``classes``
+    The model class names it recognises, the causal LM and its base model
+    (``("BambaForCausalLM", "BambaModel")``). A model is the family's when its class has one of
+    these names, comes from ``package`` (default ``"transformers"``) and its
+    ``config.model_type`` is ``name``.
+``kind``
+    Our block of its recurrent layers, a key of ``BLOCKS``: ``"mamba"``
+    (:class:`hiddenstate.Mamba`) or ``"mamba2"`` (:class:`hiddenstate.Mamba2`).
+``layers(model) -> list of LayerInfo``
+    The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
+    path, parts)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"``
+    or another word; ``path`` the mixer's module path in the model as passed (what
+    ``model.get_submodule`` reads); ``parts`` (optional) the layer's other modules the report
+    shows, each ``(role, class_name, path)`` (Jamba's MoE feed-forward, Zamba's shared attention
+    block). :func:`decoder_layer_map` builds it from the attribute names (or dotted paths) of a
+    decoder layer, its ``parts=`` the parts.
+``to_block(mixer, config) -> Mamba or Mamba2``
+    One recurrent mixer (a ``torch.nn.Module``) and the model's config onto our block: float64,
+    ``batch_first=True``, the mixer's weights; a ValueError naming the option for anything the
+    block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` (with the
+    block's ``bcdt_norm``, ``norm_eps``, ``num_heads`` for FalconMamba's, Jamba's and Zamba's
+    mixers) and :func:`~hiddenstate.interop.families.blocks.mamba2_block` read every
+    ``MambaMixer`` / ``Mamba2Mixer``-like module.
+``hooked(args, kwargs, output) -> (u, out)`` (optional)
+    The mixer's input and output (N, T, M) from what its forward hook sees; default its first
+    argument (or ``hidden_states=``) and its output (a tuple's first item).
+``notes`` (optional)
+    What surrounds the mixer (norms, multipliers) that stays the model's own.
+
+Example, the whole of ``bamba.py``::
+
+    from hiddenstate.interop.families.blocks import mamba2_block
+    from hiddenstate.interop.families.registry import Family, decoder_layer_map
+
+    FAMILY = Family(
+        name="bamba",
+        classes=("BambaForCausalLM", "BambaModel"),
+        kind="mamba2",
+        layers=lambda model: decoder_layer_map(model, {"mamba": "recurrent", "self_attn": "attention"}),
+        to_block=lambda mixer, config: mamba2_block(mixer),
+    )
+
+What the registry gives (nothing of it changes per family)
+----------------------------------------------------------
+``family_of(model_or_config_or_model_type) -> Family`` (TypeError in one line naming the
+registered families), ``find_family(...) -> Family | None``, ``registered() -> tuple of Family``,
+``register(family)``; on a ``Family``: ``recognises(model)``, ``layer_map(model)`` (checked),
+``mixers(model) -> {index: module}``, ``block(model, index)`` (a trainable float64 copy of one
+recurrent mixer), ``convert(mixer, config)``.
+``recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) -> Recomputed``
+(``family``, ``layer_map``, ``layers``, ``records``, ``errors``, ``tolerance``, ``dtype``);
+``estimate_bytes(model, T, N, *, layers=None) -> {index: bytes}``; ``tolerance(dtype)``.
+``hiddenstate.inspect_model(model, ids, text=..., layers=..., max_bytes=..., out=...)`` and
+:func:`hiddenstate.family_inspection.analyze_family_model` run these and the Mamba analyses.
+
+Then a test builds a tiny random model of the family from a small config (CPU, float32, no
+download) and checks that ``recompute_layers(model, ids)`` passes (every recurrent layer within
+the tolerance of the model's own output) and that the last recorded SSM state equals the
+model's cache (``tests/test_families.py`` does this for every registered family).
+"""
+
+from hiddenstate.interop.families import (
+    bamba,
+    falcon_mamba,
+    granitemoehybrid,
+    jamba,
+    mamba,
+    mamba2,
+    nemotron_h,
+    zamba,
+)
+from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
+from hiddenstate.interop.families.registry import (
+    BLOCKS,
+    Family,
+    LayerInfo,
+    decoder_layer_map,
+    family_of,
+    find_family,
+    register,
+    registered,
+)
+
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba)
+for _module in _MODULES:
+    register(_module.FAMILY)
+
+__all__ = ["BLOCKS", "MAX_BYTES", "Family", "LayerInfo", "Recomputed", "decoder_layer_map", "estimate_bytes",
+           "family_of", "find_family", "recompute_layers", "register", "registered", "tolerance"]

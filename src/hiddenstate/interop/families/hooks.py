@@ -1,0 +1,312 @@
+"""Recurrent layers of a transformers model recomputed exactly, with every step's state: :func:`recompute_layers`.
+
+Attention, MLP and MoE layers are not re-implemented: the transformers model itself runs on the
+token ids (``torch.no_grad()``, ``use_cache=False``, eval mode), a forward hook on each chosen
+recurrent mixer keeps what it read and what it returned, and our block (the family's
+:attr:`~hiddenstate.interop.families.registry.Family.to_block`, float64) recomputes that layer
+from the same input with ``record=True``: every step's SSM and convolution state and selective
+parameters. The recomputed output is held to the one the hook saw, layer by layer:
+
+    error = max |ours - theirs| / max |theirs|            (over the layer's whole (N, T, M) output)
+
+and a layer above :func:`tolerance` for the model's dtype is refused with its figure, never
+analysed silently.
+
+**The tolerance.** transformers' Mamba mixers compute in float32 part of the way whatever the
+model's dtype (``A = -exp(A_log.float())``, the gated norm in float32) and round their output to
+the model's dtype, so the bound is ``8 eps(dtype) + 1000 eps(float32)`` (1.2e-4 for a float32 or
+float64 model, 8.0e-3 for float16, 6.3e-2 for bfloat16). Measured on random weights (one
+sequence, 2 CPUs), the worst layer's error: a 4-layer ``MambaForCausalLM`` of the 130M width
+(``hidden_size`` 768): 9.8e-7 in float32 (8 eps) at T = 512 and 1.1e-6 at T = 2,048, 4.9e-8
+in float64 at T = 2,048 (the float32 parts), 1.5e-3 in float16 (1.6 eps) and 1.3e-2 in bfloat16
+(1.6 eps) at T = 512. A 4-layer ``BambaForCausalLM`` (``hidden_size`` 256, 3 Mamba-2 layers
+of 8 heads x 64 x 64, chunk 64) drawn with ``initializer_range=0.3``, so that the SSM's readout
+``C h`` outweighs the skip ``D x`` 900 times (at transformers' default 0.02 it is 1/1000 of it,
+and the output would hardly test the recurrence): 3.5e-6 in float32 at T = 512, 1.4e-5 at
+2,048, 8.0e-6 (its last layer) at 8,192 (about 100 eps, not growing with T), 1.2e-5 in float64
+at 2,048, 1.2e-3 in float16 and 1.1e-2 in bfloat16 at 512. So float32 sits 8 to 100 times inside
+its bound, the 16-bit types 5 to 7 times. A mapping that misses part of the mixer's math is off
+by far more where that part matters (a 4-layer Bamba of ``hidden_size`` 16 at default weights:
+D 1% off, 1.0e-2; the gated norm's eps 10 times too large, 0.68) -- and by little where it does
+not: an ignored clamp of dt at 0.5 changes that model's output by 5e-6, since its output is almost
+all ``D x`` (the tests draw their weights so that ``C h`` dominates).
+
+**Memory.** The records of all chosen layers are kept (the analyses read them): per layer and
+per step of each sequence, the bytes one recorded step of that block takes (measured by a
+two-step dry run of the block, so every block kind and size is counted as it records). Before
+the model runs and before any record exists, :func:`estimate_bytes` (records of every chosen
+layer, one more layer's worth for the forward pass's own arrays, and the hooked inputs and
+outputs) is checked against ``max_bytes``; ``layers=`` lowers it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hiddenstate.interop.families.registry import Family, family_of
+from hiddenstate.validation import shape_str
+
+__all__ = ["MAX_BYTES", "Recomputed", "estimate_bytes", "recompute_layers", "tolerance"]
+
+#: The default cap on :func:`estimate_bytes` (4 GiB).
+MAX_BYTES = 4 * 2 ** 30
+
+
+def tolerance(dtype) -> float:
+    """The largest relative error a recomputed layer of a model of ``dtype`` may have: ``8 eps(dtype) + 1000 eps(float32)``.
+
+    Parameters
+    ----------
+    dtype : torch.dtype or numpy dtype
+        The model's floating dtype.
+
+    Returns
+    -------
+    float
+        1.2e-4 for float32 and float64, 8.0e-3 for float16, 6.3e-2 for bfloat16 (the module
+        docstring gives what was measured against it).
+
+    Raises
+    ------
+    TypeError
+        Not a floating dtype.
+    """
+    try:
+        eps = float(np.finfo(dtype).eps)
+    except (TypeError, ValueError):
+        import torch  # a torch dtype (bfloat16 has no NumPy twin)
+
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch or NumPy dtype; got {dtype!r}.") from None
+        eps = float(torch.finfo(dtype).eps)
+    return 8 * eps + 1000 * float(np.finfo(np.float32).eps)
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """The chosen recurrent layers of a transformers model, recomputed with every step recorded.
+
+    Attributes
+    ----------
+    family : Family
+        The model's family.
+    layer_map : tuple of LayerInfo
+        Every layer of the model (index, role, class name, path).
+    layers : tuple of int
+        The recorded layers' indices, in model order.
+    records : tuple of MambaRecord or Mamba2Record
+        Per recorded layer, every step's states and selective parameters, time-major (T, N, ...).
+    errors : tuple of float
+        Per recorded layer, ``max |ours - theirs| / max |theirs|`` of its output.
+    tolerance : float
+        The bound every error was held to (:func:`tolerance` of ``dtype``).
+    dtype : str
+        The model's dtype (``"float32"``).
+    """
+
+    family: Family
+    layer_map: tuple
+    layers: tuple
+    records: tuple
+    errors: tuple
+    tolerance: float
+    dtype: str
+
+
+def _ids(model, ids):
+    """``ids`` as a torch int64 tensor (N, T) on the model's device, checked against the vocabulary."""
+    import torch
+
+    if isinstance(ids, torch.Tensor):
+        arr = ids.detach().cpu().numpy()
+    else:
+        try:
+            arr = np.asarray(ids)
+        except (ValueError, TypeError):
+            raise TypeError(f"ids must be token ids of shape (N, T) or (T,); got a ragged {type(ids).__name__}.") from None
+    if arr.dtype == bool or arr.dtype.kind not in "iu":
+        raise TypeError(f"ids must be integer token ids of shape (N, T) (as transformers takes them) or (T,); got "
+                        f"dtype {arr.dtype}.")
+    arr = arr[None] if arr.ndim == 1 else arr
+    if arr.ndim != 2 or 0 in arr.shape:
+        raise ValueError(f"ids must have shape (N, T) with N, T >= 1 (or (T,) for one sequence); got "
+                         f"{shape_str(np.shape(ids))}.")
+    V = getattr(model.config, "vocab_size", None)
+    if V is not None and (arr.min() < 0 or arr.max() >= V):
+        raise ValueError(f"ids must lie in [0, vocab_size={V}); got values in [{arr.min()}, {arr.max()}].")
+    device = next(model.parameters()).device
+    return torch.as_tensor(arr.astype(np.int64), device=device)
+
+
+def _chosen(family: Family, model, layer_map, layers) -> tuple:
+    """The recurrent layer indices to record: all by default, else ``layers`` checked."""
+    recurrent = [e.index for e in layer_map if e.role == "recurrent"]
+    if layers is None:
+        return tuple(recurrent)
+    try:
+        wanted = sorted({int(i) for i in ([layers] if np.ndim(layers) == 0 else layers)})
+    except (TypeError, ValueError):
+        raise TypeError(f"layers must be a recurrent layer index or a list of them; got {layers!r}.") from None
+    bad = [i for i in wanted if i not in recurrent]
+    if bad or not wanted:
+        roles = {e.index: e.role for e in layer_map}
+        which = ", ".join(f"{i} ({roles.get(i, 'no such layer')})" for i in bad) or "none"
+        raise ValueError(f"layers must be recurrent layers of this {family.name} model, {recurrent}; got {which}.")
+    return tuple(wanted)
+
+
+def _step_bytes(blk) -> int:
+    """Bytes one recorded step of one sequence takes in ``blk``'s record (a two-step dry run)."""
+    _, _, _, rec = blk.forward(np.zeros((1, 2, blk.d_model)), record=True)
+    return sum(a.nbytes for a in rec if isinstance(a, np.ndarray)) // 2
+
+
+def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
+    """What recording ``layers`` of ``model`` on N sequences of T steps takes, before anything runs.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+    T, N : int
+        Steps and sequences.
+    layers : int or list of int, optional
+        Recurrent layer indices (default all).
+
+    Returns
+    -------
+    dict of int to int
+        Bytes per chosen layer: its record (float64) and its hooked input and output. The total
+        checked against a cap is their sum plus the largest one (the forward pass's own arrays
+        while one layer is recomputed).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``model`` of no registered family (:func:`~hiddenstate.interop.families.registry.family_of`);
+        ``layers`` not recurrent layers.
+    """
+    family = family_of(model)
+    layer_map = family.layer_map(model)
+    chosen = _chosen(family, model, layer_map, layers)
+    mixers = family.mixers(model)
+    seen, out = {}, {}
+    for i in chosen:
+        params = mixers[i].state_dict()
+        shapes = tuple((k, tuple(v.shape)) for k, v in params.items())
+        if shapes not in seen:  # layers of the same sizes record the same bytes a step
+            blk = family.convert(mixers[i], model.config)
+            seen[shapes] = (_step_bytes(blk), blk.d_model)
+        step, M = seen[shapes]
+        itemsize = next(iter(params.values())).element_size() if params else 4
+        out[i] = T * N * (step + 2 * M * itemsize)
+    return out
+
+
+def _size(n: float) -> str:
+    """``n`` bytes in B, KiB, MiB or GiB (three figures)."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def _check_memory(family, per_layer: dict, T: int, N: int, max_bytes) -> None:
+    total = sum(per_layer.values()) + max(per_layer.values())
+    if max_bytes is not None and total > max_bytes:
+        raise ValueError(f"max_bytes ({_size(max_bytes)}) must cover the records: recording layers "
+                         f"{sorted(per_layer)} of this {family.name} model on T={T} steps of N={N} sequence(s) "
+                         f"would take about {_size(total)} (every step's state, float64; up to "
+                         f"{_size(max(per_layer.values()))} a layer). Pass layers=[...] with fewer recurrent layers, "
+                         f"fewer steps, or a larger max_bytes.")
+
+
+def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) -> Recomputed:
+    """Run a transformers model on ``ids`` and recompute its recurrent layers with our block, every step recorded.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+        Any dtype and device; run in eval mode under ``torch.no_grad()`` with
+        ``use_cache=False`` (its mode is restored afterwards), its hooks removed whatever happens.
+    ids : array_like of int or torch.Tensor, shape (N, T) or (T,)
+        Token ids, as transformers takes them.
+    layers : int or list of int, optional
+        The recurrent layers to record (model indices; default all).
+    max_bytes : int or None, default MAX_BYTES (4 GiB)
+        Refuse, before the model runs, a request whose :func:`estimate_bytes` total exceeds this
+        (None: no cap).
+    tol : float, optional
+        The largest relative error a layer may have; default :func:`tolerance` of the model's dtype.
+
+    Returns
+    -------
+    Recomputed
+
+    Raises
+    ------
+    TypeError
+        ``model`` of no registered family (one line naming the registered ones); ids that are
+        not integers.
+    ValueError
+        ids not (N, T) in [0, V); ``layers`` that are not recurrent layers; a request over
+        ``max_bytes`` (one line with the bytes, and that ``layers=`` lowers them); a layer whose
+        recomputed output differs from the model's own by more than the tolerance (naming the
+        layer and the figure); a mixer that ran more or less than once, or hooked tensors of
+        another shape than (N, T, M).
+    """
+    import torch
+
+    family = family_of(model)
+    layer_map = family.layer_map(model)
+    chosen = _chosen(family, model, layer_map, layers)
+    ids = _ids(model, ids)
+    N, T = ids.shape
+    _check_memory(family, estimate_bytes(model, T, N, layers=chosen), T, N, max_bytes)
+    mixers = family.mixers(model)
+    seen: dict = {i: [] for i in chosen}
+
+    def hook(index):
+        def keep(module, args, kwargs, output):
+            u, out = family.hooked(args, kwargs, output)
+            seen[index].append((u.detach().clone(), out.detach().clone()))
+        return keep
+
+    handles = []
+    training = model.training
+    try:
+        for i in chosen:
+            handles.append(mixers[i].register_forward_hook(hook(i), with_kwargs=True))
+        model.eval()
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(training)
+    dtype = next(mixers[chosen[0]].parameters()).dtype
+    tol = tolerance(dtype) if tol is None else float(tol)
+    names = {e.index: e.class_name for e in layer_map}
+    records, errors = [], []
+    for i in chosen:
+        if len(seen[i]) != 1:
+            raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recomputed; it "
+                             f"ran {len(seen[i])} times.")
+        u, theirs = (t.cpu().double().numpy() for t in seen[i].pop())
+        blk = family.convert(mixers[i], model.config)
+        if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
+            raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
+                             f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
+        ours, _, _, rec = blk.forward(u, record=True)
+        scale = float(np.abs(theirs).max())
+        err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
+        if not err <= tol:
+            raise ValueError(f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the "
+                             f"model's own output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
+                             f"for a {str(dtype).replace('torch.', '')} model: not analysed. The {family.name} "
+                             f"family's to_block misses part of what the mixer computes.")
+        records.append(rec)
+        errors.append(err)
+    return Recomputed(family=family, layer_map=layer_map, layers=chosen, records=tuple(records), errors=tuple(errors),
+                      tolerance=tol, dtype=str(dtype).replace("torch.", ""))
