@@ -146,3 +146,23 @@ def test_a_rank_beyond_world_size_says_so(tmp_path, monkeypatch):
     assert status == 2 and lines == ["hiddenstate: error: RANK must be less than WORLD_SIZE=2 (set by torchrun); got 5. "
                                      "Start the ranks with torchrun or hiddenstate train --processes K."], lines
     assert not (tmp_path / "run").exists()
+
+
+def test_the_fixed_point_search_lays_the_weights_out_once(rng, monkeypatch):
+    """Each step of the search re-laid-out W_hh (3.4 of 3.5 ms a step at H = 256); now once per search, same points."""
+    from hiddenstate.cells import gru
+    from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map
+
+    layer = hs.GRU(3, 6, rng=rng)
+    layer.params["weight_hh_l0"] *= 0.3  # a contraction: one stable point, the long run's state
+    calls = []
+    layout = gru._gate_weights
+    monkeypatch.setattr(gru, "_gate_weights", lambda *a: calls.append(1) or layout(*a))
+    F, J = layer_map(layer)
+    pts = find_fixed_points(F, J, rng.uniform(-1, 1, size=(4, 6)), bounds=(-1, 1))
+    assert 0 < len(calls) <= 2 and len(pts) == 1  # one layout for one row (N = 1), one for a batch of rows
+    _, h_n = layer(np.zeros((400, 1, 3)))
+    np.testing.assert_allclose(pts[0].h, h_n[0, 0], atol=1e-10)
+    before = F(pts[0].h)
+    layer.params["weight_hh_l0"] *= 2.0  # the map is the layer's at layer_map time (a private copy)
+    np.testing.assert_array_equal(F(pts[0].h), before)
