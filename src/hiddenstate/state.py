@@ -50,7 +50,8 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
         If a size is not an integer (bool and float are rejected).
     ValueError
         If a size is zero or negative, or the array cannot fit in this machine's memory
-        (:func:`hiddenstate.resources.check_memory`).
+        (:func:`hiddenstate.resources.check_memory`; the message names ``batch_size`` and
+        ``hidden_dim`` and their values).
 
     Notes
     -----
@@ -66,7 +67,8 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
     """
     b = positive_int("batch_size", batch_size)
     h = positive_int("hidden_dim", hidden_dim)
-    _fits((b, h), np.dtype(np.float64))
+    check_memory(f"init_hidden(batch_size={b}, hidden_dim={h}), a float64 state of shape ({b}, {h}),", 8.0 * b * h,
+                 "Use a smaller batch_size or hidden_dim.")
     return np.zeros((b, h), dtype=np.float64)
 
 

@@ -345,7 +345,18 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     -------
     str
         A self-contained HTML page.
+
+    Raises
+    ------
+    TypeError
+        ``analysis`` is not an analysis of a Mamba model, ``title`` or ``subtitle`` not a str.
     """
+    for name, text in (("title", title), ("subtitle", subtitle)):
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a str; got {type(text).__name__} {text!r:.60}.")
+    if not hasattr(analysis, "layers") or not isinstance(getattr(analysis, "meta", None), dict):
+        raise TypeError(f"analysis must be a MambaAnalysis (analyze_mamba) or Mamba2Analysis (analyze_mamba2); got "
+                        f"{type(analysis).__name__}.")
     m = analysis.meta
     skipped = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in analysis.not_measured.items())
     explorer = _explorer(analysis)
@@ -402,6 +413,7 @@ def build_mamba_report(out, analysis, *, title: str = "Inside a Mamba model", su
     Raises
     ------
     TypeError, ValueError
-        From :func:`hiddenstate.report.target.check_report_path` (nothing is written).
+        From :func:`mamba_page` and :func:`hiddenstate.report.target.check_report_path` (nothing is
+        written).
     """
     return write_report(out, mamba_page(analysis, title=title, subtitle=subtitle))

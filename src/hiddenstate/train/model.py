@@ -39,7 +39,7 @@ import numpy as np
 
 from hiddenstate.functional import cross_entropy
 from hiddenstate.layers import BY_KIND
-from hiddenstate.nesting import where_ragged
+from hiddenstate.nesting import as_array, where_ragged
 from hiddenstate.params import uniform_init
 from hiddenstate.resources import check_memory
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
@@ -212,7 +212,7 @@ class CharRNN:
         Raises
         ------
         TypeError
-            If ``state`` is not a dict.
+            If ``state`` is not a dict, or a value is ragged nested lists (named by key).
         ValueError
             A key is missing or unexpected, or an array has the wrong shape, non-finite values, or
             values beyond the model's dtype (1e300 into a float32 model), named by key.
@@ -226,7 +226,7 @@ class CharRNN:
                              "Load a checkpoint saved for the same model configuration.")
         new = {}
         for key, param in self.params.items():
-            value = np.asarray(state[key])
+            value = as_array(f"state[{key!r}]", state[key])
             if value.shape != param.shape:
                 raise ValueError(f"state[{key!r}] must have shape {param.shape}; got {value.shape}.")
             if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():

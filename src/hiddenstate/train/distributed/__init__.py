@@ -100,7 +100,13 @@ def follower() -> bool:
     -------
     bool
     """
-    return launched() and os.environ.get("RANK", "0").strip() != "0"
+    if not launched():
+        return False
+    try:  # a rank out of [0, WORLD_SIZE) or not a number has no rank 0 to speak for it: it speaks itself
+        rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    return 0 < rank < size
 
 
 def join(device: str = "cpu") -> World:
@@ -129,6 +135,9 @@ def join(device: str = "cpu") -> World:
     if not launched():
         return LOCAL
     rank, size = env_int("RANK"), env_int("WORLD_SIZE")
+    if rank >= size:
+        raise ValueError(f"RANK must be less than WORLD_SIZE={size} (set by torchrun); got {rank}. Start the ranks "
+                         "with torchrun or hiddenstate train --processes K.")
     if not os.environ.get("HIDDENSTATE_DEBUG"):  # c10d's own C++ log lines would break the one-line errors
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
