@@ -70,6 +70,8 @@ import numpy as np
 
 from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
 from hiddenstate.functional import sigmoid
+from hiddenstate.params import MAMBA_NORMS
+from hiddenstate.state import MambaState
 
 __all__ = ["NORMS", "PARAMS", "SCANS", "MambaRecord", "MambaState", "recorded", "rms_norm", "rms_norm_backward",
            "scan_backward", "scan_forward", "silu"]
@@ -82,22 +84,7 @@ PARAMS = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "x_p
           "dt_proj.bias", "A_log", "D", "out_proj.weight", "out_proj.bias")
 
 #: The weights of the norms of dt, B, C in transformers' names (``JambaMambaMixer``; optional).
-NORMS = ("dt_layernorm.weight", "b_layernorm.weight", "c_layernorm.weight")
-
-
-class MambaState(NamedTuple):
-    """The two states of a Mamba block.
-
-    Attributes
-    ----------
-    ssm : ndarray of shape (N, Di, S)
-        The selective state space's state ``h``.
-    conv : ndarray of shape (N, Di, K-1)
-        The last K - 1 inputs of the causal convolution, oldest first.
-    """
-
-    ssm: np.ndarray
-    conv: np.ndarray
+NORMS = MAMBA_NORMS
 
 
 class MambaRecord(NamedTuple):
