@@ -1,7 +1,8 @@
 """What Mamba and Mamba-2 share through :class:`hiddenstate.ssm_block.SelectiveSSMBlock`, tested once for both.
 
 Carrying the states across calls (the outputs, the final states and every gradient of two calls
-equal those of one long call), and the envelope's refusals, each with the rule in its message.
+equal those of one long call), and the envelope's refusals, each with the rule in its message (each block's own shapes
+and options are refused in its own test file).
 """
 
 import numpy as np
@@ -58,6 +59,10 @@ def test_the_shared_envelope_refuses_with_the_rule(kind):
         b.backward((1, 2), None)
     with pytest.raises(TypeError, match="^record must be a bool"):
         b.forward(u, record=1)
+    with pytest.raises(ValueError, match=r"^u must have shape \(T, N, M\) with M=4; got \(5, 2, 5\)\."):
+        b(np.zeros((5, 2, 5)))
+    with pytest.raises(ValueError, match=r"^d_out must have the output's shape \(5, 2, 4\); got \(5, 2, 5\)\."):
+        b.backward(cache, np.zeros((5, 2, 5)))
     for layer in (Mamba(4, d_state=4), Mamba2(4, d_state=4, head_dim=4)):  # a cache of another layer, of either kind, names that layer's class
         _, _, theirs = layer.forward(u)
         with pytest.raises(ValueError, match=rf"^cache must come from this layer's forward; got the cache of another "
@@ -66,3 +71,6 @@ def test_the_shared_envelope_refuses_with_the_rule(kind):
     # a None part of the initial state is zeros
     zero = b.initial_state(2)
     np.testing.assert_array_equal(b(u, (None, c0))[0], b(u, (zero.ssm, c0))[0])
+    b.params["A_log"] = b.params["A_log"].astype(np.float32)
+    with pytest.raises(TypeError, match=r"params\['A_log'\] must have dtype float64"):
+        b(u)
