@@ -4,13 +4,15 @@
 
 * a transformers model whose family is registered (:mod:`hiddenstate.interop.families`:
   ``MambaForCausalLM``, ``Mamba2ForCausalLM``, the hybrids ``BambaForCausalLM``,
-  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, ...). The model itself runs on the
+  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, and the delta-rule families
+  ``Qwen3NextForCausalLM``, ``OlmoHybridForCausalLM``, ``KimiLinearForCausalLM``, ...). The model itself runs on the
   ids; each chosen recurrent layer is recomputed by our block from the input its hook saw, held to
   the model's own output (:func:`~hiddenstate.interop.families.hooks.recompute_layers`), and its
   records go through the Mamba analyses' shared layer loop
   (:func:`~hiddenstate.probe.mamba_layers.analyze_records`) with the model's own layer indices,
   the recomputation error of each and the model's layer map. Nothing here depends on the family:
-  the family's kind picks the records' :class:`~hiddenstate.probe.mamba_layers.LayerKind`;
+  the family's kind picks the records' :class:`~hiddenstate.probe.mamba_layers.LayerKind` (:data:`KINDS`;
+  a delta-rule kind gives a :class:`~hiddenstate.probe.delta.DeltaAnalysis`);
 * our :class:`~hiddenstate.Mamba`, :class:`~hiddenstate.Mamba2`, :class:`~hiddenstate.MambaLM`
   and :class:`~hiddenstate.mamba_lm.Mamba2LM`, traced as they compute
   (:func:`~hiddenstate.probe.mamba.analyze_mamba`, :func:`~hiddenstate.probe.mamba2.analyze_mamba2`).
@@ -24,6 +26,7 @@ from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layer
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 from hiddenstate.mamba_lm import Mamba2LM, MambaLM
+from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
@@ -32,7 +35,7 @@ from hiddenstate.report.mamba_page import build_mamba_report
 __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
 
 #: The analyses' kind of the records of each of our block kinds (``Family.kind``).
-KINDS = {"mamba": MAMBA, "mamba2": MAMBA2}
+KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA}
 
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 

@@ -9,8 +9,10 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, and the Mamba-1 variants
-falcon_mamba, jamba, zamba.
+Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybrid, zamba2
+(shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
+the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
+olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``).
 
 How to add a family
 -------------------
@@ -25,8 +27,15 @@ import and to ``_MODULES`` below. The fields:
     these names, comes from ``package`` (default ``"transformers"``) and its
     ``config.model_type`` is ``name``.
 ``kind``
-    Our block of its recurrent layers, a key of ``BLOCKS``: ``"mamba"``
-    (:class:`hiddenstate.Mamba`) or ``"mamba2"`` (:class:`hiddenstate.Mamba2`).
+    Our block of its recurrent layers, the name of a registered :class:`hiddenstate.kinds.Kind`
+    (a key of ``BLOCKS``): ``"mamba"`` (:class:`hiddenstate.Mamba`), ``"mamba2"``
+    (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.gated_delta.GatedDeltaNet`)
+    or ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`). The kind says how its block
+    runs with every step recorded (``Kind.run``), which of the record's arrays are its states
+    (``Kind.states``) and what the analyses read of it (``Kind.view``, a
+    :class:`~hiddenstate.kinds.RecordView`); a new kind is one
+    :func:`hiddenstate.kinds.register_kind` (and its :class:`~hiddenstate.probe.mamba_layers.LayerKind`
+    in :data:`hiddenstate.family_inspection.KINDS` for the analysis's result types).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
     path, parts)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"``
@@ -35,7 +44,7 @@ import and to ``_MODULES`` below. The fields:
     shows, each ``(role, class_name, path)`` (Jamba's MoE feed-forward, Zamba's shared attention
     block). :func:`decoder_layer_map` builds it from the attribute names (or dotted paths) of a
     decoder layer, its ``parts=`` the parts.
-``to_block(mixer, config) -> Mamba or Mamba2``
+``to_block(mixer, config) -> block``
     One recurrent mixer (a ``torch.nn.Module``) and the model's config onto our block: float64,
     ``batch_first=True``, the mixer's weights; a ValueError naming the option for anything the
     block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` (with the
@@ -48,7 +57,8 @@ import and to ``_MODULES`` below. The fields:
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
-Example, the whole of ``bamba.py``::
+Example, a family whose mixer needs nothing beyond what ``mamba2_block`` reads (``bamba.py``
+adds a named refusal of ``config.hidden_act`` and its MLP part)::
 
     from hiddenstate.interop.families.blocks import mamba2_block
     from hiddenstate.interop.families.registry import Family, decoder_layer_map
@@ -82,13 +92,18 @@ model's cache (``tests/test_families.py`` does this for every registered family)
 
 from hiddenstate.interop.families import (
     bamba,
+    falcon_h1,
     falcon_mamba,
     granitemoehybrid,
     jamba,
+    kimi_linear,
     mamba,
     mamba2,
     nemotron_h,
+    olmo_hybrid,
+    qwen3_next,
     zamba,
+    zamba2,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
@@ -102,7 +117,8 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
+            qwen3_next, olmo_hybrid, kimi_linear)
 for _module in _MODULES:
     register(_module.FAMILY)
 
