@@ -7,7 +7,11 @@ import numpy as np
 from hiddenstate.nesting import as_array
 from hiddenstate.validation import float_array, shape_str
 
-__all__ = ["check_params", "load_into", "param_shapes", "uniform_init"]
+__all__ = ["MAMBA_NORMS", "check_params", "load_into", "param_shapes", "uniform_init"]
+
+#: The weights of the RMS norms of Mamba's dt, B, C in transformers' names (``JambaMambaMixer``;
+#: optional): :data:`hiddenstate.cells.mamba.NORMS`, read by the kernels and the array-API path.
+MAMBA_NORMS = ("dt_layernorm.weight", "b_layernorm.weight", "c_layernorm.weight")
 
 
 def uniform_init(rng: np.random.Generator, shape, hidden_size: int, dtype) -> np.ndarray:
