@@ -12,7 +12,8 @@ family touches neither. Nothing here imports torch or transformers at module lev
 Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybrid, zamba2
 (shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
 the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
-olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``).
+olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
+``rglru``), minimax (kind ``lightning``) and lfm2 (kind ``shortconv``).
 
 How to add a family
 -------------------
@@ -30,7 +31,10 @@ import and to ``_MODULES`` below. The fields:
     Our block of its recurrent layers, the name of a registered :class:`hiddenstate.kinds.Kind`
     (a key of ``BLOCKS``): ``"mamba"`` (:class:`hiddenstate.Mamba`), ``"mamba2"``
     (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.gated_delta.GatedDeltaNet`)
-    or ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`). The kind says how its block
+    ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`), ``"rglru"``
+    (:class:`hiddenstate.rglru.RGLRUBlock`), ``"lightning"``
+    (:class:`hiddenstate.lightning.LightningAttention`) or ``"shortconv"``
+    (:class:`hiddenstate.shortconv.ShortConv`). The kind says how its block
     runs with every step recorded (``Kind.run``), which of the record's arrays are its states
     (``Kind.states``) and what the analyses read of it (``Kind.view``, a
     :class:`~hiddenstate.kinds.RecordView`); a new kind is one
@@ -51,9 +55,10 @@ import and to ``_MODULES`` below. The fields:
     block's ``bcdt_norm``, ``norm_eps``, ``num_heads`` for FalconMamba's, Jamba's and Zamba's
     mixers) and :func:`~hiddenstate.interop.families.blocks.mamba2_block` read every
     ``MambaMixer`` / ``Mamba2Mixer``-like module.
-``hooked(args, kwargs, output) -> (u, out)`` (optional)
+``hooked(args, kwargs, output) -> (u, out)`` or ``(u, out, forward)`` (optional)
     The mixer's input and output (N, T, M) from what its forward hook sees; default its first
-    argument (or ``hidden_states=``) and its output (a tuple's first item).
+    argument (or ``hidden_states=``) and its output (a tuple's first item). ``forward``, a dict,
+    is passed to the block's ``forward`` (RecurrentGemma's ``{"reset": position_ids == 0}``).
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
@@ -97,11 +102,14 @@ from hiddenstate.interop.families import (
     granitemoehybrid,
     jamba,
     kimi_linear,
+    lfm2,
     mamba,
     mamba2,
+    minimax,
     nemotron_h,
     olmo_hybrid,
     qwen3_next,
+    recurrent_gemma,
     zamba,
     zamba2,
 )
@@ -118,7 +126,7 @@ from hiddenstate.interop.families.registry import (
 )
 
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
-            qwen3_next, olmo_hybrid, kimi_linear)
+            qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2)
 for _module in _MODULES:
     register(_module.FAMILY)
 
