@@ -6,9 +6,10 @@ scalar) read out as ``y_t = h_t C_t``. Over a chunk of Q steps starting from ``h
     y_i   = sum_{j <= i} exp(seg(i, j)) (C_i . B_j) u_j  +  exp(l_i) h_in C_i
     h_out = exp(l_{Q-1}) h_in + sum_j exp(seg(Q-1, j)) u_j B_j^T
 
-with ``l_i = a_0 + ... + a_i`` and ``seg(i, j) = a_{j+1} + ... + a_i`` (the segment sum, formed
-as a masked cumulative sum rather than a difference of cumulative sums, so a long run of strong
-decays loses no digits): the first term is a (Q, Q) masked "attention" matrix ``L o (C B^T)``
+with ``l_i = a_0 + ... + a_i`` and ``seg(i, j) = a_{j+1} + ... + a_i`` (the segment sum;
+``L = exp(seg)`` is formed as a masked running product of the factors ``exp(a_k)`` rather than
+from a difference of cumulative sums, so a long run of strong decays loses no digits, and with
+Q exponentials per chunk instead of Q^2): the first term is a (Q, Q) masked "attention" matrix ``L o (C B^T)``
 applied to ``u``, the second and the state are low-rank, and only the chunk-to-chunk state is a
 loop (T / Q steps). This is the "state space duality" of the paper: the same outputs as the scan,
 computed as matrix products. The adjoint below is this module's own, derived term by term
@@ -30,18 +31,25 @@ __all__ = ["SSD_CHUNK", "ssd_backward", "ssd_forward"]
 SSD_CHUNK = 64
 
 
-def _segments(a):
-    """``seg[i, j] = a_{j+1} + ... + a_i`` for ``i >= j`` (-inf above the diagonal) and ``l_i`` for one chunk.
+def _decays(a):
+    """``L[i, j] = exp(a_{j+1} + ... + a_i)`` for ``i >= j`` (0 above the diagonal) and ``l_i`` for one chunk.
 
-    ``a`` is (Q, N, H); returns ``seg`` (N, H, Q, Q) and ``l`` (Q, N, H).
+    ``a`` is (Q, N, H); returns ``L`` (N, H, Q, Q) and ``l`` (Q, N, H). ``L`` is the running
+    product of the factors ``exp(a_k)`` (each formed once), along the last (contiguous) axis of
+    the transposed mask, then transposed back: no exponential of a difference of large sums.
     """
     Q = a.shape[0]
-    at = np.moveaxis(a, 0, -1)  # (N, H, Q)
-    below = np.tril(np.ones((Q, Q), dtype=bool), -1)  # k > j
-    X = np.where(below, at[..., :, None], 0.0)  # (N, H, Q k, Q j): a_k where k > j
-    seg = np.cumsum(X, axis=-2)  # sum over j < k <= i
-    seg = np.where(np.tril(np.ones((Q, Q), dtype=bool)), seg, -np.inf)
-    return seg, np.cumsum(a, axis=0)
+    e = np.exp(np.moveaxis(a, 0, -1))  # (N, H, Q): exp(a_k)
+    after = np.triu(np.ones((Q, Q), dtype=bool), 1)  # [j, k]: k > j
+    X = np.where(after, e[..., None, :], 1.0)  # (N, H, Q j, Q k): exp(a_k) where k > j
+    L = np.cumprod(X, axis=-1).swapaxes(-1, -2)  # [i, j]: the product over j < k <= i
+    L = np.where(np.tril(np.ones((Q, Q), dtype=bool)), L, 0.0)
+    return L, np.cumsum(a, axis=0)
+
+
+def _heads_first(x):
+    """(T, N, H, ...) -> (N, H, T, ...): the layout in which a chunk's products are batched matmuls."""
+    return np.moveaxis(x, 0, 2)
 
 
 @np.errstate(under="ignore")
@@ -66,25 +74,27 @@ def ssd_forward(a, u, B, C, h0, *, chunk: int | None = None):
     y : ndarray of shape (T, N, H, P)
     h_T : ndarray of shape (N, H, P, S)
         The state after the last step (a copy of ``h0`` when T = 0).
-    starts : list of ndarray of shape (N, H, P, S)
-        The state entering each chunk, for :func:`ssd_backward`.
+    starts : list of tuple
+        Per chunk, the state entering it (N, H, P, S), its decay matrix ``exp(seg)`` (N, H, Q, Q)
+        and ``l`` (N, H, Q), for :func:`ssd_backward` (which then forms no segment sums again;
+        together the size of a (T, N, H, Q) array).
     """
     Q = chunk or SSD_CHUNK
     T = a.shape[0]
-    y = np.empty(u.shape, dtype=u.dtype)
+    ut, Bt, Ct = _heads_first(u), _heads_first(B), _heads_first(C)  # (N, H, T, .)
+    y = np.empty(ut.shape, dtype=u.dtype)  # (N, H, T, P)
     h, starts = h0.copy(), []
     for s in range(0, T, Q):
         e = min(s + Q, T)
-        ac, uc, Bc, Cc = a[s:e], u[s:e], B[s:e], C[s:e]
-        seg, cum = _segments(ac)
-        L = np.exp(seg)  # (N, H, Q, Q)
-        M = np.einsum("inhs,jnhs->nhij", Cc, Bc) * L
-        y[s:e] = np.einsum("nhij,jnhp->inhp", M, uc)
-        y[s:e] += np.exp(cum)[..., None] * np.einsum("nhps,inhs->inhp", h, Cc)
-        starts.append(h)
-        r = np.moveaxis(L[..., -1, :], -1, 0)  # (Q, N, H): exp(seg(Q-1, j))
-        h = np.exp(cum[-1])[..., None, None] * h + np.einsum("jnh,jnhp,jnhs->nhps", r, uc, Bc)
-    return y, h, starts
+        uc, Bc, Cc = ut[:, :, s:e], Bt[:, :, s:e], Ct[:, :, s:e]
+        L, cum = _decays(a[s:e])  # (N, H, Q, Q)
+        cum = np.moveaxis(cum, 0, -1)  # (N, H, Q)
+        M = (Cc @ Bc.swapaxes(-1, -2)) * L  # L o (C B^T)
+        y[:, :, s:e] = M @ uc + np.exp(cum)[..., None] * (Cc @ h.swapaxes(-1, -2))
+        starts.append((h, L, cum))
+        r = L[..., -1, :]  # (N, H, Q): exp(seg(Q-1, j))
+        h = np.exp(cum[..., -1])[..., None, None] * h + (uc * r[..., None]).swapaxes(-1, -2) @ Bc
+    return np.ascontiguousarray(np.moveaxis(y, 2, 0)), h, starts
 
 
 @np.errstate(under="ignore")
@@ -95,7 +105,7 @@ def ssd_backward(a, u, B, C, starts, d_y, d_hT, *, chunk: int | None = None):
     ----------
     a, u, B, C : ndarray
         As given to :func:`ssd_forward`.
-    starts : list of ndarray
+    starts : list of tuple
         From :func:`ssd_forward`.
     d_y : ndarray of shape (T, N, H, P)
         Gradient with respect to ``y``.
@@ -113,43 +123,47 @@ def ssd_backward(a, u, B, C, starts, d_y, d_hT, *, chunk: int | None = None):
     """
     Q = chunk or SSD_CHUNK
     T = a.shape[0]
-    d_a, d_u, d_B, d_C = np.zeros_like(a), np.zeros_like(u), np.zeros_like(B), np.zeros_like(C)
+    ut, Bt, Ct, dyt = _heads_first(u), _heads_first(B), _heads_first(C), _heads_first(d_y)  # (N, H, T, .)
+    d_a = np.zeros(a.shape[1:] + (T,), dtype=a.dtype)  # (N, H, T)
+    d_u, d_B, d_C = np.zeros(ut.shape, dtype=u.dtype), np.zeros(Bt.shape, dtype=B.dtype), np.zeros(Ct.shape,
+                                                                                                   dtype=C.dtype)
     g = np.zeros(u.shape[1:3] + (u.shape[3], B.shape[3]), dtype=u.dtype) if d_hT is None else d_hT.copy()
     for c in range((T + Q - 1) // Q - 1, -1, -1):
         s, e = c * Q, min(c * Q + Q, T)
-        ac, uc, Bc, Cc, dy, h = a[s:e], u[s:e], B[s:e], C[s:e], d_y[s:e], starts[c]
-        seg, cum = _segments(ac)
-        L = np.exp(seg)
-        Gm = np.einsum("inhs,jnhs->nhij", Cc, Bc)
+        uc, Bc, Cc, dy = ut[:, :, s:e], Bt[:, :, s:e], Ct[:, :, s:e], dyt[:, :, s:e]
+        h, L, cum = starts[c]  # the entering state, exp(seg) (N, H, Q, Q), l (N, H, Q)
+        Gm = Cc @ Bc.swapaxes(-1, -2)  # (N, H, Q i, Q j): C_i . B_j
         # the state leaving the chunk: h_out = exp(l_last) h + sum_j r_j u_j B_j^T (g = dL/dh_out)
-        r = np.moveaxis(L[..., -1, :], -1, 0)  # (Q, N, H)
-        gB = np.einsum("nhps,jnhs->jnhp", g, Bc)  # (Q, N, H, P): g B_j
-        dr = (gB * uc).sum(axis=-1)  # (Q, N, H): <g, u_j B_j^T>
-        d_u[s:e] = r[..., None] * gB
-        d_B[s:e] = r[..., None] * np.einsum("nhps,jnhp->jnhs", g, uc)
-        dec = np.exp(cum[-1])  # (N, H)
-        d_cum = np.zeros_like(ac)
-        d_cum[-1] += dec * np.einsum("nhps,nhps->nh", g, h)
+        r = L[..., -1, :]  # (N, H, Q)
+        gB = Bc @ g.swapaxes(-1, -2)  # (N, H, Q, P): g B_j
+        dr = (gB * uc).sum(axis=-1)  # (N, H, Q): <g, u_j B_j^T>
+        d_uc = r[..., None] * gB
+        d_Bc = r[..., None] * (uc @ g)
+        dec = np.exp(cum[..., -1])  # (N, H)
+        d_cum = np.zeros_like(cum)
+        d_cum[..., -1] += dec * (g * h).sum(axis=(-2, -1))
         d_h = dec[..., None, None] * g
         d_seg = np.zeros_like(L)
-        d_seg[..., -1, :] = np.moveaxis(dr * r, 0, -1)  # d exp(seg(Q-1, j)) * exp(seg(Q-1, j))
+        d_seg[..., -1, :] = dr * r  # d exp(seg(Q-1, j)) * exp(seg(Q-1, j))
         # the diagonal block: y_i = sum_j L_ij G_ij u_j
-        dM = np.einsum("inhp,jnhp->nhij", dy, uc)
-        d_u[s:e] += np.einsum("nhij,inhp->jnhp", Gm * L, dy)
+        dM = dy @ uc.swapaxes(-1, -2)  # (N, H, Q i, Q j)
+        d_uc += (Gm * L).swapaxes(-1, -2) @ dy
         dG = dM * L
-        d_C[s:e] += np.einsum("nhij,jnhs->inhs", dG, Bc)
-        d_B[s:e] += np.einsum("nhij,inhs->jnhs", dG, Cc)
+        d_Cc = dG @ Bc
+        d_Bc += dG.swapaxes(-1, -2) @ Cc
         d_seg += dM * Gm * L  # d_seg where L > 0 (0 above the diagonal)
         # the part from the state entering the chunk: y_i += exp(l_i) h C_i
-        w = np.einsum("nhps,inhs->inhp", h, Cc)  # (Q, N, H, P)
-        el = np.exp(cum)  # (Q, N, H)
+        w = Cc @ h.swapaxes(-1, -2)  # (N, H, Q, P)
+        el = np.exp(cum)  # (N, H, Q)
         d_cum += el * (dy * w).sum(axis=-1)
         dw = el[..., None] * dy
-        d_h += np.einsum("inhp,inhs->nhps", dw, Cc)
-        d_C[s:e] += np.einsum("nhps,inhp->inhs", h, dw)
+        d_h += dw.swapaxes(-1, -2) @ Cc
+        d_Cc += dw @ h
+        d_u[:, :, s:e], d_B[:, :, s:e], d_C[:, :, s:e] = d_uc, d_Bc, d_Cc
         # back to a: l_i = sum_{k <= i} a_k, seg(i, j) = sum_{j < k <= i} a_k
-        d_a[s:e] = np.cumsum(d_cum[::-1], axis=0)[::-1]
-        R = np.cumsum(d_seg[..., ::-1, :], axis=-2)[..., ::-1, :]  # R[k, j] = sum_{i >= k} d_seg[i, j]
-        d_a[s:e] += np.moveaxis(np.where(np.tril(np.ones(R.shape[-2:], dtype=bool), -1), R, 0.0).sum(axis=-1), -1, 0)
+        d_a[..., s:e] = np.cumsum(d_cum[..., ::-1], axis=-1)[..., ::-1]
+        Rt = np.cumsum(np.ascontiguousarray(d_seg.swapaxes(-1, -2))[..., ::-1], axis=-1)[..., ::-1]
+        # Rt[j, k] = sum_{i >= k} d_seg[i, j]; a_k enters seg(i, j) for j < k <= i
+        d_a[..., s:e] += np.where(np.triu(np.ones(Rt.shape[-2:], dtype=bool), 1), Rt, 0.0).sum(axis=-2)
         g = d_h
-    return d_a, d_u, d_B, d_C, g
+    return (*(np.ascontiguousarray(np.moveaxis(x, 2, 0)) for x in (d_a, d_u, d_B, d_C)), g)

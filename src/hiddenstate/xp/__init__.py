@@ -10,7 +10,9 @@ any array ``array_api_compat`` knows, and then compute in that library, on the i
   forward and its exact adjoint, and the scan over T steps with padding and resets;
 * :mod:`~hiddenstate.xp.layer` -- layers and directions, lengths, dropout: the array-API
   counterpart of :mod:`hiddenstate.unroll`;
-* :mod:`~hiddenstate.xp.step` -- one-step cells and the step map with its Jacobian.
+* :mod:`~hiddenstate.xp.step` -- one-step cells and the step map with its Jacobian;
+* :mod:`~hiddenstate.xp.delta` -- the readable reference of the gated delta rule / KDA: one
+  step and its exact adjoint.
 
 Results are arrays of the input's library and device, in the layer's dtype; so are the
 gradients of ``backward``, parameters' included (the parameters themselves stay NumPy arrays:
