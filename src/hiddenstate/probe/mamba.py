@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.cells.mamba import MambaRecord
+from hiddenstate.kinds.base import diagonal_lag_norms
+from hiddenstate.kinds.ssm import mamba_view
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba_lm import MambaLM
-from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
+from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -166,18 +168,7 @@ def decay_flow(decay, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
         The root mean square of its entries (what a gradient spread evenly over the state keeps),
         averaged over the N sequences. ``K = min(max_lag, T) + 1``; both are 1 at k = 0.
     """
-    T = decay.shape[0]
-    K = min(positive_int("max_lag", max_lag), T) + 1
-    N = decay.shape[1]
-    prod = np.ones(decay.shape[1:], dtype=np.float64)  # (N, Di, S)
-    spectral, rms = np.empty(K), np.empty(K)
-    for k in range(K):
-        if k:
-            prod *= decay[T - k]
-        flat = prod.reshape(N, -1)
-        spectral[k] = flat.max(axis=1).mean()
-        rms[k] = np.sqrt((flat ** 2).mean(axis=1)).mean()
-    return spectral, rms
+    return diagonal_lag_norms(decay, max_lag)
 
 
 @dataclass(frozen=True)
@@ -359,14 +350,10 @@ def recomputed_phrase(error) -> str:
     return "" if error is None else f"; recomputed: {error:.2g} of the model's own output"
 
 
-def _measure(index: int, rec: MambaRecord, max_lag: int) -> dict:
-    """A Mamba layer's own measurements: the decay per state entry, its time constants, dt, the lag curve."""
-    T, N, Di, S = rec.ssm.shape
-    decay = gate_statistics(rec.decay.reshape(T, N, Di * S), name=f"layer {index} decay", keep=True)
-    tau = time_constant(np.clip(decay.mean, 0.0, 1.0)).reshape(Di, S)
-    spectral, rms = decay_flow(rec.decay, max_lag)
-    return {"decay": decay, "time_constants": tau, "channel_time_constant": tau.max(axis=1),
-            "mean_dt": rec.dt.reshape(-1, Di).mean(axis=0), "flow_spectral": spectral, "flow_rms": rms}
+def _measure(index: int, rec: MambaRecord, max_lag: int, common: dict) -> dict:
+    """A Mamba layer's own measurements beyond the view's: each channel's longest time constant, its mean dt."""
+    Di = rec.ssm.shape[2]
+    return {"channel_time_constant": common["time_constants"].max(axis=1), "mean_dt": rec.dt.reshape(-1, Di).mean(axis=0)}
 
 
 def _sizes(rec: MambaRecord) -> dict:
@@ -375,7 +362,7 @@ def _sizes(rec: MambaRecord) -> dict:
 
 
 #: The Mamba-1 records' kind for the shared layer loop (:func:`hiddenstate.probe.mamba_layers.analyze_records`).
-MAMBA = LayerKind("mamba", _measure, MambaLayerAnalysis, MambaAnalysis, _sizes, NOT_MEASURED, NEEDS_TEXT)
+MAMBA = LayerKind("mamba", _measure, MambaLayerAnalysis, MambaAnalysis, _sizes, NOT_MEASURED, NEEDS_TEXT, mamba_view)
 
 
 def _memory_phrase(mc) -> str:

@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.cells.mamba2 import Mamba2Record
+from hiddenstate.kinds.base import head_products
+from hiddenstate.kinds.ssm import mamba2_view
 from hiddenstate.mamba2 import Mamba2
 from hiddenstate.mamba_lm import Mamba2LM
-from hiddenstate.probe.gatestats import GateStats, gate_statistics, time_constant
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, decay_flow, recomputed_phrase
+from hiddenstate.probe.gatestats import GateStats
+from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, recomputed_phrase
 from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -103,10 +105,7 @@ def head_flow(decay, max_lag: int) -> np.ndarray:
         ``K = min(max_lag, T) + 1``; row 0 is 1. Every entry of head ``h``'s (P, S) block of the
         Jacobian equals row k's value for that sequence.
     """
-    T = decay.shape[0]
-    K = min(positive_int("max_lag", max_lag), T) + 1
-    rev = np.concatenate([np.ones((1,) + decay.shape[1:]), decay[::-1][:K - 1]], axis=0)  # (K, N, H)
-    return np.cumprod(rev, axis=0).mean(axis=1)
+    return head_products(decay, max_lag)
 
 
 @dataclass(frozen=True)
@@ -266,14 +265,9 @@ def analyze_mamba2(model, x, states=None, *, max_lag: int = 30, model_name: str 
                            model_name=model_name or f"hiddenstate {type(model).__name__}")
 
 
-def _measure(index: int, rec: Mamba2Record, max_lag: int) -> dict:
-    """A Mamba-2 layer's own measurements: the decay per head, its time constants, dt, the lag curves."""
-    H = rec.decay.shape[-1]
-    decay = gate_statistics(rec.decay, name=f"layer {index} head decay", keep=True)
-    spectral, rms = decay_flow(rec.decay[..., None], max_lag)  # every head holds P*S equal entries
-    return {"decay": decay, "time_constants": time_constant(np.clip(decay.mean, 0.0, 1.0)),
-            "mean_dt": rec.dt.reshape(-1, H).mean(axis=0), "flow_spectral": spectral, "flow_rms": rms,
-            "head_flow": head_flow(rec.decay, max_lag)}
+def _measure(index: int, rec: Mamba2Record, max_lag: int, common: dict) -> dict:
+    """A Mamba-2 layer's own measurement beyond the view's: each head's mean step size."""
+    return {"mean_dt": rec.dt.reshape(-1, rec.decay.shape[-1]).mean(axis=0)}
 
 
 def _sizes(rec: Mamba2Record) -> dict:
@@ -285,7 +279,7 @@ def _sizes(rec: Mamba2Record) -> dict:
 
 #: The Mamba-2 records' kind for the shared layer loop (:func:`hiddenstate.probe.mamba_layers.analyze_records`).
 MAMBA2 = LayerKind("mamba2", _measure, Mamba2LayerAnalysis, Mamba2Analysis, _sizes, NOT_MEASURED2,
-                   NEEDS_TEXT.replace("analyze_mamba", "analyze_mamba2"))
+                   NEEDS_TEXT.replace("analyze_mamba", "analyze_mamba2"), mamba2_view)
 
 
 def _units_phrase(units, P: int) -> str:

@@ -1,22 +1,31 @@
-"""The one layer loop of the Mamba analyses: records in, measurements out (:func:`analyze_records`).
+"""The one layer loop of the recurrent-layer analyses: records in, measurements out (:func:`analyze_records`).
 
-Both Mamba analyses (:func:`hiddenstate.probe.mamba.analyze_mamba`,
-:func:`hiddenstate.probe.mamba2.analyze_mamba2`) and the inspection of a transformers model's
-recurrent layers (recomputed from hooks, :mod:`hiddenstate.interop.families.hooks`) measure
-*records*: every step's states and selective parameters of each layer, time-major. What is the
-same for every kind is done here once, per layer:
+The Mamba analyses (:func:`hiddenstate.probe.mamba.analyze_mamba`,
+:func:`hiddenstate.probe.mamba2.analyze_mamba2`), the delta-rule analyses
+(:mod:`hiddenstate.probe.delta`) and the inspection of a transformers model's recurrent layers
+(recomputed from hooks, :mod:`hiddenstate.interop.families.hooks`) measure *records*: every
+step's states and gates of each layer, time-major. Every kind's record is read through its
+:class:`~hiddenstate.kinds.RecordView` (the kind's ``view``), so what follows is done here once,
+per layer, for every kind:
 
-* the output gate's statistics (``sigmoid(z)``, :func:`~hiddenstate.probe.gatestats.gate_statistics`),
-* PCA of the SSM state flattened to its entries (:func:`~hiddenstate.probe.pca.pca`, Gram form),
+* the keep gate (decay or forget gate) per gate unit as the kind defines it: its statistics
+  (:func:`~hiddenstate.probe.gatestats.gate_statistics`, ``decay``) and time constants
+  ``1 / (1 - mean)`` shaped as the kind's ``keep_shape`` (``time_constants``);
+* the exact gradient against lag, the norms of ``dS_T/dS_{T-k}`` (``flow_spectral``,
+  ``flow_rms``; per head ``head_flow`` where the kind has heads);
+* the output gate's statistics, where the kind's output gate is a (0, 1) gate (``gate``);
+* PCA of the state flattened to its entries (:func:`~hiddenstate.probe.pca.pca`, Gram form),
 * the memory curve of that flattened state (:mod:`hiddenstate.probe.mamba_memory`),
-* with a text, the channels that track text features and the explorer's data of the last layer
+* for a matrix state, its effective rank per step and head (``effective_rank``: the entropy
+  effective rank of Roy & Vetterli; ``numerical_rank``: the singular values above 1% of the
+  largest, :mod:`hiddenstate.kinds.delta`);
+* with a text, the units that track text features and the explorer's data of the last layer
   (:mod:`hiddenstate.probe.mamba_units`);
 
-and what differs (the decay's shape: per state entry for Mamba, per head for Mamba-2; the
-time constants; the gradient-against-lag curve; the sizes in ``meta``) is the kind's
-:class:`LayerKind`. A layer keeps the index it has in its model (a hybrid's recurrent layers are
-not numbered 0, 1, 2, ...) and, when it was recomputed from a model's own run, the relative error
-of that recomputation.
+and what differs (extra measurements, such as the step sizes; the sizes in ``meta``; the
+result's types) is the kind's :class:`LayerKind`. A layer keeps the index it has in its model (a
+hybrid's recurrent layers are not numbered 0, 1, 2, ...) and, when it was recomputed from a
+model's own run, the relative error of that recomputation.
 """
 
 from __future__ import annotations
@@ -24,30 +33,36 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from hiddenstate.functional import sigmoid
-from hiddenstate.probe.gatestats import gate_statistics
+import numpy as np
+
+from hiddenstate.kinds.delta import effective_rank, numerical_rank
+from hiddenstate.probe.gatestats import gate_statistics, time_constant
 from hiddenstate.probe.mamba_memory import memory_rows, memory_target, state_memory_curve
-from hiddenstate.probe.mamba_units import channel_features, mamba_explore_data
+from hiddenstate.probe.mamba_units import view_explore_data
 from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import usable_text_features
+from hiddenstate.probe.unitfeatures import best_units
 from hiddenstate.validation import positive_int
 
-__all__ = ["LayerKind", "analyze_records"]
+__all__ = ["LayerKind", "analyze_records", "view_measures"]
 
 
 class LayerKind(NamedTuple):
-    """What one kind of record needs of the shared loop (``MAMBA`` in :mod:`hiddenstate.probe.mamba`, ``MAMBA2``).
+    """What one kind of record needs of the shared loop (``MAMBA`` in :mod:`hiddenstate.probe.mamba`, ``MAMBA2``, ...).
 
     Attributes
     ----------
     name : str
-        ``"mamba"`` or ``"mamba2"``.
+        The kind's name (``"mamba"``, ``"mamba2"``, ``"gated_delta"``, ``"kda"``), as in
+        :data:`hiddenstate.kinds.KINDS`.
     measure : callable
-        ``measure(index, record, max_lag) -> dict``: the kind's own fields of its layer analysis
-        (the decay's statistics, time constants, step sizes, gradient against lag).
+        ``measure(index, record, max_lag, common) -> dict``: the kind's own fields of its layer
+        analysis beyond the common ones (``common``: the dict of ``decay``, ``time_constants``,
+        ``flow_spectral``, ``flow_rms`` and, where they apply, ``head_flow``,
+        ``effective_rank``, ``numerical_rank`` computed from the view), e.g. the step sizes.
     layer_type : type
         The layer analysis (``MambaLayerAnalysis``), built with ``layer``, ``record``, ``gate``,
-        ``pca``, ``memory``, ``units``, ``recomputed`` and the fields of ``measure``.
+        ``pca``, ``memory``, ``units``, ``recomputed``, the common fields and those of ``measure``.
     analysis_type : type
         The analysis (``MambaAnalysis``).
     sizes : callable
@@ -56,6 +71,8 @@ class LayerKind(NamedTuple):
         What this kind's analysis never measures, and why.
     needs_text : str
         Why the unit features and the explorer are missing without a text.
+    view : callable
+        ``view(record) -> RecordView`` (:mod:`hiddenstate.kinds`): what the loop reads of a record.
     """
 
     name: str
@@ -65,6 +82,47 @@ class LayerKind(NamedTuple):
     sizes: Callable
     not_measured: dict
     needs_text: str
+    view: Callable
+
+
+def view_measures(view, index: int, max_lag: int) -> dict:
+    """The measurements every kind gets from its view: keep gate, time constants, lag norms, effective rank.
+
+    Parameters
+    ----------
+    view : RecordView
+        One layer's view (:mod:`hiddenstate.kinds`).
+    index : int
+        The layer's index (for the gate statistics' name).
+    max_lag : int
+        Largest lag of the Jacobian products.
+
+    Returns
+    -------
+    dict
+        ``decay`` (GateStats of the keep gate, one unit per gate unit), ``time_constants``
+        (``1 / (1 - mean keep)`` shaped ``view.keep_shape``), ``flow_spectral`` and ``flow_rms``
+        (K,), and ``head_flow`` (K, H) where the kind has heads; for a matrix state
+        ``effective_rank`` (T, H), the entropy effective rank of each head's ``S_t`` averaged over
+        the sequences, and ``numerical_rank`` (T, H), its count of singular values above 1% of
+        the largest, averaged likewise.
+    """
+    keep = gate_statistics(view.keep, name=f"layer {index} {view.keep_name}", keep=True)
+    lag = view.lag_norms(max_lag)
+    out = {"decay": keep, "time_constants": time_constant(np.clip(keep.mean, 0.0, 1.0)).reshape(view.keep_shape),
+           "flow_spectral": lag.spectral, "flow_rms": lag.rms}
+    if lag.heads is not None:
+        out["head_flow"] = lag.heads
+    if view.matrix is not None:
+        out["effective_rank"] = effective_rank(view.matrix).mean(axis=1)
+        out["numerical_rank"] = numerical_rank(view.matrix).mean(axis=1)
+    return out
+
+
+def _units(view, feats: dict) -> dict:
+    """The units of sequence 0 that track each text feature best (Pearson r of their activation), top 3."""
+    n = len(next(iter(feats.values())))
+    return best_units(view.units[:n, 0], feats, top=3)
 
 
 def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool, tokens=None, max_lag: int = 30,
@@ -75,8 +133,9 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
     ----------
     kind : LayerKind
         The records' kind.
-    records : sequence of MambaRecord or Mamba2Record
-        One per layer, time-major (T, N, ...), all of the same T and N.
+    records : sequence of records of ``kind``
+        One per layer (MambaRecord, Mamba2Record, DeltaRecord, ...), time-major (T, N, ...), all
+        of the same T and N.
     x : array_like
         The model's input, for the memory curve's target
         (:func:`hiddenstate.probe.mamba_memory.memory_target`): token ids, or a block's input.
@@ -120,9 +179,10 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
     records = list(records)
     if not records:
         raise ValueError("records must hold at least one layer's record; got none.")
-    T, N = records[0].ssm.shape[:2]
-    if any(r.ssm.shape[:2] != (T, N) for r in records):
-        raise ValueError(f"records must all have the same T and N; got {[r.ssm.shape[:2] for r in records]}.")
+    views = [kind.view(r) for r in records]
+    T, N = views[0].state.shape[:2]
+    if any(v.state.shape[:2] != (T, N) for v in views):
+        raise ValueError(f"records must all have the same T and N; got {[v.state.shape[:2] for v in views]}.")
     if T == 0:
         raise ValueError("x must have at least one step; got T = 0.")
     if text is not None and not 1 <= len(text) <= T:
@@ -143,14 +203,17 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         skip_memory = None
     feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
     out = []
-    for i, rec, err in zip(layers, records, recomputed):
-        flat = rec.ssm.reshape(T, N, -1)  # every state entry a feature
+    for i, rec, view, err in zip(layers, records, views, recomputed):
+        flat = view.state  # every state entry a feature
+        common = view_measures(view, i, max_lag)
+        gate = None if view.out_gate is None else gate_statistics(
+            view.out_gate, name=f"layer {i} output gate {view.out_gate_name}", keep=False)
         out.append(kind.layer_type(
-            layer=i, record=rec, **kind.measure(i, rec, max_lag),
-            gate=gate_statistics(sigmoid(rec.z), name=f"layer {i} output gate sigmoid(z)", keep=False),
+            layer=i, record=rec, **common, **kind.measure(i, rec, max_lag, common), gate=gate,
             pca=pca(flat, method="gram"),  # wide: thousands of steps of thousands of entries
             memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
-            units=channel_features(rec, feats) if feats and len(text) >= 2 else None, recomputed=err))
+            units=_units(view, feats) if feats and len(text) >= 2 else None,
+            recomputed=err))
     meta = {"T": T, "N": N, **kind.sizes(records[0]), "num_layers": len(records), "model": model_name}
     not_measured = dict(kind.not_measured)
     if skip_memory:
@@ -163,7 +226,7 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         not_measured.update(skipped)
         if not feats:
             not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
-    explore = mamba_explore_data(records[-1], text, out[-1].units) if text is not None else None
+    explore = view_explore_data(views[-1], text, out[-1].units) if text is not None else None
     return kind.analysis_type(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore,
                               layer_map=None if layer_map is None else tuple(layer_map))
 

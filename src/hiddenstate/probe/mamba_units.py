@@ -31,12 +31,12 @@ import numpy as np
 
 from hiddenstate.cells.mamba import MambaRecord
 from hiddenstate.cells.mamba2 import Mamba2Record
-from hiddenstate.functional import sigmoid
+from hiddenstate.kinds.ssm import mamba2_view, mamba_view
 from hiddenstate.probe.explore import varying_memory_unit
 from hiddenstate.probe.gatestats import time_constant
 from hiddenstate.probe.unitfeatures import best_units, featured_units
 
-__all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data"]
+__all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data", "view_explore_data"]
 
 
 def channel_activations(record: MambaRecord | Mamba2Record) -> np.ndarray:
@@ -109,22 +109,47 @@ def mamba_explore_data(record: MambaRecord | Mamba2Record, text: str, units: dic
     Returns
     -------
     dict
-        ``"text"``; ``"signals"``: ``"y"`` (T', Di), the keep gate ``"decay"`` (:func:`channel_decay`)
-        and the output gate ``"sigmoid(z)"``; ``"units"``: ``"best feature"`` and ``"|r|"`` (with
+        :func:`view_explore_data` of the record's view: ``"signals"`` ``"y"`` (T', Di), the keep
+        gate ``"decay"`` (:func:`channel_decay`) and the output gate ``"sigmoid(z)"``.
+    """
+    view = mamba2_view(record) if isinstance(record, Mamba2Record) else mamba_view(record)
+    return view_explore_data(view, text, units)
+
+
+def view_explore_data(view, text: str, units: dict | None) -> dict:
+    """The explorer's data (the format of :func:`hiddenstate.probe.explore.explore_data`) of one layer's view.
+
+    Parameters
+    ----------
+    view : RecordView
+        The layer's :class:`~hiddenstate.kinds.RecordView`; sequence 0 read ``text``.
+    text : str
+        Its characters, one per step, ``1 <= len(text) <= T``.
+    units : dict of str to UnitCorrelation, or None
+        The best units of the same layer for each text feature (None or empty: no feature columns).
+
+    Returns
+    -------
+    dict
+        ``"text"``; ``"signals"``: ``"y"`` the units' activations (T', U), the keep gate
+        ``"decay"`` (``view.unit_keep``) and, where the kind has a (0, 1) output gate, that gate
+        under ``view.out_gate_name``; ``"units"``: ``"best feature"`` and ``"|r|"`` (with
         ``units``), ``"time constant"`` (``1 / (1 - mean decay)``, capped at 1e6 steps) and
-        ``"saturation"`` (the fraction of steps the two gates are below 0.1 or above 0.9, averaged
-        over both), each of shape (Di,); ``"featured"``: each feature's best channel on ``y`` (at
-        most 4) and the long-memory channel whose decay varies most; ``"norm"``: the norm of the whole
-        SSM state ``||h_t||`` (T',).
+        ``"saturation"`` (the fraction of steps the gates are below 0.1 or above 0.9, averaged
+        over the gates), each of shape (U,); ``"featured"``: each feature's best unit on ``y`` (at
+        most 4) and the long-memory unit whose decay varies most; ``"norm"``: the norm of the
+        whole state ``||S_t||`` (T',).
     """
     n = len(text)
-    y = channel_activations(record)[:n, 0]  # (T', Di)
-    decay = channel_decay(record)[:n, 0]
-    gate = sigmoid(record.z[:n, 0])
+    y = view.units[:n, 0]  # (T', U)
+    decay = view.unit_keep[:n, 0]
+    gates = {"decay": decay}
+    if view.out_gate is not None:
+        gates[view.out_gate_name] = view.out_gate[:n, 0]
     cols, featured = {}, []
     if units:
         names = list(units)
-        R = np.stack([units[k].r for k in names])  # (F, Di)
+        R = np.stack([units[k].r for k in names])  # (F, U)
         best = np.argmax(np.abs(R), axis=0)
         cols["best feature"] = [f"{names[b]} (r = {R[b, j]:+.2f})" for j, b in enumerate(best)]
         cols["|r|"] = np.abs(R[best, np.arange(R.shape[1])])
@@ -132,9 +157,9 @@ def mamba_explore_data(record: MambaRecord | Mamba2Record, text: str, units: dic
             rs = ", ".join(f"{float(units[f].r[unit]):+.2f}" for f in fnames)
             featured.append((f"{', '.join(fnames)}: channel {unit}, r = {rs}", "y", unit))
     cols["time constant"] = np.minimum(time_constant(np.clip(decay.mean(axis=0), 0.0, 1.0)), 1e6)
-    cols["saturation"] = np.mean([((g < 0.1) | (g > 0.9)).mean(axis=0) for g in (decay, gate)], axis=0)
+    cols["saturation"] = np.mean([((g < 0.1) | (g > 0.9)).mean(axis=0) for g in gates.values()], axis=0)
     j = varying_memory_unit(decay)
     tau = 1.0 / max(1.0 - float(decay[:, j].mean()), 1e-12)
     featured.append((f"decay of channel {j}, τ ≈ {tau:.1f} steps", "decay", j))
-    return {"text": text, "signals": {"y": y, "decay": decay, "sigmoid(z)": gate}, "units": cols,
-            "featured": featured, "norm": np.linalg.norm(record.ssm[:n, 0].reshape(n, -1), axis=1)}
+    return {"text": text, "signals": {"y": y, **gates}, "units": cols,
+            "featured": featured, "norm": np.linalg.norm(view.state[:n, 0], axis=1)}

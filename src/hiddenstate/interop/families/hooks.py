@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hiddenstate.interop.families.registry import Family, family_of
+from hiddenstate.kinds import get_kind
 from hiddenstate.validation import shape_str
 
 __all__ = ["MAX_BYTES", "Recomputed", "estimate_bytes", "recompute_layers", "tolerance"]
@@ -96,8 +97,10 @@ class Recomputed:
         Every layer of the model (index, role, class name, path).
     layers : tuple of int
         The recorded layers' indices, in model order.
-    records : tuple of MambaRecord or Mamba2Record
-        Per recorded layer, every step's states and selective parameters, time-major (T, N, ...).
+    records : tuple of records of the family's kind
+        Per recorded layer, every step's states and gates, time-major (T, N, ...): a MambaRecord,
+        Mamba2Record or DeltaRecord (:func:`hiddenstate.kinds.get_kind` of ``family.kind`` reads
+        its states and its :class:`~hiddenstate.kinds.RecordView`).
     errors : tuple of float
         Per recorded layer, ``max |ours - theirs| / max |theirs|`` of its output.
     tolerance : float
@@ -157,9 +160,9 @@ def _chosen(family: Family, model, layer_map, layers) -> tuple:
     return tuple(wanted)
 
 
-def _step_bytes(blk) -> int:
-    """Bytes one recorded step of one sequence takes in ``blk``'s record (a two-step dry run)."""
-    _, _, _, rec = blk.forward(np.zeros((1, 2, blk.d_model)), record=True)
+def _step_bytes(kind, blk) -> int:
+    """Bytes one recorded step of one sequence takes in ``blk``'s record (a two-step dry run of its kind's ``run``)."""
+    _, rec = kind.run(blk, np.zeros((1, 2, blk.d_model)))
     return sum(a.nbytes for a in rec if isinstance(a, np.ndarray)) // 2
 
 
@@ -197,7 +200,7 @@ def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
         shapes = tuple((k, tuple(v.shape)) for k, v in params.items())
         if shapes not in seen:  # layers of the same sizes record the same bytes a step
             blk = family.convert(mixers[i], model.config)
-            seen[shapes] = (_step_bytes(blk), blk.d_model)
+            seen[shapes] = (_step_bytes(get_kind(family.kind), blk), blk.d_model)
         step, M = seen[shapes]
         itemsize = next(iter(params.values())).element_size() if params else 4
         out[i] = T * N * (step + 2 * M * itemsize)
@@ -298,7 +301,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
                              f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
-        ours, _, _, rec = blk.forward(u, record=True)
+        ours, rec = get_kind(family.kind).run(blk, u)
         scale = float(np.abs(theirs).max())
         err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
         if not err <= tol:

@@ -13,14 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba2 import Mamba2
+from hiddenstate.kinds import BLOCKS, get_kind
 
 __all__ = ["BLOCKS", "ROLES", "Family", "LayerInfo", "decoder_layer_map", "family_of", "find_family",
            "hooked_hidden_states", "register", "registered"]
 
-#: Our block of each ``Family.kind``: what :attr:`Family.to_block` must return for that kind.
-BLOCKS = {"mamba": Mamba, "mamba2": Mamba2}
+# BLOCKS (from :mod:`hiddenstate.kinds`): our block of each ``Family.kind``, what :attr:`Family.to_block` must
+# return for that kind; a kind registered there (:func:`hiddenstate.kinds.register_kind`) is a kind here.
 
 #: The roles a layer map uses (a family may use another word; only "recurrent" layers are recorded).
 ROLES = ("recurrent", "attention", "mlp", "moe")
@@ -84,13 +83,15 @@ class Family:
         of the family when its class has one of these names, comes from the package
         ``package`` and its ``config.model_type`` is ``name``.
     kind : str
-        Our block of its recurrent layers, a key of :data:`BLOCKS` (``"mamba"``, ``"mamba2"``).
+        Our block of its recurrent layers, a registered :class:`hiddenstate.kinds.Kind`'s name, a
+        key of ``BLOCKS`` (``"mamba"``, ``"mamba2"``, ``"gated_delta"``, ``"kda"``): the kind says
+        how the block is run with every step recorded and what of its record the analyses read.
     layers : callable
         ``layers(model) -> list of LayerInfo``: the layer map, one entry per layer of the
         model's stack, in order (:func:`decoder_layer_map` builds the usual one).
     to_block : callable
-        ``to_block(mixer, config) -> Mamba or Mamba2``: one recurrent mixer's weights and
-        sizes as our block (of ``BLOCKS[kind]``), float64, ``batch_first=True``; a ValueError
+        ``to_block(mixer, config) -> block``: one recurrent mixer's weights and sizes as our
+        block (of ``BLOCKS[kind]``), float64, ``batch_first=True``; a ValueError
         for what the block does not compute (:mod:`hiddenstate.interop.families.blocks`).
     hooked : callable, optional
         ``hooked(args, kwargs, output) -> (u, out)``: the mixer's input (N, T, M) and output
@@ -117,8 +118,7 @@ class Family:
             raise TypeError(f"name must be a non-empty str (the config's model_type); got {self.name!r}.")
         if not isinstance(self.classes, tuple) or not self.classes or not all(isinstance(c, str) for c in self.classes):
             raise TypeError(f"classes must be a non-empty tuple of class names; got {self.classes!r}.")
-        if self.kind not in BLOCKS:
-            raise ValueError(f"kind must be one of {sorted(BLOCKS)} (our blocks); got {self.kind!r}.")
+        get_kind(self.kind)  # a ValueError naming the registered kinds
         for what in ("layers", "to_block", "hooked"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
@@ -190,8 +190,8 @@ class Family:
 
         Returns
         -------
-        Mamba or Mamba2
-            Of ``BLOCKS[kind]``; a trainable copy of the mixer (its weights are not shared).
+        block
+            Of ``BLOCKS[kind]`` (Mamba, Mamba2, GatedDeltaNet, ...); a trainable copy of the mixer (its weights are not shared).
 
         Raises
         ------
@@ -218,7 +218,8 @@ class Family:
 
         Returns
         -------
-        Mamba or Mamba2
+        block
+            Of ``BLOCKS[kind]``.
 
         Raises
         ------

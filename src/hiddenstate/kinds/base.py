@@ -1,0 +1,191 @@
+"""The kind protocol: :class:`Kind`, :class:`RecordView`, :class:`LagNorms` and the diagonal recurrences' lag norms.
+
+See :mod:`hiddenstate.kinds` for what each field means to the registry and the analyses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from hiddenstate.validation import positive_int
+
+__all__ = ["Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "head_products", "record_forward"]
+
+
+class LagNorms(NamedTuple):
+    """The norms of the exact Jacobian products ``dS_T/dS_{T-k}``, k = 0 .. K-1, averaged over the N sequences.
+
+    Attributes
+    ----------
+    spectral : ndarray of shape (K,)
+        The spectral norm of the whole state's product (for a diagonal one, its largest entry).
+    rms : ndarray of shape (K,)
+        ``||J||_F / sqrt(F)``: what the product keeps of a gradient spread evenly over the F state
+        entries (for a diagonal one, the root mean square of its entries).
+    heads : ndarray of shape (K, H), or None
+        Per head, the spectral norm of its block (None for a kind without heads).
+    """
+
+    spectral: np.ndarray
+    rms: np.ndarray
+    heads: np.ndarray | None = None
+
+
+class RecordView(NamedTuple):
+    """What the analyses read of one layer's record, whatever the kind (time-major, T steps, N sequences).
+
+    Attributes
+    ----------
+    state : ndarray of shape (T, N, F)
+        The recurrent state after every step, every entry a feature.
+    keep : ndarray of shape (T, N, G)
+        The keep gate in (0, 1] per gate unit (Mamba: per state entry; Mamba-2 and the gated
+        delta rule: per head; KDA: per head and key channel).
+    keep_shape : tuple of int
+        How the G gate units unfold (``(Di, S)``, ``(H,)``, ``(Hv, Dk)``): the time constants' shape.
+    keep_name : str
+        What the keep gate is called in the layer's gate statistics (``"decay"``, ``"head decay"``).
+    lag_norms : callable
+        ``lag_norms(max_lag) -> LagNorms`` for k = 0 .. min(max_lag, T).
+    units : ndarray of shape (T, N, U)
+        Each unit's activation: a channel's readout (Mamba's ``y``, the delta rule's ``o`` per
+        head-channel).
+    unit_keep : ndarray of shape (T, N, U)
+        Each unit's keep gate, in (0, 1].
+    out_gate : ndarray of shape (T, N, U), or None
+        The output gate's (0, 1) part (``sigmoid(z)``); None when the kind's output gate is not a
+        (0, 1) gate.
+    matrix : ndarray of shape (T, N, H, Dk, Dv), or None
+        A matrix state per head (for the effective rank per step); None for the other kinds.
+    out_gate_name : str, default "sigmoid(z)"
+        What the output gate is called (the gate statistics' name, the explorer's button).
+    """
+
+    state: np.ndarray
+    keep: np.ndarray
+    keep_shape: tuple
+    keep_name: str
+    lag_norms: Callable
+    units: np.ndarray
+    unit_keep: np.ndarray
+    out_gate: np.ndarray | None = None
+    matrix: np.ndarray | None = None
+    out_gate_name: str = "sigmoid(z)"
+
+
+def record_forward(block, u):
+    """The default :attr:`Kind.run`: ``out, _, _, record = block.forward(u, record=True)``.
+
+    Parameters
+    ----------
+    block : a block of the kind
+    u : ndarray of shape (N, T, M)
+        With ``batch_first=True`` blocks (what the registry's ``to_block`` builds).
+
+    Returns
+    -------
+    out : ndarray of shape (N, T, M)
+    record : NamedTuple
+        The block's record, time-major (T, N, ...).
+    """
+    out, _, _, rec = block.forward(u, record=True)
+    return out, rec
+
+
+@dataclass(frozen=True, repr=False)
+class Kind:
+    """One kind of recurrent block: its class, how it is recorded, and what the analyses read of its record.
+
+    Attributes
+    ----------
+    name : str
+        The kind's name, what a family's ``kind`` says (``"mamba2"``, ``"gated_delta"``).
+    block : type
+        The block class (a family's ``to_block`` must return one).
+    view : callable
+        ``view(record) -> RecordView``.
+    states : callable
+        ``states(record) -> dict of str to ndarray (T, N, ...)``: every step's states by name, in
+        the order of the block's state tuple (``{"ssm": ..., "conv": ...}``).
+    run : callable, default :func:`record_forward`
+        ``run(block, u) -> (out, record)``: the block on ``u`` (N, T, M) with every step recorded.
+    description : str, default ""
+        One line: the state and its keep gate, for the docs.
+    """
+
+    name: str
+    block: type
+    view: Callable[[Any], RecordView]
+    states: Callable[[Any], dict]
+    run: Callable = record_forward
+    description: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str; got {self.name!r}.")
+        if not isinstance(self.block, type):
+            raise TypeError(f"block must be a class; got {type(self.block).__name__}.")
+        for what in ("view", "states", "run"):
+            if not callable(getattr(self, what)):
+                raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
+
+    def __repr__(self) -> str:
+        return f"Kind({self.name!r}, block={self.block.__name__})"
+
+
+def diagonal_lag_norms(decay, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
+    """Norms of ``dS_T/dS_{T-k} = diag(product of the last k decays)``, k = 0 .. max_lag, for a diagonal recurrence.
+
+    Parameters
+    ----------
+    decay : ndarray of shape (T, N, ...)
+        The decay of every state entry (or of a group of entries that share it) at every step.
+    max_lag : int
+        Largest k (at most T).
+
+    Returns
+    -------
+    spectral : ndarray of shape (K,)
+        The largest entry of the product (its spectral norm), averaged over the N sequences.
+    rms : ndarray of shape (K,)
+        The root mean square of its entries, averaged over the N sequences; ``K = min(max_lag, T)
+        + 1``; both are 1 at k = 0.
+    """
+    T, N = decay.shape[:2]
+    K = min(positive_int("max_lag", max_lag), T) + 1
+    prod = np.ones(decay.shape[1:], dtype=np.float64)
+    spectral, rms = np.empty(K), np.empty(K)
+    for k in range(K):
+        if k:
+            prod *= decay[T - k]
+        flat = prod.reshape(N, -1)
+        spectral[k] = flat.max(axis=1).mean()
+        rms[k] = np.sqrt((flat ** 2).mean(axis=1)).mean()
+    return spectral, rms
+
+
+def head_products(decay, max_lag: int) -> np.ndarray:
+    """Each head's product of its last k decays (T, N, H) -> (K, H), k = 0 .. max_lag, averaged over N.
+
+    Parameters
+    ----------
+    decay : ndarray of shape (T, N, H)
+        One decay per head and step.
+    max_lag : int
+        Largest k (at most T).
+
+    Returns
+    -------
+    ndarray of shape (K, H)
+        ``K = min(max_lag, T) + 1``; row 0 is 1.
+    """
+    T = decay.shape[0]
+    K = min(positive_int("max_lag", max_lag), T) + 1
+    rev = np.concatenate([np.ones((1,) + decay.shape[1:]), decay[::-1][:K - 1]], axis=0)  # (K, N, H)
+    return np.cumprod(rev, axis=0).mean(axis=1)
+
+
