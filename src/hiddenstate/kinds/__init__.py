@@ -23,7 +23,10 @@ the few arrays every analysis reads whatever the kind:
 Registered here: ``"mamba"`` (:class:`~hiddenstate.Mamba`, a keep gate per state entry) and
 ``"mamba2"`` (:class:`~hiddenstate.Mamba2`, per head); :mod:`hiddenstate.delta_views` adds
 ``"gated_delta"`` (:class:`~hiddenstate.gated_delta.GatedDeltaNet`) and ``"kda"``
-(:class:`~hiddenstate.gated_delta.KimiDeltaAttention`). Another kind is one
+(:class:`~hiddenstate.gated_delta.KimiDeltaAttention`); :mod:`hiddenstate.kinds.mlstm` adds ``"mlstm"``
+(:class:`~hiddenstate.mlstm.MLSTMLayer`, a forget gate per head, a matrix memory) and
+:mod:`hiddenstate.kinds.rwkv` ``"rwkv"`` (:class:`~hiddenstate.rwkv.RWKVTimeMix`, a fixed decay per
+channel). Another kind is one
 :func:`register_kind` call: its block's ``forward(u, state=None, *, record=True)`` returns
 ``(out, state_n, cache, record)`` (or give ``run``), and its ``view`` maps a record to a
 :class:`RecordView`.
@@ -31,7 +34,7 @@ Registered here: ``"mamba"`` (:class:`~hiddenstate.Mamba`, a keep gate per state
 
 from __future__ import annotations
 
-from hiddenstate.kinds import delta, ssm
+from hiddenstate.kinds import delta, mlstm, rwkv, ssm
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products, record_forward
 
 __all__ = ["BLOCKS", "KINDS", "Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "get_kind", "head_products",
@@ -94,5 +97,5 @@ def get_kind(name: str) -> Kind:
 
 
 
-for _kind in (*ssm.KINDS, *delta.KINDS):
+for _kind in (*ssm.KINDS, *delta.KINDS, *mlstm.KINDS, *rwkv.KINDS):
     register_kind(_kind)

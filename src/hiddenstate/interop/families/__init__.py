@@ -9,7 +9,7 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid.
+Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, xlstm, rwkv.
 
 How to add a family
 -------------------
@@ -76,7 +76,7 @@ the tolerance of the model's own output) and that the last recorded SSM state eq
 model's cache (``tests/test_families.py`` does this for every registered family).
 """
 
-from hiddenstate.interop.families import bamba, granitemoehybrid, mamba, mamba2, nemotron_h
+from hiddenstate.interop.families import bamba, granitemoehybrid, mamba, mamba2, nemotron_h, rwkv, xlstm
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
     BLOCKS,
@@ -89,7 +89,7 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, xlstm, rwkv)
 for _module in _MODULES:
     register(_module.FAMILY)
 
