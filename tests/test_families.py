@@ -88,7 +88,7 @@ def ids_for(seed=1, N=2, T=24):
 
 def test_every_family_is_registered_once_and_documented():
     names = [f.name for f in families.registered()]
-    assert names == list(BUILDERS)
+    assert names[:len(BUILDERS)] == list(BUILDERS)  # the Mamba kinds' families first; other kinds' after them
     for f in families.registered():
         assert f.kind in families.BLOCKS and f.classes and f.notes
         assert families.family_of(f.name) is f

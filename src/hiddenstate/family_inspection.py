@@ -24,6 +24,7 @@ from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layer
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 from hiddenstate.mamba_lm import Mamba2LM, MambaLM
+from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
@@ -32,7 +33,7 @@ from hiddenstate.report.mamba_page import build_mamba_report
 __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
 
 #: The analyses' kind of the records of each of our block kinds (``Family.kind``).
-KINDS = {"mamba": MAMBA, "mamba2": MAMBA2}
+KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA}
 
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 

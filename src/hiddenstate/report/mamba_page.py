@@ -39,8 +39,8 @@ def _static(name: str) -> str:
     return (resources.files("hiddenstate.report") / "static" / name).read_text(encoding="utf-8")
 
 
-def _curve(ys: np.ndarray, label: str) -> str:
-    """A small inline SVG line chart of ``ys`` (values in [0, 1]) against their index."""
+def _curve(ys: np.ndarray, label: str, xlabel: str = "lag") -> str:
+    """A small inline SVG line chart of ``ys`` (values in [0, 1]) against their index (``xlabel`` at the end)."""
     w, h, pad = 360, 140, 24
     n = max(len(ys) - 1, 1)
     pts = " ".join(f"{pad + (w - 2 * pad) * i / n:.1f},{h - pad - (h - 2 * pad) * float(np.clip(y, 0, 1)):.1f}"
@@ -50,7 +50,7 @@ def _curve(ys: np.ndarray, label: str) -> str:
             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#999"/>'
             f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{pts}"/>'
             f'<text x="{pad}" y="{pad - 6}" font-size="11">1</text>'
-            f'<text x="{w - pad - 40}" y="{h - 6}" font-size="11">lag {len(ys) - 1}</text></svg>')
+            f'<text x="{w - pad - 40}" y="{h - 6}" font-size="11">{xlabel} {len(ys) - 1}</text></svg>')
 
 
 def _curves(curves, label: str, chance=None) -> str:
@@ -95,7 +95,7 @@ def _memory(analysis) -> str:
     chance = (f" Chance (dashed) is {first.chance:.3f}: always guessing the most common token of the training "
               "steps." if acc else "")
     return (f'<section id="memory"><h2>Memory curve</h2><p>How well a ridge readout of the whole SSM state h<sub>t'
-            f"</sub> ({'H*P*S' if _is2(analysis) else 'Di*S'} entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
+            f"</sub> ({_ENTRIES.get(_kind(analysis), 'Di*S')} entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
             f", fitted on the first 3/4 of the steps and scored on the rest. Its area above chance is the memory "
             f"capacity (Jaeger 2001); the horizon is the last lag of an unbroken run of scores &ge; 0.5.{chance}</p>"
             f"{_curves({k: mc.score for k, mc in mcs.items()}, 'memory curve', first.chance if acc else None)}"
@@ -111,7 +111,8 @@ def _units(analysis) -> str:
             rows.append(f"<tr><td>{la.layer}</td><th>{html.escape(name)}</th><td>{tops}</td></tr>")
     if not rows:
         return ""
-    unit = ("A head-channel d = h P + p is a unit: its activation is its readout before the gate and the gated norm, "
+    unit = (_DELTA_UNIT if _is_delta(analysis) else
+            "A head-channel d = h P + p is a unit: its activation is its readout before the gate and the gated norm, "
             "y<sub>t</sub>[h, p] = h<sub>t</sub>[h, p] &middot; C<sub>t</sub> + D<sub>h</sub> x<sub>t</sub>[h, p]."
             if _is2(analysis) else
             "A channel d is a unit: its activation is its readout before the gate, y<sub>t</sub>[d] = C<sub>t</sub> "
@@ -129,10 +130,7 @@ def _explorer(analysis) -> str:
     return ('<section id="text" class="card wide"><h2>Explore the channels</h2><p class="what">The top layer\'s '
             "channels are the units (unit k is channel k). Pick one to colour the text by its activation y after each "
             "character (warm positive, cool negative); the gate buttons switch to its decay, "
-            + ("its head's exp(dt A<sub>h</sub>) (unit k is row k mod P of head k // P)" if _is2(analysis) else
-               "the mean of exp(dt A) over its S state entries")
-            + " (its keep gate, in (0, 1]: white forgets at once, warm keeps), and to its "
-            "output gate sigmoid(z). The list sorts by the feature a channel tracks best, its time constant "
+            + _explorer_gate(analysis) + " The list sorts by the feature a channel tracks best, its time constant "
             "1/(1 - mean decay) or its saturation; hover a character for its value and the norm of the whole SSM "
             "state; select a span to list the channels that are on all over it. The values are embedded at 8 bits "
             f"per channel and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
@@ -173,9 +171,76 @@ def _recomputed(la) -> str:
             "theirs| / max |theirs| over its whole output, our block in float64 against the model's run)</p>")
 
 
+def _kind(analysis) -> str:
+    """The analysis's kind (``meta["kind"]``; a Mamba analysis has none)."""
+    return analysis.meta.get("kind", "mamba")
+
+
 def _is2(analysis) -> bool:
     """Whether ``analysis`` is of a Mamba-2 model (``meta["kind"] == "mamba2"``)."""
-    return analysis.meta.get("kind") == "mamba2"
+    return _kind(analysis) == "mamba2"
+
+
+def _is_delta(analysis) -> bool:
+    """Whether ``analysis`` is of delta-rule layers (``meta["kind"]`` ``"gated_delta"`` or ``"kda"``)."""
+    return _kind(analysis) in ("gated_delta", "kda")
+
+
+_ENTRIES = {"mamba": "Di*S", "mamba2": "H*P*S", "gated_delta": "Hv*Dk*Dv", "kda": "H*D*D"}
+_DELTA_UNIT = ("A head-channel d = h D<sub>v</sub> + j is a unit: its activation is the delta rule's readout before "
+               "the gated norm, o<sub>t</sub>[h, j] = (S<sub>t</sub><sup>T</sup> q<sub>t</sub>)[j].")
+
+
+def _explorer_gate(analysis) -> str:
+    """What the explorer's gate buttons show, per kind."""
+    keep = " (its keep gate, in (0, 1]: white forgets at once, warm keeps)"
+    if _is_delta(analysis):
+        own = ("its head's mean key-channel decay exp(g)" + keep + ", and to its output gate sigmoid(g)."
+               if _kind(analysis) == "kda" else "its head's decay exp(g)" + keep + " (unit k is column k mod Dv of "
+               "head k // Dv).")
+        return own
+    return (("its head's exp(dt A<sub>h</sub>) (unit k is row k mod P of head k // P)" if _is2(analysis) else
+             "the mean of exp(dt A) over its S state entries") + keep + ", and to its output gate sigmoid(z).")
+
+
+def _layer_delta(la, meta) -> str:
+    """A delta-rule layer's card: decays, time constants, beta, gradient against lag, effective rank per step, PCA."""
+    tau = la.head_time_constant
+    q = np.quantile(tau[np.isfinite(tau)], [0.1, 0.5, 0.9]) if np.isfinite(tau).any() else [np.inf] * 3
+    full = min(int(meta.get("head_k_dim", 1)), int(meta.get("head_v_dim", 1)))
+    unit = "key channels" if la.time_constants.ndim == 2 else "heads"
+    rows = [("mean decay exp(g)", f"{float(np.mean(la.decay.mean)):.4f}"),
+            (f"{unit} kept > {la.decay.high:g} (share of steps)", f"{100 * float(np.mean(la.decay.right)):.1f}%"),
+            (f"{unit} kept < {la.decay.low:g} (share of steps)", f"{100 * float(np.mean(la.decay.left)):.1f}%"),
+            ("head time constant 1/(1 - mean decay), 10/50/90%", " / ".join(f"{v:.3g}" for v in q) + " steps"),
+            ("longest head time constant", f"{float(np.max(tau)):.4g} steps (head {int(np.argmax(tau))})"),
+            ("mean write strength beta", f"{float(np.mean(la.mean_beta)):.4g}")]
+    if la.gate is not None:
+        rows.append(("output gate sigmoid(g) open > 0.9 / shut < 0.1",
+                     f"{100 * float(np.mean(la.gate.right)):.1f}% / {100 * float(np.mean(la.gate.left)):.1f}%"))
+    rows += [(f"|dS_T/dS_(T-{la.flow_spectral.size - 1})| (spectral norm / RMS)",
+              f"{la.flow_spectral[-1]:.3g} / {la.flow_rms[-1]:.3g}"),
+             ("effective rank of S_T (entropy; mean over heads)", f"{float(la.effective_rank[-1].mean()):.3g} of {full}"),
+             ("singular values of S_T above 1% of the largest (mean over heads)",
+              f"{float(la.numerical_rank[-1].mean()):.3g} of {full}"),
+             ("principal components for 90% of the state's variance", str(la.pca.n_components_for(0.9)))]
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    heads = "".join(f"<th>head {h}</th>" for h in range(tau.size))
+    per = [("time constant (steps)", tau, "{:.3g}"), ("mean beta", la.mean_beta, "{:.3g}"),
+           ("effective rank of S_T", la.effective_rank[-1], "{:.3g}"),
+           ("singular values above 1%", la.numerical_rank[-1], "{:.3g}")]
+    table = "".join(f"<tr><th>{name}</th>" + "".join(f"<td>{fmt.format(float(v))}</td>" for v in vals) + "</tr>"
+                    for name, vals, fmt in per)
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{_recomputed(la)}<table>{body}</table>'
+            f'<div style="overflow-x:auto"><table><tr><th></th>{heads}</tr>{table}</table></div>'
+            f"<p>The exact Jacobian product dS<sub>T</sub>/dS<sub>T-k</sub> = &prod; (I &minus; &beta; k k<sup>T</sup>) "
+            f"diag(a) (not diagonal: each step's delta write mixes the key directions), its spectral norm against the "
+            f"lag k:</p>{_curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}"
+            f"<p>How full the associative memory is: the entropy effective rank of S<sub>t</sub> (Roy &amp; Vetterli "
+            f"2007; exp of the entropy of its normalised singular values), mean over heads, as a share of "
+            f"min(D<sub>k</sub>, D<sub>v</sub>) = {full}, against the step t:</p>"
+            f"{_curve(la.effective_rank.mean(axis=1) / max(full, 1), f'layer {la.layer} effective rank', 'step')}"
+            f"</section>")
 
 
 def _layer2(la) -> str:
@@ -252,7 +317,13 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     script = f"<script>\n{_static('report.js')}</script>" if explorer else ""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     what = "recorded recurrent " if getattr(analysis, "layer_map", None) else ""
-    if _is2(analysis):
+    if _is_delta(analysis):
+        per = "key channel" if _kind(analysis) == "kda" else "head"
+        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), matrix state (Hv="
+                f"{m.get('num_heads')}, Dk={m.get('head_k_dim')}, Dv={m.get('head_v_dim')}) updated by the delta rule "
+                f"with one decay per {per}, and convolution state (Dc, K-1={m.get('d_conv', 1) - 1}) per sequence; "
+                f"measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
+    elif _is2(analysis):
         head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), SSM state (H={m.get('num_heads')}"
                 f", P={m.get('head_dim')}, S={m.get('d_state')}) with one decay per head, and convolution state (Dc, "
                 f"K-1={m.get('d_conv', 1) - 1}) per sequence; measured on {m.get('T')} steps of {m.get('N')} "
@@ -261,7 +332,7 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
         head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), SSM state (Di="
                 f"{m.get('d_inner')}, S={m.get('d_state')}) and convolution state (Di, K-1={m.get('d_conv', 1) - 1}) "
                 f"per sequence; measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
-    layer = _layer2 if _is2(analysis) else _layer
+    layer = (lambda la: _layer_delta(la, m)) if _is_delta(analysis) else _layer2 if _is2(analysis) else _layer
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"

@@ -9,7 +9,8 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, xlstm, rwkv.
+Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid (Mamba kinds); qwen3_next, olmo_hybrid
+(kind ``gated_delta``), kimi_linear (kind ``kda``); xlstm (kind ``mlstm``), rwkv (kind ``rwkv``).
 
 How to add a family
 -------------------
@@ -24,15 +25,22 @@ import and to ``_MODULES`` below. The fields:
     these names, comes from ``package`` (default ``"transformers"``) and its
     ``config.model_type`` is ``name``.
 ``kind``
-    Our block of its recurrent layers, a key of ``BLOCKS``: ``"mamba"``
-    (:class:`hiddenstate.Mamba`) or ``"mamba2"`` (:class:`hiddenstate.Mamba2`).
+    Our block of its recurrent layers, the name of a registered :class:`hiddenstate.kinds.Kind`
+    (a key of ``BLOCKS``): ``"mamba"`` (:class:`hiddenstate.Mamba`), ``"mamba2"``
+    (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.gated_delta.GatedDeltaNet`)
+    or ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`). The kind says how its block
+    runs with every step recorded (``Kind.run``), which of the record's arrays are its states
+    (``Kind.states``) and what the analyses read of it (``Kind.view``, a
+    :class:`~hiddenstate.kinds.RecordView`); a new kind is one
+    :func:`hiddenstate.kinds.register_kind` (and its :class:`~hiddenstate.probe.mamba_layers.LayerKind`
+    in :data:`hiddenstate.family_inspection.KINDS` for the analysis's result types).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
     path)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"`` or
     another word; ``path`` the mixer's module path in the model as passed (what
     ``model.get_submodule`` reads). :func:`decoder_layer_map` builds it from the attribute names
     of a decoder layer.
-``to_block(mixer, config) -> Mamba or Mamba2``
+``to_block(mixer, config) -> block``
     One recurrent mixer (a ``torch.nn.Module``) and the model's config onto our block: float64,
     ``batch_first=True``, the mixer's weights; a ValueError naming the option for anything the
     block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` and
@@ -76,7 +84,18 @@ the tolerance of the model's own output) and that the last recorded SSM state eq
 model's cache (``tests/test_families.py`` does this for every registered family).
 """
 
-from hiddenstate.interop.families import bamba, granitemoehybrid, mamba, mamba2, nemotron_h, rwkv, xlstm
+from hiddenstate.interop.families import (
+    bamba,
+    granitemoehybrid,
+    kimi_linear,
+    mamba,
+    mamba2,
+    nemotron_h,
+    olmo_hybrid,
+    qwen3_next,
+    rwkv,
+    xlstm,
+)
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
     BLOCKS,
@@ -89,7 +108,7 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, xlstm, rwkv)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, qwen3_next, olmo_hybrid, kimi_linear, xlstm, rwkv)
 for _module in _MODULES:
     register(_module.FAMILY)
 
