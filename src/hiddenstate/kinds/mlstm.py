@@ -77,7 +77,7 @@ class MLSTMRecord(NamedTuple):
     ogate: np.ndarray
 
 
-def mlstm_run(block: MLSTMLayer, u):
+def mlstm_run(block: MLSTMLayer, u, **forward):
     """The mLSTM kind's :attr:`~hiddenstate.kinds.base.Kind.run`: the layer on ``u``, every step recorded.
 
     Parameters
@@ -85,6 +85,8 @@ def mlstm_run(block: MLSTMLayer, u):
     block : MLSTMLayer
         ``batch_first=True`` (what the registry's ``to_block`` builds).
     u : ndarray of shape (N, T, M)
+    **forward
+        More keywords of the layer's ``forward`` (none of the registered families gives any).
 
     Returns
     -------
@@ -97,7 +99,7 @@ def mlstm_run(block: MLSTMLayer, u):
     ValueError
         When the per-step states cannot fit in memory (from the layer).
     """
-    out, _, cache, states = block.forward(u, record=True)
+    out, _, cache, states = block.forward(u, record=True, **forward)
     kc = cache.kernel[5]  # the kernel's cache: (q, k, v, i, f, ..., h, scan)
     i, f, h = kc[3], kc[4], kc[21]
     return out, MLSTMRecord(states.C, states.n, states.m, sigmoid(f), i.copy(), h, cache.kernel[9])

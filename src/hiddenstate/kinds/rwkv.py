@@ -71,7 +71,7 @@ class RWKVRecord(NamedTuple):
     wkv: np.ndarray
 
 
-def rwkv_run(block: RWKVTimeMix, u):
+def rwkv_run(block: RWKVTimeMix, u, **forward):
     """The RWKV kind's :attr:`~hiddenstate.kinds.base.Kind.run`: the time mixing on ``u``, every step recorded.
 
     Parameters
@@ -79,6 +79,8 @@ def rwkv_run(block: RWKVTimeMix, u):
     block : RWKVTimeMix
         ``batch_first=True`` (what the registry's ``to_block`` builds).
     u : ndarray of shape (N, T, M)
+    **forward
+        More keywords of the layer's ``forward`` (none of the registered families gives any).
 
     Returns
     -------
@@ -86,7 +88,7 @@ def rwkv_run(block: RWKVTimeMix, u):
     record : RWKVRecord
         Time-major.
     """
-    out, _, cache, states = block.forward(u, record=True)
+    out, _, cache, states = block.forward(u, record=True, **forward)
     r, kc = cache.kernel[6], cache.kernel[7]  # the layer's cache: (p, x, diff, xk, xv, xr, r, kc, rw)
     k, wkv = kc[0], kc[16]  # the kernel's cache: (k, v, w, ..., wkv, scan)
     decay = np.broadcast_to(np.exp(-np.exp(block.params["time_decay"])), k.shape)
