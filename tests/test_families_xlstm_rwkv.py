@@ -268,3 +268,64 @@ def test_a_mapping_that_misses_part_of_the_layer_is_refused(monkeypatch):
         with pytest.raises(ValueError, match=r"^layer 0 \(.*\) recomputed by our .* block differs from the model's "
                                              r"own output by [0-9.e-]+ of its largest value"):
             recompute_layers(build(name), ids_for())
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_inspect_model_measures_each_family_and_writes_its_report(name, tmp_path):
+    model = build(name)
+    text = "the cat sat on the mat, and so on"
+    ids = ids_for(N=2, T=len(text))
+    out = tmp_path / f"{name}.html"
+    an = hs.inspect_model(model, ids, text=text, out=out, max_lag=5)
+    rc = recompute_layers(model, ids)
+    kind = BUILDERS[name][1]
+    assert [la.layer for la in an.layers] == list(rc.layers) and an.meta["kind"] == kind
+    assert [la.recomputed for la in an.layers] == list(rc.errors)
+    mixers = rc.family.mixers(model)
+    for la, rec in zip(an.layers, rc.records):
+        if kind == "mlstm":
+            np.testing.assert_array_equal(la.record.C, rec.C)
+            np.testing.assert_allclose(la.time_constants, 1 / (1 - rec.forget.mean(axis=(0, 1))), rtol=1e-10)
+            sv = np.linalg.svd(rec.C, compute_uv=False)  # (T, N, H, min(Dk, Dv))
+            p = sv / sv.sum(axis=-1, keepdims=True)
+            np.testing.assert_allclose(la.effective_rank, np.exp(-(p * np.log(p)).sum(-1)).mean(axis=1), rtol=1e-10)
+            assert la.effective_rank.shape == (len(text), rec.C.shape[2]) and la.effective_rank[-1].min() > 1.5
+            np.testing.assert_allclose(la.head_flow[3], rec.forget[-3:].prod(axis=0).mean(axis=0), rtol=1e-12)
+            assert 0 < la.input_wins.mean() < 1 and la.gate is not None
+        else:
+            w = np.exp(-np.exp(mixers[la.layer].time_decay.detach().double().numpy()))  # from the model's own weight
+            np.testing.assert_allclose(la.time_constants, 1 / (1 - w), rtol=1e-10)
+            np.testing.assert_allclose(la.flow_spectral[4], (w ** 4).max(), rtol=1e-10)
+            assert np.all((0 < la.current_share) & (la.current_share <= 1))
+        assert la.memory is not None and la.units
+    assert an.explore is not None and f"layer {rc.layers[-1]}" in an.summary() and "recomputed: " in an.summary()
+    page = out.read_text(encoding="utf-8")
+    assert '<section id="layermap"><h2>Layer map</h2>' in page and "Explore the channels" in page
+    assert f"Inside the recurrent layers of a {type(model).__name__}" in page
+    for la in an.layers:
+        assert f'<section id="layer{la.layer}">' in page
+    if kind == "mlstm":
+        assert "How full the associative memory is" in page and "forget gate sigmoid(f)" in page
+    else:
+        assert "current token&#x27;s share of the readout" in page and "receptance sigmoid(r)" in page
+
+
+@pytest.mark.parametrize("kind", ["mlstm", "rwkv"])
+def test_analyze_layer_of_our_own_layers(kind, tmp_path):
+    from hiddenstate.probe.mlstm_rwkv import MLSTMAnalysis, RWKVAnalysis, analyze_layer
+    from hiddenstate.report.mamba_page import build_mamba_report
+
+    blk = random_gates_mlstm() if kind == "mlstm" else RWKVTimeMix(6, 5, rng=np.random.default_rng(0))
+    u = np.random.default_rng(4).normal(size=(30, 2, blk.d_model))
+    text = "to be or not to be, that is it"
+    an = analyze_layer(blk, u, max_lag=5, text=text)
+    assert isinstance(an, MLSTMAnalysis if kind == "mlstm" else RWKVAnalysis) and an.meta["kind"] == kind
+    _, rec = kinds.get_kind(kind).run(blk, u)
+    la = an.layers[0]
+    keep = rec.forget if kind == "mlstm" else rec.decay
+    np.testing.assert_allclose(la.time_constants, 1 / (1 - keep.mean(axis=(0, 1))), rtol=1e-10)
+    assert an.explore["signals"]["y"].shape[0] == len(text) and "fixed points" in an.not_measured
+    page = build_mamba_report(tmp_path / "p.html", an, title=kind).read_text(encoding="utf-8")
+    assert "Explore the channels" in page and '<section id="layer0">' in page
+    with pytest.raises(TypeError, match="block must be a hiddenstate MLSTMLayer or RWKVTimeMix; got Mamba"):
+        analyze_layer(hs.Mamba(4), u)

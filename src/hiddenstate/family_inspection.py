@@ -28,12 +28,13 @@ from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
+from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
 from hiddenstate.report.mamba_page import build_mamba_report
 
 __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
 
 #: The analyses' kind of the records of each of our block kinds (``Family.kind``).
-KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA}
+KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "mlstm": MLSTM, "rwkv": RWKV}
 
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 
@@ -172,7 +173,7 @@ def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int =
                     f"all) recomputed from the model's own run by our {family.kind} block in float64, each within "
                     f"{max(errors):.2g} of the model's own output; every recorded layer's state measured on every "
                     "step.")
-        if title is None and n_rec < len(an.layer_map):
+        if title is None and (n_rec < len(an.layer_map) or family.kind not in ("mamba", "mamba2")):
             title = f"Inside the recurrent layers of a {type(model).__name__}"
     if out is not None:
         build_mamba_report(out, an, title=title or "Inside a Mamba model", subtitle=subtitle)

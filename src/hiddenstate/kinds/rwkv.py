@@ -59,6 +59,10 @@ class RWKVRecord(NamedTuple):
         The receptance ``sigmoid(W_r x)``.
     wkv : ndarray of shape (T, N, A)
         The WKV readout.
+    current : ndarray of shape (T, N, A)
+        The current token's share of ``wkv_t``'s weights, ``e^{k_t + u} / (e^{k_t + u} + sum_{s<t}
+        w^{t-1-s} e^{k_s})`` in (0, 1]: how much of the readout is the present token (with its
+        bonus ``u = time_first``) rather than the memory.
     """
 
     shift: np.ndarray
@@ -69,6 +73,7 @@ class RWKVRecord(NamedTuple):
     k: np.ndarray
     r: np.ndarray
     wkv: np.ndarray
+    current: np.ndarray
 
 
 def rwkv_run(block: RWKVTimeMix, u, **forward):
@@ -90,9 +95,9 @@ def rwkv_run(block: RWKVTimeMix, u, **forward):
     """
     out, _, cache, states = block.forward(u, record=True, **forward)
     r, kc = cache.kernel[6], cache.kernel[7]  # the layer's cache: (p, x, diff, xk, xv, xr, r, kc, rw)
-    k, wkv = kc[0], kc[16]  # the kernel's cache: (k, v, w, ..., wkv, scan)
+    k, e2, den, wkv = kc[0], kc[14], kc[15], kc[16]  # the kernel's cache: (k, v, w, ..., e2, den, wkv, scan)
     decay = np.broadcast_to(np.exp(-np.exp(block.params["time_decay"])), k.shape)
-    return out, RWKVRecord(*states, decay, k, r, wkv)
+    return out, RWKVRecord(*states, decay, k, r, wkv, e2 / den)
 
 
 def rwkv_view(rec: RWKVRecord) -> RecordView:
