@@ -296,7 +296,7 @@ def test_inspect_model_measures_each_family_and_writes_its_report(name, tmp_path
             w = np.exp(-np.exp(mixers[la.layer].time_decay.detach().double().numpy()))  # from the model's own weight
             np.testing.assert_allclose(la.time_constants, 1 / (1 - w), rtol=1e-10)
             np.testing.assert_allclose(la.flow_spectral[4], (w ** 4).max(), rtol=1e-10)
-            assert np.all((0 < la.current_share) & (la.current_share <= 1))
+            assert np.all((la.current_share > 0) & (la.current_share <= 1))
         assert la.memory is not None and la.units
     assert an.explore is not None and f"layer {rc.layers[-1]}" in an.summary() and "recomputed: " in an.summary()
     page = out.read_text(encoding="utf-8")

@@ -341,7 +341,7 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
                 f"per sequence; measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
     layer = (lambda la: _layer_delta(la, m)) if _is_delta(analysis) else _layer2 if _is2(analysis) else _layer
     if card is not None:
-        layer = lambda la: card.layer(la, m, _curve, _recomputed)  # noqa: E731
+        layer = lambda la: card.layer(la, m, _curve, _recomputed)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"
