@@ -329,3 +329,14 @@ def test_analyze_layer_of_our_own_layers(kind, tmp_path):
     assert "Explore the channels" in page and '<section id="layer0">' in page
     with pytest.raises(TypeError, match="block must be a hiddenstate MLSTMLayer or RWKVTimeMix; got Mamba"):
         analyze_layer(hs.Mamba(4), u)
+
+
+def test_an_xlstm_model_in_float64_agrees_to_float64_round_off():
+    # what separates ours from a float32 model is transformers' float32 arithmetic, not the mapping: in float64
+    # (state dtype too; the config's validator allows float32/bfloat16/float16 only) it agrees to 1e-14
+    model = build("xlstm", norm_reduction_force_float32=False)
+    object.__setattr__(model.config, "inference_state_dtype", "float64")
+    for block in model.backbone.blocks:
+        block.mlstm_layer.mlstm_backend.__init__(model.config)  # its kernels bound to the state dtype
+    rc = recompute_layers(model.double(), ids_for())
+    assert rc.dtype == "float64" and max(rc.errors) <= 1e-12
