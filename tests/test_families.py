@@ -25,6 +25,7 @@ from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families import registry  # noqa: E402
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes, recompute_layers, tolerance  # noqa: E402
 from hiddenstate.interop.transformers_io import from_transformers  # noqa: E402
+from tests.test_families_mamba1 import build as build_mamba1  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50
@@ -74,6 +75,10 @@ BUILDERS = {
     "bamba": (bamba, (0, 2, 3), ["recurrent", "attention", "recurrent", "recurrent"]),
     "nemotron_h": (nemotron_h, (0, 4), ["recurrent", "moe", "attention", "mlp", "recurrent"]),
     "granitemoehybrid": (granitemoehybrid, (0, 2), ["recurrent", "attention", "recurrent"]),
+    # the Mamba-1 variants (tests/test_families_mamba1.py): dt/B/C norms, Jamba's MoE, Zamba's heads and hybrid layers
+    "falcon_mamba": (lambda: build_mamba1("falcon_mamba")[0], (0, 1, 2), ["recurrent"] * 3),
+    "jamba": (lambda: build_mamba1("jamba")[0], (0, 1, 3), ["recurrent", "recurrent", "attention", "recurrent"]),
+    "zamba": (lambda: build_mamba1("zamba")[0], (0, 1, 2, 3, 4), ["recurrent"] * 5),
 }
 
 
@@ -113,9 +118,11 @@ def test_every_recurrent_layer_is_recomputed_to_the_models_own_output_and_cache(
         ssm = cache.get_recurrent_state(i).double().numpy()
         conv = cache.get_conv_state(i).double().numpy()  # (N, Dc, K): the last K inputs; ours keeps K - 1
         assert rec.ssm.shape[:2] == (ids.shape[1], ids.shape[0])  # time-major (T, N, ...)
+        ssm = ssm.reshape(rec.ssm.shape[1:])  # Zamba's heads: (N, H, Dh, S) is our (N, Di, S)
         assert np.abs(rec.ssm[-1] - ssm).max() <= 1e-5 * np.abs(ssm).max()
         assert np.abs(rec.conv[-1] - conv[..., 1:]).max() <= 1e-5 * np.abs(conv).max()
         A = -np.exp(mixers[i].A_log.detach().double().numpy())  # decay = exp(dt A), from the mixer's own A_log
+        A = A.reshape(rec.decay.shape[2:]) if rec.decay.ndim == 4 else A  # Zamba's (H, Dh, S) is our (Di, S)
         decay = np.exp(rec.dt[..., None] * A) if rec.decay.ndim == 4 else np.exp(rec.dt * A)
         np.testing.assert_allclose(rec.decay, decay, rtol=1e-12)
 

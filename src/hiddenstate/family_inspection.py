@@ -4,13 +4,15 @@
 
 * a transformers model whose family is registered (:mod:`hiddenstate.interop.families`:
   ``MambaForCausalLM``, ``Mamba2ForCausalLM``, the hybrids ``BambaForCausalLM``,
-  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, ...). The model itself runs on the
+  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, and the delta-rule families
+  ``Qwen3NextForCausalLM``, ``OlmoHybridForCausalLM``, ``KimiLinearForCausalLM``, ...). The model itself runs on the
   ids; each chosen recurrent layer is recomputed by our block from the input its hook saw, held to
   the model's own output (:func:`~hiddenstate.interop.families.hooks.recompute_layers`), and its
   records go through the Mamba analyses' shared layer loop
   (:func:`~hiddenstate.probe.mamba_layers.analyze_records`) with the model's own layer indices,
   the recomputation error of each and the model's layer map. Nothing here depends on the family:
-  the family's kind picks the records' :class:`~hiddenstate.probe.mamba_layers.LayerKind`;
+  the family's kind picks the records' :class:`~hiddenstate.probe.mamba_layers.LayerKind` (:data:`KINDS`;
+  a delta-rule kind gives a :class:`~hiddenstate.probe.delta.DeltaAnalysis`);
 * our :class:`~hiddenstate.Mamba`, :class:`~hiddenstate.Mamba2`, :class:`~hiddenstate.MambaLM`
   and :class:`~hiddenstate.mamba_lm.Mamba2LM`, traced as they compute
   (:func:`~hiddenstate.probe.mamba.analyze_mamba`, :func:`~hiddenstate.probe.mamba2.analyze_mamba2`).

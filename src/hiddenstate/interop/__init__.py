@@ -10,8 +10,10 @@ One module per format, all through the torch-named state dict of
 program; :mod:`~hiddenstate.interop.statedict_file` (:func:`load_state_dict_file`) reads a
 safetensors file of a torch state dict, saying what it inferred;
 :mod:`~hiddenstate.interop.transformers_io` (:func:`from_transformers`, :func:`to_transformers`)
-converts Hugging Face Mamba models. torch, transformers and onnx are imported only by the
-functions that need them; Keras never.
+converts Hugging Face Mamba models; :mod:`~hiddenstate.interop.families` registers the recurrent
+families of transformers (one module each) and recomputes a model's recurrent layers from its own
+run (:func:`~hiddenstate.interop.families.recompute_layers`). torch, transformers and onnx are
+imported only by the functions that need them; Keras never.
 """
 
 from hiddenstate.interop.keras3 import from_keras, from_keras_weights, to_keras_weights

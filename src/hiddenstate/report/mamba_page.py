@@ -138,7 +138,11 @@ def _explorer(analysis) -> str:
 
 
 def _layer_map(analysis) -> str:
-    """The layer map of a transformers model: every layer's index, role and class, recorded ones linked to their cards."""
+    """The layer map of a transformers model: every layer's index, roles and classes, recorded ones linked to their cards.
+
+    A layer with parts (Jamba's feed-forward, Zamba's shared attention block) shows them after its
+    mixer: ``recurrent + moe``, ``JambaMambaMixer + JambaSparseMoeBlock``.
+    """
     entries = getattr(analysis, "layer_map", None)
     if not entries:
         return ""
@@ -151,9 +155,11 @@ def _layer_map(analysis) -> str:
         else:
             idx = str(e.index)
             what = "not recorded (layers= chose others)" if e.role == "recurrent" else ""
-        rows.append(f"<tr><td>{idx}</td><td>{html.escape(e.role)}</td><td style=\"text-align:left\">"
-                    f"{html.escape(e.class_name)}</td><td style=\"text-align:left\"><code>{html.escape(e.path)}</code>"
-                    f"</td><td style=\"text-align:left\">{what}</td></tr>")
+        parts = ((e.role, e.class_name, e.path),) + tuple(getattr(e, "parts", ()))  # a layer's MoE, shared attention
+        role, cls = (" + ".join(html.escape(p[k]) for p in parts) for k in range(2))
+        path = " + ".join(f"<code>{html.escape(p[2])}</code>" for p in parts)
+        rows.append(f"<tr><td>{idx}</td><td>{role}</td><td style=\"text-align:left\">{cls}</td>"
+                    f"<td style=\"text-align:left\">{path}</td><td style=\"text-align:left\">{what}</td></tr>")
     n_rec = sum(e.role == "recurrent" for e in entries)
     return ('<section id="layermap"><h2>Layer map</h2><p>Every layer of the model: '
             f"{n_rec} of its {len(entries)} layers are recurrent. The model itself ran on the ids; each recorded "

@@ -9,8 +9,10 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid (Mamba kinds); qwen3_next, olmo_hybrid
-(kind ``gated_delta``), kimi_linear (kind ``kda``); xlstm (kind ``mlstm``), rwkv (kind ``rwkv``).
+Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, and the Mamba-1 variants
+falcon_mamba, jamba, zamba (Mamba kinds); qwen3_next, olmo_hybrid (kind ``gated_delta``),
+kimi_linear (kind ``kda``); xlstm (kind ``mlstm``),
+rwkv (kind ``rwkv``).
 
 How to add a family
 -------------------
@@ -36,16 +38,19 @@ import and to ``_MODULES`` below. The fields:
     in :data:`hiddenstate.family_inspection.KINDS` for the analysis's result types).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
-    path)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"`` or
-    another word; ``path`` the mixer's module path in the model as passed (what
-    ``model.get_submodule`` reads). :func:`decoder_layer_map` builds it from the attribute names
-    of a decoder layer.
+    path, parts)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"``
+    or another word; ``path`` the mixer's module path in the model as passed (what
+    ``model.get_submodule`` reads); ``parts`` (optional) the layer's other modules the report
+    shows, each ``(role, class_name, path)`` (Jamba's MoE feed-forward, Zamba's shared attention
+    block). :func:`decoder_layer_map` builds it from the attribute names (or dotted paths) of a
+    decoder layer, its ``parts=`` the parts.
 ``to_block(mixer, config) -> block``
     One recurrent mixer (a ``torch.nn.Module``) and the model's config onto our block: float64,
     ``batch_first=True``, the mixer's weights; a ValueError naming the option for anything the
-    block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` and
-    :func:`~hiddenstate.interop.families.blocks.mamba2_block` read every ``MambaMixer`` /
-    ``Mamba2Mixer``-like module.
+    block does not compute. :func:`~hiddenstate.interop.families.blocks.mamba_block` (with the
+    block's ``bcdt_norm``, ``norm_eps``, ``num_heads`` for FalconMamba's, Jamba's and Zamba's
+    mixers) and :func:`~hiddenstate.interop.families.blocks.mamba2_block` read every
+    ``MambaMixer`` / ``Mamba2Mixer``-like module.
 ``hooked(args, kwargs, output) -> (u, out)`` (optional)
     The mixer's input and output (N, T, M) from what its forward hook sees; default its first
     argument (or ``hidden_states=``) and its output (a tuple's first item).
@@ -86,7 +91,9 @@ model's cache (``tests/test_families.py`` does this for every registered family)
 
 from hiddenstate.interop.families import (
     bamba,
+    falcon_mamba,
     granitemoehybrid,
+    jamba,
     kimi_linear,
     mamba,
     mamba2,
@@ -95,6 +102,7 @@ from hiddenstate.interop.families import (
     qwen3_next,
     rwkv,
     xlstm,
+    zamba,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
@@ -108,7 +116,8 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, qwen3_next, olmo_hybrid, kimi_linear, xlstm, rwkv)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, qwen3_next, olmo_hybrid,
+            kimi_linear, xlstm, rwkv)
 for _module in _MODULES:
     register(_module.FAMILY)
 

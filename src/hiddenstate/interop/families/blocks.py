@@ -19,7 +19,7 @@ import numpy as np
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 
-__all__ = ["mamba2_block", "mamba_block", "mixer_weights"]
+__all__ = ["bcdt_norm_eps", "mamba2_block", "mamba_block", "mixer_weights", "require_silu"]
 
 
 def mixer_weights(mixer) -> dict:
@@ -44,6 +44,54 @@ def _who(mixer) -> str:
 def _silu(mixer) -> None:
     if mixer.activation != "silu":
         raise ValueError(f"the {_who(mixer)}'s activation must be 'silu' (Mamba's); got {mixer.activation!r}.")
+
+
+def require_silu(config, option: str) -> None:
+    """Refuse a config whose activation ``option`` is not SiLU (the convolution's activation our blocks compute).
+
+    Parameters
+    ----------
+    config : transformers config
+    option : str
+        The config's attribute naming the mixer's activation (``"hidden_act"`` of FalconMamba and
+        Jamba, ``"hidden_mamba_act"`` of Zamba); absent counts as SiLU.
+
+    Raises
+    ------
+    ValueError
+        ``config.<option>`` is not ``"silu"`` (the message names the option and its value).
+    """
+    act = getattr(config, option, "silu")
+    if act != "silu":
+        raise ValueError(f"config.{option} must be 'silu' (the activation of the convolution our Mamba block "
+                         f"computes); got {act!r}.")
+
+
+def bcdt_norm_eps(mixer, option: str) -> float:
+    """The one epsilon of a mixer's RMS norms of dt, B and C (``dt_layernorm``, ``b_layernorm``, ``c_layernorm``).
+
+    Parameters
+    ----------
+    mixer : transformers FalconMambaMixer or JambaMambaMixer
+        Its three norms' ``variance_epsilon``.
+    option : str
+        The config option they come from (``"mixer_rms_eps"``, ``"rms_norm_eps"``), for the message.
+
+    Returns
+    -------
+    float
+        Our block's ``norm_eps``.
+
+    Raises
+    ------
+    ValueError
+        The three norms have different epsilons (our block has one).
+    """
+    eps = {float(getattr(mixer, f"{k}_layernorm").variance_epsilon) for k in ("dt", "b", "c")}
+    if len(eps) != 1:
+        raise ValueError(f"the {_who(mixer)}'s dt, B and C norms must share one epsilon (config.{option}; our block has "
+                         f"one norm_eps); got {sorted(eps)}.")
+    return eps.pop()
 
 
 def mamba_block(mixer, **options) -> Mamba:

@@ -39,12 +39,17 @@ class LayerInfo(NamedTuple):
     path : str
         The mixer's module path in the model as passed (``"model.layers.3.mamba"``), as
         ``model.get_submodule(path)`` reads it.
+    parts : tuple of (str, str, str), default ()
+        The layer's other modules the map shows, each ``(role, class_name, path)``: a Jamba
+        layer's feed-forward (``("moe", "JambaSparseMoeBlock", "model.layers.1.feed_forward")``),
+        a Zamba hybrid layer's shared attention block. Never recorded; only the report reads them.
     """
 
     index: int
     role: str
     class_name: str
     path: str
+    parts: tuple = ()
 
 
 def hooked_hidden_states(args, kwargs, output):
@@ -324,7 +329,16 @@ def family_of(model) -> Family:
     raise TypeError(f"model must be of a registered recurrent family: {names}; got {got}.")
 
 
-def decoder_layer_map(model, roles: dict, *, stack: str = "layers") -> list:
+def _attr(obj, dotted: str):
+    """``obj.a.b`` for ``dotted`` ``"a.b"``; None where a link is missing or None."""
+    for name in dotted.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict | None = None) -> list:
     """The usual layer map: per layer of ``model.base_model.<stack>``, its first present attribute of ``roles``.
 
     Parameters
@@ -334,10 +348,15 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers") -> list:
     roles : dict of str to str
         Attribute of a decoder layer -> its role, tried in order; the first attribute that is
         present and not None is the layer's mixer (Bamba: ``{"mamba": "recurrent",
-        "self_attn": "attention"}``). A role may also be a callable ``role(layer, index) -> str``
+        "self_attn": "attention"}``). An attribute may be a dotted path (Zamba's hybrid layers:
+        ``"mamba_decoder.mamba"``). A role may also be a callable ``role(layer, index) -> str``
         (a layer whose one attribute ``mixer`` is of several kinds).
     stack : str, default "layers"
         The attribute of the base model that holds the layers.
+    parts : dict of str to str, optional
+        The layer's other modules to show, attribute (or dotted path) -> role or
+        ``role(layer, index)``; every one present becomes an entry of :attr:`LayerInfo.parts`
+        (Jamba: ``{"feed_forward": ...}`` giving ``"moe"`` or ``"mlp"``).
 
     Returns
     -------
@@ -348,14 +367,21 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers") -> list:
     ValueError
         A layer has none of the attributes.
     """
-    paths = {id(m): name for name, m in model.named_modules()}
+    paths: dict = {}
+    for name, m in model.named_modules(remove_duplicate=False):  # a module shared by layers: its first path
+        paths.setdefault(id(m), name)
     out = []
     for i, layer in enumerate(getattr(model.base_model, stack)):
-        attr = next((a for a in roles if getattr(layer, a, None) is not None), None)
+        attr = next((a for a in roles if _attr(layer, a) is not None), None)
         if attr is None:
             raise ValueError(f"model.base_model.{stack}[{i}] must have one of the attributes {list(roles)}; its "
                              f"{type(layer).__name__} has none.")
-        mixer = getattr(layer, attr)
+        mixer = _attr(layer, attr)
         role = roles[attr](layer, i) if callable(roles[attr]) else roles[attr]
-        out.append(LayerInfo(i, role, type(mixer).__name__, paths[id(mixer)]))
+        extra = []
+        for a, r in (parts or {}).items():
+            module = _attr(layer, a)
+            if module is not None:
+                extra.append((r(layer, i) if callable(r) else r, type(module).__name__, paths[id(module)]))
+        out.append(LayerInfo(i, role, type(mixer).__name__, paths[id(mixer)], tuple(extra)))
     return out
