@@ -340,3 +340,12 @@ def test_an_xlstm_model_in_float64_agrees_to_float64_round_off():
         block.mlstm_layer.mlstm_backend.__init__(model.config)  # its kernels bound to the state dtype
     rc = recompute_layers(model.double(), ids_for())
     assert rc.dtype == "float64" and max(rc.errors) <= 1e-12
+
+
+def test_an_xlstm_model_that_runs_its_layers_on_chunks_is_refused_in_one_line():
+    # T above config.max_inference_chunksize: each layer runs once per chunk of steps (module docstring)
+    model = build("xlstm", max_inference_chunksize=10)
+    with pytest.raises(ValueError, match=r"^layer 0 \(xLSTMLayer\) must run once in the model's forward pass to be "
+                                         r"recomputed; it ran 3 times\.$"):
+        recompute_layers(model, ids_for(T=24))
+    assert max(recompute_layers(model, ids_for(T=10)).errors) <= 2e-5
