@@ -26,6 +26,7 @@ from hiddenstate.interop.families import registry  # noqa: E402
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes, recompute_layers, tolerance  # noqa: E402
 from hiddenstate.interop.transformers_io import from_transformers  # noqa: E402
 from tests.test_families_mamba1 import build as build_mamba1  # noqa: E402
+from tests.test_families_mamba2 import build as build_mamba2  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50
@@ -79,6 +80,9 @@ BUILDERS = {
     "falcon_mamba": (lambda: build_mamba1("falcon_mamba")[0], (0, 1, 2), ["recurrent"] * 3),
     "jamba": (lambda: build_mamba1("jamba")[0], (0, 1, 3), ["recurrent", "recurrent", "attention", "recurrent"]),
     "zamba": (lambda: build_mamba1("zamba")[0], (0, 1, 2, 3, 4), ["recurrent"] * 5),
+    # the Mamba-2 hybrids with shared attention blocks and muP multipliers (tests/test_families_mamba2.py)
+    "zamba2": (lambda: build_mamba2("zamba2")[0], (0, 1, 2, 3), ["recurrent"] * 4),
+    "falcon_h1": (lambda: build_mamba2("falcon_h1")[0], (0, 1, 2), ["recurrent"] * 3),
 }
 
 
@@ -173,7 +177,7 @@ def test_what_the_block_does_not_compute_is_refused_before_the_model_runs():
     model = build("bamba", hidden_act="gelu")
     calls = []
     model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    with pytest.raises(ValueError, match="^the BambaMixer's activation must be 'silu' \\(Mamba's\\); got 'gelu'.$"):
+    with pytest.raises(ValueError, match="^config.hidden_act must be 'silu' .*; got 'gelu'.$"):
         recompute_layers(model, ids_for())
     assert not calls
 
@@ -302,7 +306,7 @@ def test_inspect_model_of_a_hybrid_reports_the_layer_map_and_each_layers_recompu
     page = out.read_text(encoding="utf-8")
     assert '<section id="layermap"><h2>Layer map</h2>' in page and "3 of its 4 layers are recurrent" in page
     for i, role, cls in ((0, "recurrent", "BambaMixer"), (1, "attention", "BambaAttention"), (2, "recurrent", "BambaMixer")):
-        shown = f"<td>{role}</td><td style=\"text-align:left\">{cls}</td>"
+        shown = f"<td>{role} + mlp</td><td style=\"text-align:left\">{cls} + BambaMLP</td>"  # the layer's MLP part
         assert shown in page
         assert (f'<a href="#layer{i}">{i}</a>' in page) == (role == "recurrent")
         assert (f'<section id="layer{i}">' in page) == (role == "recurrent")

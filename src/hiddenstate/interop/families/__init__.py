@@ -9,9 +9,10 @@ our block, every step recorded and each layer held to the model's own output
 this registry; the analyses and the report read the records and the layer map, so adding a
 family touches neither. Nothing here imports torch or transformers at module level.
 
-Registered: mamba, mamba2, bamba, nemotron_h, granitemoehybrid, and the Mamba-1 variants
-falcon_mamba, jamba, zamba (Mamba kinds); qwen3_next, olmo_hybrid (kind ``gated_delta``),
-kimi_linear (kind ``kda``); xlstm (kind ``mlstm``),
+Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybrid, zamba2
+(shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
+the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
+olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); xlstm (kind ``mlstm``),
 rwkv (kind ``rwkv``).
 
 How to add a family
@@ -57,7 +58,8 @@ import and to ``_MODULES`` below. The fields:
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
-Example, the whole of ``bamba.py``::
+Example, a family whose mixer needs nothing beyond what ``mamba2_block`` reads (``bamba.py``
+adds a named refusal of ``config.hidden_act`` and its MLP part)::
 
     from hiddenstate.interop.families.blocks import mamba2_block
     from hiddenstate.interop.families.registry import Family, decoder_layer_map
@@ -91,6 +93,7 @@ model's cache (``tests/test_families.py`` does this for every registered family)
 
 from hiddenstate.interop.families import (
     bamba,
+    falcon_h1,
     falcon_mamba,
     granitemoehybrid,
     jamba,
@@ -103,6 +106,7 @@ from hiddenstate.interop.families import (
     rwkv,
     xlstm,
     zamba,
+    zamba2,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
@@ -116,8 +120,8 @@ from hiddenstate.interop.families.registry import (
     registered,
 )
 
-_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, qwen3_next, olmo_hybrid,
-            kimi_linear, xlstm, rwkv)
+_MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
+            qwen3_next, olmo_hybrid, kimi_linear, xlstm, rwkv)
 for _module in _MODULES:
     register(_module.FAMILY)
 

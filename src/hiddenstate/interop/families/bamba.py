@@ -2,22 +2,53 @@
 
 A decoder layer holds either a ``BambaMixer`` (``config.layers_block_type[i] ==
 "linear_attention"``) or a ``BambaAttention`` (the indices in ``config.attn_layer_indices``),
-then an MLP; the norms, the MLP and attention stay the model's own. The mixer is transformers'
-Mamba-2 mixer under another name: our :class:`~hiddenstate.Mamba2`.
+then an MLP (``.feed_forward``, the layer map's part); the norms, the MLP and attention stay the
+model's own. The mixer is transformers' Mamba-2 mixer under another name: our
+:class:`~hiddenstate.Mamba2` with d_state = ``mamba_d_state``, d_conv = ``mamba_d_conv``,
+expand = ``mamba_expand``, head_dim = ``mamba_d_head``, n_groups = ``mamba_n_groups``, bias =
+``mamba_proj_bias`` (both projections), conv_bias = ``mamba_conv_bias``, eps = ``rms_norm_eps``
+and the clamp ``time_step_limit`` (None, which the config accepts: no clamp). ``config.hidden_act``
+is the convolution's activation (and the MLP's).
 """
 
 from __future__ import annotations
 
-from hiddenstate.interop.families.blocks import mamba2_block
+from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "to_block"]
+
+
+def to_block(mixer, config):
+    """A ``BambaMixer`` as our :class:`~hiddenstate.Mamba2` (the options read off the mixer).
+
+    Parameters
+    ----------
+    mixer : transformers BambaMixer
+    config : transformers BambaConfig
+        Its ``hidden_act``, the convolution's activation.
+
+    Returns
+    -------
+    Mamba2
+        float64, ``batch_first=True``, the mixer's weights.
+
+    Raises
+    ------
+    ValueError
+        ``config.hidden_act`` other than ``"silu"``; what
+        :func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses.
+    """
+    require_silu(config, "hidden_act")
+    return mamba2_block(mixer)
+
 
 FAMILY = Family(
     name="bamba",
     classes=("BambaForCausalLM", "BambaModel"),
     kind="mamba2",
-    layers=lambda model: decoder_layer_map(model, {"mamba": "recurrent", "self_attn": "attention"}),
-    to_block=lambda mixer, config: mamba2_block(mixer),
+    layers=lambda model: decoder_layer_map(model, {"mamba": "recurrent", "self_attn": "attention"},
+                                           parts={"feed_forward": "mlp"}),
+    to_block=to_block,
     notes="input RMS norm before the mixer, residual, then RMS norm and a SwiGLU MLP: the model's own.",
 )

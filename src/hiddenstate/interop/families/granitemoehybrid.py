@@ -2,23 +2,54 @@
 
 ``model.layers[i].mamba`` is a ``GraniteMoeHybridMambaLayer`` (transformers' Mamba-2 mixer
 under another name: our :class:`~hiddenstate.Mamba2`) where ``config.layer_types[i]`` is
-``"linear_attention"``, else ``self_attn`` is attention; every layer then has its MoE and shared
-MLP. The muP multipliers (``embedding_multiplier``, ``residual_multiplier``) act outside the
-mixer, so the hooked recomputation needs none of them.
+``"linear_attention"``, else ``self_attn`` is attention; every layer then has its MoE
+(``.block_sparse_moe``, where ``config.num_local_experts > 0``) and shared MLP (``.shared_mlp``),
+the layer map's parts. The mixer's options are Bamba's: d_state = ``mamba_d_state``, d_conv =
+``mamba_d_conv``, expand = ``mamba_expand``, head_dim = ``mamba_d_head``, n_groups =
+``mamba_n_groups``, bias = ``mamba_proj_bias``, conv_bias = ``mamba_conv_bias``, eps =
+``rms_norm_eps``, the clamp ``time_step_limit``; ``config.hidden_act`` is the convolution's
+activation (and the MLPs'). The muP multipliers (``embedding_multiplier``,
+``residual_multiplier``) act outside the mixer, so the hooked recomputation needs none of them.
 """
 
 from __future__ import annotations
 
-from hiddenstate.interop.families.blocks import mamba2_block
+from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "to_block"]
+
+
+def to_block(mixer, config):
+    """A ``GraniteMoeHybridMambaLayer`` as our :class:`~hiddenstate.Mamba2` (the options read off the mixer).
+
+    Parameters
+    ----------
+    mixer : transformers GraniteMoeHybridMambaLayer
+    config : transformers GraniteMoeHybridConfig
+        Its ``hidden_act``, the convolution's activation.
+
+    Returns
+    -------
+    Mamba2
+        float64, ``batch_first=True``, the mixer's weights.
+
+    Raises
+    ------
+    ValueError
+        ``config.hidden_act`` other than ``"silu"``; what
+        :func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses.
+    """
+    require_silu(config, "hidden_act")
+    return mamba2_block(mixer)
+
 
 FAMILY = Family(
     name="granitemoehybrid",
     classes=("GraniteMoeHybridForCausalLM", "GraniteMoeHybridModel"),
     kind="mamba2",
-    layers=lambda model: decoder_layer_map(model, {"mamba": "recurrent", "self_attn": "attention"}),
-    to_block=lambda mixer, config: mamba2_block(mixer),
+    layers=lambda model: decoder_layer_map(model, {"mamba": "recurrent", "self_attn": "attention"},
+                                           parts={"block_sparse_moe": "moe", "shared_mlp": "mlp"}),
+    to_block=to_block,
     notes="embedding and residual multipliers, RMS norms, MoE and shared MLP: the model's own, outside the mixer.",
 )

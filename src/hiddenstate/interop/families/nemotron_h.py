@@ -1,20 +1,49 @@
 """transformers ``NemotronHForCausalLM`` (NVIDIA): one mixer per layer, Mamba-2, attention, MLP or MoE.
 
 ``model.layers[i].mixer`` is a ``NemotronHMamba2Mixer`` where ``config.layers_block_type[i]``
-is ``"linear_attention"``, and an attention, MLP or MoE module elsewhere. The Mamba-2 mixer is
-our :class:`~hiddenstate.Mamba2` with ``d_inner = mamba_num_heads * mamba_head_dim`` (not a
-multiple of ``hidden_size`` in general) and its ``time_step_limit``
-(:func:`~hiddenstate.interop.families.blocks.mamba2_block`).
+is ``"linear_attention"``, and an attention, MLP or MoE module elsewhere (the layer's role). The
+Mamba-2 mixer is our :class:`~hiddenstate.Mamba2` with ``d_inner = mamba_num_heads *
+mamba_head_dim`` (not a multiple of ``hidden_size`` in general), head_dim = ``mamba_head_dim``,
+n_groups = ``n_groups``, d_state = ``ssm_state_size``, d_conv = ``conv_kernel``, conv_bias =
+``use_conv_bias``, eps = ``layer_norm_epsilon``, the clamp ``time_step_limit``, and bias =
+``use_bias`` on both projections (the config's ``mamba_proj_bias`` is not read by the mixer);
+``config.mamba_hidden_act`` is the convolution's activation
+(:func:`~hiddenstate.interop.families.blocks.mamba2_block` reads the sizes off the mixer).
 """
 
 from __future__ import annotations
 
-from hiddenstate.interop.families.blocks import mamba2_block
+from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "to_block"]
 
 _ROLES = {"linear_attention": "recurrent", "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+
+
+def to_block(mixer, config):
+    """A ``NemotronHMamba2Mixer`` as our :class:`~hiddenstate.Mamba2` (the options read off the mixer).
+
+    Parameters
+    ----------
+    mixer : transformers NemotronHMamba2Mixer
+    config : transformers NemotronHConfig
+        Its ``mamba_hidden_act``, the convolution's activation.
+
+    Returns
+    -------
+    Mamba2
+        float64, ``batch_first=True``, the mixer's weights.
+
+    Raises
+    ------
+    ValueError
+        ``config.mamba_hidden_act`` other than ``"silu"``; what
+        :func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses.
+    """
+    require_silu(config, "mamba_hidden_act")
+    return mamba2_block(mixer)
+
 
 FAMILY = Family(
     name="nemotron_h",
@@ -22,6 +51,6 @@ FAMILY = Family(
     kind="mamba2",
     layers=lambda model: decoder_layer_map(model, {"mixer": lambda layer, i: _ROLES.get(layer.block_type,
                                                                                            layer.block_type)}),
-    to_block=lambda mixer, config: mamba2_block(mixer),
+    to_block=to_block,
     notes="RMS norm before each mixer and the residual around it: the model's own.",
 )
