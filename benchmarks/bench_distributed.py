@@ -6,18 +6,23 @@ the machine's load falls on all of them alike:
 
 * ``1 process x 1 thread``  -- ``hiddenstate train`` (the default);
 * ``2 processes x 1 thread`` -- ``torchrun --nproc-per-node 2 -m hiddenstate train`` (each rank
-  reads N/2 rows; one all-reduce of the gradient a step);
+  reads N/2 rows and draws only its rows' masks; the gradient is all-reduced in buckets while the
+  backward pass runs, the loss and the stop decision in its last bucket);
 * ``1 process x 2 threads`` -- ``OMP_NUM_THREADS=2 hiddenstate train``.
 
 Steps/s is read from the run's own log (``elapsed_s`` of each step), from the ``--skip``-th step to
 the last, so start-up, the rendezvous and the final validation pass are left out. Then the
-gradient all-reduce alone is timed on 2 ranks (the model's parameter count in one float32 bucket,
-as the trainer sends it), which is what the distribution costs per step. The 1-minute load
+gradient all-reduce alone is timed on 2 ranks (the model's parameter count in one float32 bucket):
+what a step would wait for if no bucket overlapped the backward pass. The 1-minute load
 average is printed before and after: the ratios mean something only together with it.
+
+``--baseline SRC`` adds a fourth mode, ``2 processes x 1 thread (baseline)``: the same run with
+``PYTHONPATH=SRC`` (another checkout's ``src``, e.g. the code before a change), interleaved with
+the others so that both see the same load.
 
 Usage::
 
-    python benchmarks/bench_distributed.py [--preset long] [--steps 30] [--rounds 3]
+    python benchmarks/bench_distributed.py [--preset long] [--steps 30] [--rounds 3] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -60,14 +65,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def env(threads: int) -> dict:
+def env(threads: int, src: str | None = None) -> dict:
     e = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     e.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="lo",
              PYTHONWARNINGS="ignore")
+    if src is not None:
+        e["PYTHONPATH"] = os.path.abspath(src)
     return e
 
 
-def run_mode(mode: str, preset: str, steps: int, out: Path) -> list[float]:
+def run_mode(mode: str, preset: str, steps: int, out: Path, baseline: str | None = None) -> list[float]:
     flags = ["train", "--preset", preset, "--steps", str(steps), "--eval-every", str(10 * steps), "--save-every",
              str(10 * steps), "--max-minutes", "60", "--quiet", "--out", str(out)]
     if mode.startswith("2 processes"):
@@ -77,7 +84,8 @@ def run_mode(mode: str, preset: str, steps: int, out: Path) -> list[float]:
     else:
         cmd = [sys.executable, "-m", "hiddenstate", *flags]
         threads = 2 if "2 threads" in mode else 1
-    subprocess.run(cmd, env=env(threads), check=True, capture_output=True, text=True, timeout=3600)
+    src = baseline if mode.endswith("(baseline)") else None
+    subprocess.run(cmd, env=env(threads, src), check=True, capture_output=True, text=True, timeout=3600)
     return [json.loads(line)["elapsed_s"] for line in (out / "log.jsonl").read_text().splitlines()]
 
 
@@ -87,6 +95,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30, help="steps per run (default 30)")
     p.add_argument("--skip", type=int, default=5, help="steps left out at the start of each run (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--baseline", metavar="SRC", help="also run 2 processes with PYTHONPATH=SRC (another checkout)")
     args = p.parse_args(argv)
     from hiddenstate.train import PRESETS
     from hiddenstate.train.config import make_config
@@ -95,6 +104,8 @@ def main(argv=None):
     cfg = make_config(dict(PRESETS[args.preset]) | {"max_minutes": None})
     params = CharRNN(63, cfg.hidden_size, cfg.num_layers, cell=cfg.cell, dropout=cfg.dropout).num_params
     modes = ["1 process x 1 thread", "2 processes x 1 thread", "1 process x 2 threads"]
+    if args.baseline:
+        modes.append("2 processes x 1 thread (baseline)")
     load0 = os.getloadavg()[0]
     print(f"preset {args.preset!r}: {cfg.cell} H={cfg.hidden_size} L={cfg.num_layers} T={cfg.seq_len} "
           f"N={cfg.batch_size} {cfg.dtype}, {params:,} parameters; {args.steps} steps a run, the first {args.skip} "
@@ -102,8 +113,8 @@ def main(argv=None):
     rates = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for i, mode in enumerate(modes[r % 3:] + modes[:r % 3]):
-                elapsed = run_mode(mode, args.preset, args.steps, Path(tmp) / f"r{r}-{i}")
+            for i, mode in enumerate(modes[r % len(modes):] + modes[:r % len(modes)]):
+                elapsed = run_mode(mode, args.preset, args.steps, Path(tmp) / f"r{r}-{i}", args.baseline)
                 rate = (len(elapsed) - args.skip) / (elapsed[-1] - elapsed[args.skip - 1])
                 rates[mode].append(rate)
                 print(f"  round {r + 1}/{args.rounds}  {mode:24s} {rate:6.3f} steps/s", flush=True)

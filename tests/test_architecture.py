@@ -165,6 +165,13 @@ def test_imports_follow_the_layering():
     assert not bad, "\n".join(bad)
 
 
+def test_the_array_api_path_stands_below_the_kernels():
+    # xp/ is the readable reference the kernels of cells/ are held to: it imports none of them
+    bad = [f"{MODULES[m].relative_to(SRC)}:{line} imports {t}" for m in MODULES if m.startswith(f"{PACKAGE}.xp")
+           for t, _, line in imports_of(m) if t == f"{PACKAGE}.cells" or t.startswith(f"{PACKAGE}.cells.")]
+    assert not bad, "\n".join(bad)
+
+
 # Inside train/: the run directory (checkpoint files, the snapshot and its schema, ownership) and the
 # distributed machinery are subpackages of their own, and each may import only these.
 TRAIN_SUBPACKAGES = {

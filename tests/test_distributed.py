@@ -395,7 +395,7 @@ def test_without_torch_a_launched_process_names_the_extra(tmp_path):
 
 
 # -- the pieces, in one process -------------------------------------------------------------------------
-def test_a_rank_draws_the_whole_batch_of_masks_and_keeps_its_rows():
+def test_a_rank_gets_its_rows_of_the_whole_batch_draw_of_masks():
     from hiddenstate.train.distributed import RowGenerator
     from hiddenstate.train.distributed.rows import batch_rows, stream_rows
 

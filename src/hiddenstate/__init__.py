@@ -33,7 +33,7 @@ __getattr__, __dir__ = attach(__name__, {
     "Mamba2": "hiddenstate.mamba2",
     "Mamba2LM": "hiddenstate.mamba_lm",
     "MambaLM": "hiddenstate.mamba_lm",
-    "MambaState": "hiddenstate.cells.mamba",
+    "MambaState": "hiddenstate.state",
     "analyze_model": "hiddenstate.probe.analysis",
     "build_report": "hiddenstate.report.page",
     "find_fixed_points": "hiddenstate.probe.fixedpoints",

@@ -4,8 +4,9 @@
 
 * a transformers model whose family is registered (:mod:`hiddenstate.interop.families`:
   ``MambaForCausalLM``, ``Mamba2ForCausalLM``, the hybrids ``BambaForCausalLM``,
-  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, and the delta-rule families
-  ``Qwen3NextForCausalLM``, ``OlmoHybridForCausalLM``, ``KimiLinearForCausalLM``, ...). The model itself runs on the
+  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, the delta-rule families
+  ``Qwen3NextForCausalLM``, ``OlmoHybridForCausalLM``, ``KimiLinearForCausalLM``; RecurrentGemma's RG-LRU,
+  MiniMax's lightning attention and LFM2's short convolution, :mod:`hiddenstate.probe.recurrences`). The model itself runs on the
   ids; each chosen recurrent layer is recomputed by our block from the input its hook saw, held to
   the model's own output (:func:`~hiddenstate.interop.families.hooks.recompute_layers`), and its
   records go through the Mamba analyses' shared layer loop
@@ -30,13 +31,15 @@ from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
+from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
 from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
 from hiddenstate.report.mamba_page import build_mamba_report
 
 __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
 
 #: The analyses' kind of the records of each of our block kinds (``Family.kind``).
-KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "mlstm": MLSTM, "rwkv": RWKV}
+KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "rglru": RGLRU,
+         "lightning": LIGHTNING, "shortconv": SHORTCONV, "mlstm": MLSTM, "rwkv": RWKV}
 
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 

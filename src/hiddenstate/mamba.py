@@ -7,7 +7,7 @@ parameter names and layouts of transformers' ``MambaMixer`` (``in_proj.weight``,
 are in :mod:`hiddenstate.cells.mamba`. What this layer adds over the reference kernels:
 
 ==============  ===========================================================================
-state           a :class:`~hiddenstate.cells.mamba.MambaState` ``(ssm (N, Di, S), conv (N, Di, K-1))``;
+state           a :class:`~hiddenstate.state.MambaState` ``(ssm (N, Di, S), conv (N, Di, K-1))``;
                 both are inputs (None: zeros) and both final states are outputs
 every step      ``forward(..., record=True)`` returns every step's SSM and conv state, ``dt``
                 and the decay ``exp(dt A)`` (:class:`~hiddenstate.cells.mamba.MambaRecord`)
@@ -30,23 +30,12 @@ import math
 import numpy as np
 
 from hiddenstate.cells import mamba as kernel
-from hiddenstate.cells.mamba import MambaRecord, MambaState
-from hiddenstate.functional import FloatGuard
-from hiddenstate.params import check_params, load_into
-from hiddenstate.validation import (
-    bool_mask,
-    boolean,
-    choice,
-    float_array,
-    float_dtype,
-    generator,
-    positive_int,
-    real,
-    shape_str,
-)
-from hiddenstate.validation import lengths as valid_lengths
+from hiddenstate.cells.mamba import MambaRecord
+from hiddenstate.seqblock import BlockCache
+from hiddenstate.ssm_block import SelectiveSSMBlock, dt_bias_init, linear_init
+from hiddenstate.state import MambaState
+from hiddenstate.validation import boolean, choice, float_dtype, generator, positive_int, real
 from hiddenstate.xp import mamba as xp_mamba
-from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["BCDT_NORMS", "Mamba", "MambaCache", "MambaRecord", "MambaState"]
 
@@ -55,33 +44,11 @@ __all__ = ["BCDT_NORMS", "Mamba", "MambaCache", "MambaRecord", "MambaState"]
 BCDT_NORMS = ("rms", "rms_weight")
 
 
-def _linear(rng, out_f, in_f, dtype):
-    k = 1.0 / math.sqrt(in_f)
-    return rng.uniform(-k, k, size=(out_f, in_f)).astype(dtype)
+#: The cache of :meth:`Mamba.forward` (a :class:`~hiddenstate.seqblock.BlockCache`; the name of 0.x).
+MambaCache = BlockCache
 
 
-class MambaCache:
-    """What :meth:`Mamba.backward` needs from one forward call (opaque).
-
-    Parameters
-    ----------
-    kernel_cache : tuple
-        The kernel's cache (:func:`hiddenstate.cells.mamba.scan_forward`).
-    batch_first : bool
-        The layout of the call's input and output.
-    owner : Mamba
-        The layer that made it.
-    """
-
-    __slots__ = ("batch_first", "kernel", "owner")
-
-    def __init__(self, kernel_cache, batch_first, owner):
-        self.kernel = kernel_cache
-        self.batch_first = batch_first
-        self.owner = owner
-
-
-class Mamba:
+class Mamba(SelectiveSSMBlock):
     """One Mamba block (Gu & Dao 2023, Algorithm 2): ``out, state_n = block(u, state)``.
 
     ``x, z = in_proj(u)``; ``a = silu(conv1d(x))``; ``dt, B, C = x_proj(a)`` with
@@ -151,6 +118,10 @@ class Mamba:
         float32/float64.
     """
 
+    kernel = kernel
+    xp_path = xp_mamba
+    supports = frozenset({"lengths", "reset"})
+
     def __init__(self, d_model, *, d_state=16, d_conv=4, expand=2, dt_rank="auto", bias=False, conv_bias=True,
                  scan="parallel", batch_first=False, bcdt_norm=None, norm_eps=1e-6, num_heads=None,
                  dtype=np.float64, rng=None):
@@ -172,27 +143,27 @@ class Mamba:
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
         M, Di, S, K, R = self.d_model, self.d_inner, self.d_state, self.d_conv, self.dt_rank
-        dt = np.exp(rng.uniform(size=Di) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clip(1e-4)
-        p = {"in_proj.weight": _linear(rng, 2 * Di, M, self.dtype)}
+        dt_bias = dt_bias_init(rng, Di)
+        p = {"in_proj.weight": linear_init(rng, 2 * Di, M, self.dtype)}
         if self.bias:
             p["in_proj.bias"] = np.zeros(2 * Di, dtype=self.dtype)
         p["conv1d.weight"] = rng.uniform(-1 / math.sqrt(K), 1 / math.sqrt(K), size=(Di, 1, K)).astype(self.dtype)
         if self.conv_bias:
             p["conv1d.bias"] = rng.uniform(-1 / math.sqrt(K), 1 / math.sqrt(K), size=Di).astype(self.dtype)
         if self.num_heads is None:
-            p["x_proj.weight"] = _linear(rng, R + 2 * S, Di, self.dtype)
+            p["x_proj.weight"] = linear_init(rng, R + 2 * S, Di, self.dtype)
             p["dt_proj.weight"] = rng.uniform(-R ** -0.5, R ** -0.5, size=(Di, R)).astype(self.dtype)
-            p["dt_proj.bias"] = (dt + np.log(-np.expm1(-dt))).astype(self.dtype)
+            p["dt_proj.bias"] = dt_bias.astype(self.dtype)
         else:
             H, Dh = self.num_heads, Di // self.num_heads
-            p["x_proj_weight"] = np.stack([_linear(rng, R + 2 * S, Dh, self.dtype) for _ in range(H)])
+            p["x_proj_weight"] = np.stack([linear_init(rng, R + 2 * S, Dh, self.dtype) for _ in range(H)])
             p["dt_proj_weight"] = rng.uniform(-R ** -0.5, R ** -0.5, size=(H, Dh, R)).astype(self.dtype)
-            p["dt_proj_bias"] = (dt + np.log(-np.expm1(-dt))).reshape(H, Dh).astype(self.dtype)
+            p["dt_proj_bias"] = dt_bias.reshape(H, Dh).astype(self.dtype)
         p["A_log"] = np.log(np.tile(np.arange(1, S + 1, dtype=np.float64), (Di, 1))).astype(self.dtype)
         p["D"] = np.ones(Di, dtype=self.dtype)
         if self.num_heads is not None:
             p["A_log"], p["D"] = p["A_log"].reshape(H, Dh, S), p["D"].reshape(H, Dh)
-        p["out_proj.weight"] = _linear(rng, M, Di, self.dtype)
+        p["out_proj.weight"] = linear_init(rng, M, Di, self.dtype)
         if self.bias:
             p["out_proj.bias"] = np.zeros(M, dtype=self.dtype)
         if self.bcdt_norm == "rms_weight":
@@ -246,198 +217,10 @@ class Mamba:
                 out[k] = ((n,), leg)
         return out
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters by their ``MambaMixer`` names.
+    def _state_shapes(self, N):
+        Di, S, K = self.d_inner, self.d_state, self.d_conv
+        return [((N, Di, S), f"(N={N}, Di={Di}, S={S})"), ((N, Di, K - 1), f"(N={N}, Di={Di}, K-1={K - 1})")]
 
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {k: v.copy() for k, v in self.params.items()}
-
-    def load_state_dict(self, state) -> None:
-        """Copy ``state`` into :attr:`params` in place (every key and shape must match).
-
-        Parameters
-        ----------
-        state : mapping of str to array_like
-
-        Raises
-        ------
-        ValueError, TypeError
-            As :func:`hiddenstate.params.load_into`.
-        """
-        load_into(self.params, state, "Mamba")
-
-    def initial_state(self, batch_size: int) -> MambaState:
-        """Zero states for ``batch_size`` sequences.
-
-        Parameters
-        ----------
-        batch_size : int
-            N.
-
-        Returns
-        -------
-        MambaState
-            ``ssm`` (N, Di, S) and ``conv`` (N, Di, K-1), zeros of the layer's dtype.
-        """
-        N = positive_int("batch_size", batch_size)
-        return MambaState(np.zeros((N, self.d_inner, self.d_state), dtype=self.dtype),
-                          np.zeros((N, self.d_inner, self.d_conv - 1), dtype=self.dtype))
-
-    def _part(self, name, value, N, which):
-        """One validated state array (a private copy): ``which`` 0 is the SSM state, 1 the conv state."""
-        Di = self.d_inner
-        want, legend = (((N, Di, self.d_state), f"(N={N}, Di={Di}, S={self.d_state})") if which == 0 else
-                        ((N, Di, self.d_conv - 1), f"(N={N}, Di={Di}, K-1={self.d_conv - 1})"))
-        a = float_array(name, value, dtype=self.dtype)
-        if a.shape != want:
-            raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}. A state is never broadcast "
-                             f"over the batch.")
-        return np.array(a, copy=True)
-
-    def _state(self, state, N, name="state"):
-        if state is None:
-            return MambaState(np.zeros((N, self.d_inner, self.d_state), dtype=self.dtype),
-                              np.zeros((N, self.d_inner, self.d_conv - 1), dtype=self.dtype))
-        if not (isinstance(state, tuple) and len(state) == 2):
-            raise TypeError(f"{name} must be a pair (ssm, conv) (a MambaState); got {type(state).__name__}.")
-        return MambaState(self._part(f"{name}.ssm", state[0], N, 0), self._part(f"{name}.conv", state[1], N, 1))
-
-    def forward(self, u, state=None, *, lengths=None, reset=None, record=False):
-        """Run the block over a sequence and keep what :meth:`backward` needs.
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-            The input; cast to the layer's dtype. A torch tensor or CuPy array runs in its library.
-        state : MambaState or pair (ssm (N, Di, S), conv (N, Di, K-1)), optional
-            The initial states; None: zeros. Pass the previous call's ``state_n`` to carry it.
-        lengths : array_like of int, shape (N,), optional
-            Valid steps of each row of a right-padded batch, each in [0, T]: outputs past a row's
-            length are 0 and ``state_n`` is its state at its own last valid step (a length-0 row
-            keeps its initial states).
-        reset : ndarray of bool, shape (T, N) ((N, T) with ``batch_first``), optional
-            Where ``reset[t, n]`` is True, row n starts step t from its initial states (both the
-            SSM state and the convolution's inputs) instead of its previous ones, and no gradient
-            flows back across that boundary (ignored on padded steps).
-        record : bool, default False
-            Also return every step's states and selective parameters.
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : MambaState
-            The final SSM state (N, Di, S) and conv state (N, Di, K-1).
-        cache : MambaCache or MambaXPCache
-            Pass it to :meth:`backward`. For an array of another library (a torch tensor, a CuPy
-            array) the call is computed in that library, on its device, by
-            :func:`hiddenstate.xp.mamba.forward` (outputs and states of that library, a
-            :class:`~hiddenstate.xp.mamba.MambaXPCache`).
-        record : MambaRecord
-            Only with ``record=True``: time-major arrays (T, N, ...), whatever ``batch_first``.
-
-        Raises
-        ------
-        ValueError
-            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, lengths out of range,
-            ``record=True`` for an array of another library.
-        TypeError
-            Non-float input, a state that is not a pair, a non-bool ``record``, non-integer lengths,
-            a non-bool ``reset``.
-        """
-        record = boolean("record", record)
-        if is_foreign(u):  # a torch tensor, a CuPy array, ...: the reference step in its library
-            if record:
-                raise ValueError("record must be False for an input of another array library (the array-API path "
-                                 "keeps no record); got True. Pass a NumPy array to record every step.")
-            return xp_mamba.forward(self, u, state, lengths=lengths, reset=reset)
-        x = float_array("u", u, dtype=self.dtype)
-        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
-        if x.ndim != 3 or x.shape[2] != self.d_model:
-            raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
-        x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
-        s = self._state(state, x.shape[1])
-        lengths = None if lengths is None else valid_lengths(lengths, x.shape[0], x.shape[1])
-        if reset is not None:
-            reset = bool_mask("reset", reset, (x.shape[1], x.shape[0]) if self.batch_first else x.shape[:2])
-            reset = np.ascontiguousarray(reset.T if self.batch_first else reset)  # (T, N)
-        check_params(self.params, self.shapes(), self.dtype, "Mamba")
-        p = {k: v.copy() for k, v in self.params.items()}
-        with FloatGuard() as guard:
-            out, final, kc = kernel.scan_forward(p, x, s.ssm, s.conv, lengths=lengths, reset=reset, scan=self.scan,
-                                                 norm_eps=None if self.bcdt_norm is None else self.norm_eps)
-        guard.check("the forward pass", (("out", out), ("ssm", final.ssm)), "Scale the input or the weights down.")
-        cache = MambaCache(kc, self.batch_first, self)
-        out = out.transpose(1, 0, 2) if self.batch_first else out
-        if record:
-            return out, final, cache, kernel.recorded(kc)
-        return out, final, cache
-
-    def __call__(self, u, state=None):
-        """``out, state_n = block(u, state)`` (see :meth:`forward`).
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-        state : MambaState, optional
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : MambaState
-        """
-        out, final, _ = self.forward(u, state)
-        return out, final
-
-    def backward(self, cache: MambaCache, d_out, d_state_n=None):
-        """Exact BPTT through one :meth:`forward` call.
-
-        Parameters
-        ----------
-        cache : MambaCache or MambaXPCache
-            From this layer's :meth:`forward` (a cache of another library's arrays is differentiated
-            in that library by :func:`hiddenstate.xp.mamba.backward`: every result is an array of it).
-        d_out : ndarray shaped like that call's output, or None
-            Gradient of the loss with respect to the output (None: zeros).
-        d_state_n : pair (d_ssm (N, Di, S), d_conv (N, Di, K-1)), optional
-            Gradient with respect to the final states (either part None).
-
-        Returns
-        -------
-        grads : dict of str to ndarray
-            Same keys and shapes as :attr:`params`.
-        d_u : ndarray shaped like the input
-        d_state : MambaState
-            ``d_h0`` (N, Di, S) and ``d_conv0`` (N, Di, K-1).
-
-        Raises
-        ------
-        TypeError
-            A cache from something else.
-        ValueError
-            A cache of another layer, gradients of the wrong shape or with NaN/Inf.
-        """
-        if isinstance(cache, xp_mamba.MambaXPCache):
-            return xp_mamba.backward(self, cache, d_out, d_state_n)
-        if not isinstance(cache, MambaCache):
-            raise TypeError(f"cache must be what Mamba.forward returned; got {type(cache).__name__}.")
-        if cache.owner is not self:
-            raise ValueError("cache must come from this layer's forward; got the cache of another Mamba layer.")
-        T, N, M = cache.kernel[1].shape
-        if d_out is not None:
-            d_out = float_array("d_out", d_out, dtype=self.dtype)
-            want = (N, T, M) if cache.batch_first else (T, N, M)
-            if d_out.shape != want:
-                raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
-            d_out = np.ascontiguousarray(d_out.transpose(1, 0, 2) if cache.batch_first else d_out)
-        d_final = None
-        if d_state_n is not None:
-            if not (isinstance(d_state_n, tuple) and len(d_state_n) == 2):
-                raise TypeError(f"d_state_n must be a pair (d_ssm, d_conv); got {type(d_state_n).__name__}.")
-            d_final = tuple(None if v is None else self._part(f"d_state_n.{('ssm', 'conv')[i]}", v, N, i)
-                            for i, v in enumerate(d_state_n))
-        with FloatGuard():
-            grads, d_u, d_state = kernel.scan_backward(cache.kernel, d_out, d_final)
-        return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state
+    def _forward(self, p, x, s, lengths, reset):
+        return kernel.scan_forward(p, x, s[0], s[1], lengths=lengths, reset=reset, scan=self.scan,
+                                   norm_eps=None if self.bcdt_norm is None else self.norm_eps)

@@ -6,7 +6,7 @@ transformers' ``Mamba2Mixer`` (``in_proj.weight``, ``conv1d.weight``, ``conv1d.b
 The equations and the kernels are in :mod:`hiddenstate.cells.mamba2`. As :class:`hiddenstate.Mamba`:
 
 ==============  ===========================================================================
-state           a :class:`~hiddenstate.cells.mamba.MambaState` ``(ssm (N, H, P, S), conv (N, Dc, K-1))``;
+state           a :class:`~hiddenstate.state.MambaState` ``(ssm (N, H, P, S), conv (N, Dc, K-1))``;
                 both are inputs (None: zeros) and both final states are outputs
 every step      ``forward(..., record=True)`` returns every step's SSM and conv state, ``dt``
                 and the decay ``exp(dt A)`` of every head (:class:`~hiddenstate.cells.mamba2.Mamba2Record`)
@@ -26,12 +26,11 @@ import math
 import numpy as np
 
 from hiddenstate.cells import mamba2 as kernel
-from hiddenstate.cells.mamba import MambaState
 from hiddenstate.cells.mamba2 import Mamba2Record
-from hiddenstate.functional import FloatGuard
-from hiddenstate.params import check_params, load_into
-from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, real, shape_str
-from hiddenstate.xp.arrays import is_foreign
+from hiddenstate.seqblock import BlockCache
+from hiddenstate.ssm_block import SelectiveSSMBlock, dt_bias_init, linear_init
+from hiddenstate.state import MambaState
+from hiddenstate.validation import boolean, choice, float_dtype, generator, positive_int, real
 
 __all__ = ["Mamba2", "Mamba2Cache", "Mamba2Record", "MambaState"]
 
@@ -60,28 +59,11 @@ def _multipliers(value) -> tuple[float, ...] | None:
     return tuple(real(f"ssm_multipliers[{i}]", v) for i, v in enumerate(value))
 
 
-class Mamba2Cache:
-    """What :meth:`Mamba2.backward` needs from one forward call (opaque).
-
-    Parameters
-    ----------
-    kernel_cache : tuple
-        The kernel's cache (:func:`hiddenstate.cells.mamba2.scan_forward`).
-    batch_first : bool
-        The layout of the call's input and output.
-    owner : Mamba2
-        The layer that made it.
-    """
-
-    __slots__ = ("batch_first", "kernel", "owner")
-
-    def __init__(self, kernel_cache, batch_first, owner):
-        self.kernel = kernel_cache
-        self.batch_first = batch_first
-        self.owner = owner
+#: The cache of :meth:`Mamba2.forward` (a :class:`~hiddenstate.seqblock.BlockCache`; the name of 0.x).
+Mamba2Cache = BlockCache
 
 
-class Mamba2:
+class Mamba2(SelectiveSSMBlock):
     """One Mamba-2 block (Dao & Gu 2024, SSD): ``out, state_n = block(u, state)``.
 
     ``z, xBC, dt = in_proj(u)``; ``x, B, C = silu(conv1d(xBC))``; ``dt = softplus(dt + dt_bias)``;
@@ -169,6 +151,8 @@ class Mamba2:
         0 <= lo <= hi, ``ssm_multipliers`` that are not 5 finite numbers.
     """
 
+    kernel = kernel
+
     def __init__(self, d_model, *, d_state=128, d_conv=4, expand=2, head_dim=64, n_groups=1, bias=False,
                  conv_bias=True, eps=1e-5, d_inner=None, out_bias=None, time_step_limit=(0.0, math.inf),
                  rms_norm=True, norm_before_gate=False, ssm_multipliers=None, ssm_in_multiplier=1.0,
@@ -203,17 +187,16 @@ class Mamba2:
         M, Di, H, K, Dc = self.d_model, self.d_inner, self.num_heads, self.d_conv, self.conv_dim
 
         def linear(out_f, in_f):
-            k = 1.0 / math.sqrt(in_f)
-            return rng.uniform(-k, k, size=(out_f, in_f)).astype(self.dtype)
+            return linear_init(rng, out_f, in_f, self.dtype)
 
-        dt = np.exp(rng.uniform(size=H) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clip(1e-4)
+        dt_bias = dt_bias_init(rng, H)
         p = {"in_proj.weight": linear(Di + Dc + H, M)}
         if self.bias:
             p["in_proj.bias"] = np.zeros(Di + Dc + H, dtype=self.dtype)
         p["conv1d.weight"] = rng.uniform(-1 / math.sqrt(K), 1 / math.sqrt(K), size=(Dc, 1, K)).astype(self.dtype)
         if self.conv_bias:
             p["conv1d.bias"] = np.zeros(Dc, dtype=self.dtype)
-        p["dt_bias"] = (dt + np.log(-np.expm1(-dt))).astype(self.dtype)
+        p["dt_bias"] = dt_bias.astype(self.dtype)
         p["A_log"] = np.log(np.arange(1, H + 1, dtype=np.float64)).astype(self.dtype)
         p["D"] = np.ones(H, dtype=self.dtype)
         if self.rms_norm:
@@ -271,178 +254,11 @@ class Mamba2:
             out["out_proj.bias"] = ((M,), f"(M={M},)")
         return out
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters by their ``Mamba2Mixer`` names.
-
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {k: v.copy() for k, v in self.params.items()}
-
-    def load_state_dict(self, state) -> None:
-        """Copy ``state`` into :attr:`params` in place (every key and shape must match).
-
-        Parameters
-        ----------
-        state : mapping of str to array_like
-
-        Raises
-        ------
-        ValueError, TypeError
-            As :func:`hiddenstate.params.load_into`.
-        """
-        load_into(self.params, state, "Mamba2")
-
-    def _legends(self, N):
+    def _state_shapes(self, N):
         H, P, S, Dc, K = self.num_heads, self.head_dim, self.d_state, self.conv_dim, self.d_conv
-        return (((N, H, P, S), f"(N={N}, H={H}, P={P}, S={S})"), ((N, Dc, K - 1), f"(N={N}, Dc={Dc}, K-1={K - 1})"))
+        return [((N, H, P, S), f"(N={N}, H={H}, P={P}, S={S})"), ((N, Dc, K - 1), f"(N={N}, Dc={Dc}, K-1={K - 1})")]
 
-    def initial_state(self, batch_size: int) -> MambaState:
-        """Zero states for ``batch_size`` sequences.
-
-        Parameters
-        ----------
-        batch_size : int
-            N.
-
-        Returns
-        -------
-        MambaState
-            ``ssm`` (N, H, P, S) and ``conv`` (N, Dc, K-1), zeros of the layer's dtype.
-        """
-        N = positive_int("batch_size", batch_size)
-        return MambaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
-
-    def _part(self, name, value, N, which):
-        """One validated state array (a private copy): ``which`` 0 is the SSM state, 1 the conv state."""
-        want, legend = self._legends(N)[which]
-        a = float_array(name, value, dtype=self.dtype)
-        if a.shape != want:
-            raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}. A state is never broadcast "
-                             f"over the batch.")
-        return np.array(a, copy=True)
-
-    def forward(self, u, state=None, *, record=False):
-        """Run the block over a sequence and keep what :meth:`backward` needs.
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-            The input; cast to the layer's dtype.
-        state : MambaState or pair (ssm (N, H, P, S), conv (N, Dc, K-1)), optional
-            The initial states; None: zeros. Pass the previous call's ``state_n`` to carry it.
-        record : bool, default False
-            Also return every step's states and selective parameters.
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : MambaState
-            The final SSM state (N, H, P, S) and conv state (N, Dc, K-1).
-        cache : Mamba2Cache
-            Pass it to :meth:`backward`.
-        record : Mamba2Record
-            Only with ``record=True``: time-major arrays (T, N, ...), whatever ``batch_first``.
-
-        Raises
-        ------
-        ValueError
-            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf.
-        TypeError
-            Non-float input, an array of another library, a state that is not a pair, a non-bool
-            ``record``.
-        """
-        record = boolean("record", record)
-        if is_foreign(u):
-            raise TypeError(f"u must be a NumPy array for Mamba2 (only Mamba has the array-API path); got "
-                            f"{type(u).__name__}. Convert it with .numpy() (on the CPU) first.")
-        x = float_array("u", u, dtype=self.dtype)
-        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
-        if x.ndim != 3 or x.shape[2] != self.d_model:
-            raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
-        x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
-        N = x.shape[1]
-        if state is None:
-            s = MambaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
-        elif isinstance(state, tuple) and len(state) == 2:
-            s = MambaState(self._part("state.ssm", state[0], N, 0), self._part("state.conv", state[1], N, 1))
-        else:
-            raise TypeError(f"state must be a pair (ssm, conv) (a MambaState); got {type(state).__name__}.")
-        check_params(self.params, self.shapes(), self.dtype, "Mamba2")
-        p = {k: v.copy() for k, v in self.params.items()}
-        with FloatGuard() as guard:
-            out, final, kc = kernel.scan_forward(p, x, s.ssm, s.conv, eps=self.eps, n_groups=self.n_groups,
-                                                 scan=self.scan, dt_limit=self.time_step_limit,
-                                                 norm_before_gate=self.norm_before_gate, mup=self.mup_vector,
-                                                 in_multiplier=self.ssm_in_multiplier)
-        guard.check("the forward pass", (("out", out), ("ssm", final.ssm)), "Scale the input or the weights down.")
-        cache = Mamba2Cache(kc, self.batch_first, self)
-        out = out.transpose(1, 0, 2) if self.batch_first else out
-        if record:
-            return out, final, cache, kernel.recorded(kc)
-        return out, final, cache
-
-    def __call__(self, u, state=None):
-        """``out, state_n = block(u, state)`` (see :meth:`forward`).
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-        state : MambaState, optional
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : MambaState
-        """
-        out, final, _ = self.forward(u, state)
-        return out, final
-
-    def backward(self, cache: Mamba2Cache, d_out, d_state_n=None):
-        """Exact BPTT through one :meth:`forward` call.
-
-        Parameters
-        ----------
-        cache : Mamba2Cache
-            From this layer's :meth:`forward`.
-        d_out : ndarray shaped like that call's output, or None
-            Gradient of the loss with respect to the output (None: zeros).
-        d_state_n : pair (d_ssm (N, H, P, S), d_conv (N, Dc, K-1)), optional
-            Gradient with respect to the final states (either part None).
-
-        Returns
-        -------
-        grads : dict of str to ndarray
-            Same keys and shapes as :attr:`params`.
-        d_u : ndarray shaped like the input
-        d_state : MambaState
-            ``d_h0`` (N, H, P, S) and ``d_conv0`` (N, Dc, K-1).
-
-        Raises
-        ------
-        TypeError
-            A cache from something else, a ``d_state_n`` that is not a pair.
-        ValueError
-            A cache of another layer, gradients of the wrong shape or with NaN/Inf.
-        """
-        if not isinstance(cache, Mamba2Cache):
-            raise TypeError(f"cache must be what Mamba2.forward returned; got {type(cache).__name__}.")
-        if cache.owner is not self:
-            raise ValueError("cache must come from this layer's forward; got the cache of another Mamba2 layer.")
-        T, N, M = cache.kernel[1].shape
-        if d_out is not None:
-            d_out = float_array("d_out", d_out, dtype=self.dtype)
-            want = (N, T, M) if cache.batch_first else (T, N, M)
-            if d_out.shape != want:
-                raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
-            d_out = np.ascontiguousarray(d_out.transpose(1, 0, 2) if cache.batch_first else d_out)
-        d_final = None
-        if d_state_n is not None:
-            if not (isinstance(d_state_n, tuple) and len(d_state_n) == 2):
-                raise TypeError(f"d_state_n must be a pair (d_ssm, d_conv); got {type(d_state_n).__name__}.")
-            d_final = tuple(None if v is None else self._part(f"d_state_n.{('ssm', 'conv')[i]}", v, N, i)
-                            for i, v in enumerate(d_state_n))
-        with FloatGuard():
-            grads, d_u, d_state = kernel.scan_backward(cache.kernel, d_out, d_final)
-        return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state
+    def _forward(self, p, x, s, lengths, reset):
+        return kernel.scan_forward(p, x, s[0], s[1], eps=self.eps, n_groups=self.n_groups, scan=self.scan,
+                                   dt_limit=self.time_step_limit, norm_before_gate=self.norm_before_gate,
+                                   mup=self.mup_vector, in_multiplier=self.ssm_in_multiplier)

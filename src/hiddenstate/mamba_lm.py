@@ -19,6 +19,7 @@ import numpy as np
 from hiddenstate.cells import mamba as kernel
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
+from hiddenstate.resources import check_memory
 from hiddenstate.validation import (
     bool_mask,
     boolean,
@@ -54,10 +55,16 @@ class _ResidualLM:
         if self._shared_eps:  # the blocks' own (gated) norms take the model's epsilon
             block["eps"] = self.eps
         V, M = self.vocab_size, self.d_model
+        check_memory(f"vocab_size={V} x d_model={M} embeddings", (1 if self.tie_embeddings else 2) * 8.0 * V * M,
+                     "Use a smaller vocab_size or d_model.")  # float64 draws before the cast
         self.params = {"embeddings.weight": rng.normal(0.0, 0.02, size=(V, M)).astype(self.dtype)}
         self.layers = []
         for i in range(self.num_layers):
             blk = self._block(M, dtype=self.dtype, rng=rng, **block)
+            if i == 0:  # every layer is the size of the first
+                check_memory(f"num_layers={self.num_layers} blocks of {sum(v.nbytes for v in blk.params.values())} "
+                             "bytes", self.num_layers * float(sum(v.nbytes for v in blk.params.values())),
+                             "Use fewer layers or smaller blocks.")
             self.layers.append(blk)
             self.params[f"layers.{i}.norm.weight"] = np.ones(M, dtype=self.dtype)
             for k, v in blk.params.items():

@@ -2,7 +2,39 @@
 
 from __future__ import annotations
 
-__all__ = ["where_ragged"]
+import numpy as np
+
+__all__ = ["as_array", "where_ragged"]
+
+
+def as_array(name: str, value) -> np.ndarray:
+    """``numpy.asarray(value)``, refusing ragged nested lists by name instead of NumPy's "inhomogeneous shape".
+
+    Parameters
+    ----------
+    name : str
+        The argument's name for the message (``"state_dict['weight_ih_l0']"``).
+    value : array_like
+        Anything ``numpy.asarray`` takes.
+
+    Returns
+    -------
+    ndarray
+        ``value`` itself if it is already an ndarray.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is nested lists of different lengths (or holds items NumPy cannot put in one
+        array): ``"<name> must be an array of one shape; got list (ragged: ...)"``.
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError):  # ragged nested lists: say where
+        raise TypeError(f"{name} must be an array of one shape; got {type(value).__name__} "
+                        f"({where_ragged(value, name)}).") from None
 
 
 def where_ragged(value, name: str = "x") -> str:

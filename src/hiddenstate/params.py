@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.nesting import as_array
 from hiddenstate.validation import float_array, shape_str
 
-__all__ = ["check_params", "load_into", "param_shapes", "uniform_init"]
+__all__ = ["MAMBA_NORMS", "check_params", "load_into", "param_shapes", "uniform_init"]
+
+#: The weights of the RMS norms of Mamba's dt, B, C in transformers' names (``JambaMambaMixer``;
+#: optional): :data:`hiddenstate.cells.mamba.NORMS`, read by the kernels and the array-API path.
+MAMBA_NORMS = ("dt_layernorm.weight", "b_layernorm.weight", "c_layernorm.weight")
 
 
 def uniform_init(rng: np.random.Generator, shape, hidden_size: int, dtype) -> np.ndarray:
@@ -49,17 +54,19 @@ def load_into(params: dict, state, owner: str) -> None:
     ValueError
         A key is missing or unexpected, an array has the wrong shape, or a value is NaN/Inf.
     TypeError
-        ``state`` is not a mapping, or an array is not floating point.
+        ``state`` is not a mapping, or an array is not floating point, or a value is ragged
+        nested lists (named by key).
     """
     if not hasattr(state, "keys"):
         raise TypeError(f"state_dict must be a mapping of parameter names to arrays; got {type(state).__name__}.")
     missing = sorted(set(params) - set(state.keys()))
     extra = sorted(set(state.keys()) - set(params))
     if missing or extra:
-        raise ValueError(f"state_dict keys do not match {owner}: missing {missing}, unexpected {extra}.")
+        raise ValueError(f"state_dict keys do not match {owner}: missing {missing}, unexpected {extra}; a state_dict "
+                         f"must have exactly the keys of {owner}'s params.")
     new = {}
     for k, v in params.items():
-        a = np.asarray(state[k])
+        a = as_array(f"state_dict[{k!r}]", state[k])
         if a.shape != v.shape:
             raise ValueError(f"state_dict[{k!r}] must have shape {shape_str(v.shape)}; got {shape_str(a.shape)}.")
         new[k] = float_array(f"state_dict[{k!r}]", a, dtype=v.dtype)

@@ -468,7 +468,7 @@ class RecurrentLayer(OfKind):
         return output, h_n
 
     # -- backward ------------------------------------------------------------------------------
-    def backward(self, cache: LayerCache, d_output, d_h_n=None):
+    def backward(self, cache: LayerCache, d_output, d_h_n=None, *, ready=None):
         """Exact backpropagation through time for a :meth:`forward` call.
 
         Parameters
@@ -480,6 +480,9 @@ class RecurrentLayer(OfKind):
         d_h_n : ndarray shaped like ``h_n``, or None
             Gradient with respect to the final state (LSTM: pair ``(dh_n, dc_n)``, either may be
             None).
+        ready : callable, optional
+            ``ready(grads)`` with each layer's final gradients as soon as its BPTT ends, top layer
+            first (a data-parallel run starts reducing them then); NumPy inputs only.
 
         Returns
         -------
@@ -504,7 +507,7 @@ class RecurrentLayer(OfKind):
                             f"{type(cache).__name__}.")
         cache.check_owner(self)
         with FloatGuard() as guard:
-            grads, dx, dh0 = backprop(self, cache, d_output, d_h_n)
+            grads, dx, dh0 = backprop(self, cache, d_output, d_h_n, ready)
         if guard.tripped:  # only then are the results read again
             guard.check("the backward pass", (*grads.items(), ("dx", dx), *zip(("dh0", "dc0"), _parts(dh0))),
                         "The upstream gradients are too large; scale the loss down.")

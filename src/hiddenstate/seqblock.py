@@ -1,7 +1,9 @@
 """What every block of a modern recurrent family shares: validation, state handling, forward/backward plumbing.
 
 :class:`SequenceBlock` is the base of :class:`~hiddenstate.rglru.RGLRUBlock`,
-:class:`~hiddenstate.lightning.LightningAttention` and :class:`~hiddenstate.shortconv.ShortConv`:
+:class:`~hiddenstate.lightning.LightningAttention`, :class:`~hiddenstate.shortconv.ShortConv`,
+:class:`~hiddenstate.mlstm.MLSTMLayer`, :class:`~hiddenstate.rwkv.RWKVTimeMix` and (through
+:class:`~hiddenstate.ssm_block.SelectiveSSMBlock`) :class:`~hiddenstate.Mamba` and :class:`~hiddenstate.Mamba2`:
 a block maps ``u`` (T, N, M) to ``out`` (T, N, M) through named states (a NamedTuple of
 arrays, each with its shape per batch row), with its parameters in transformers' names. A
 subclass declares its parameter shapes (:meth:`SequenceBlock.shapes`), its state type and
@@ -113,7 +115,7 @@ class SequenceBlock:
         """Validated private copies of every state array (None parts: zeros if ``zeros`` else None)."""
         fields = self.state_type._fields
         if not (isinstance(state, tuple) and len(state) == len(fields)):
-            raise TypeError(f"{name} must be a {self.state_type.__name__} ({', '.join(fields)}); got "
+            raise TypeError(f"{name} must be {self._state_kind(name)}; got "
                             f"{type(state).__name__}{'' if not isinstance(state, tuple) else f' of length {len(state)}'}.")
         out = []
         for field, value, (want, legend) in zip(fields, state, self._state_shapes(N)):
@@ -126,6 +128,10 @@ class SequenceBlock:
                                  f"broadcast over the batch.")
             out.append(np.array(a, copy=True))
         return out
+
+    def _state_kind(self, name):
+        """What ``name`` (``"state"`` or ``"d_state_n"``) must be, as the messages say it."""
+        return f"a {self.state_type.__name__} ({', '.join(self.state_type._fields)})"
 
     def forward(self, u, state=None, *, lengths=None, reset=None, record=False):
         """Run the block over a sequence and keep what :meth:`backward` needs.
@@ -242,7 +248,8 @@ class SequenceBlock:
         if not isinstance(cache, BlockCache):
             raise TypeError(f"cache must be what {name}.forward returned; got {type(cache).__name__}.")
         if cache.owner is not self:
-            raise ValueError(f"cache must come from this layer's forward; got the cache of another {name} layer.")
+            raise ValueError(f"cache must come from this layer's forward; got the cache of another "
+                             f"{type(cache.owner).__name__} layer.")
         T, N, M = cache.shape
         if d_out is not None:
             d_out = float_array("d_out", d_out, dtype=self.dtype)

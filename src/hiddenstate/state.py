@@ -5,19 +5,39 @@ initial state ``h0`` and the recurrence carries it forward. This module creates 
 the right structure. Shapes follow PyTorch: ``(N, H)`` for a cell, ``(L*D, N, H)`` for a
 sequence layer of ``L`` layers and ``D`` directions; an LSTM state is an ``(h, c)`` pair.
 A *learned* initial state is a parameter of the layer (``learn_h0=True`` on the layers).
+
+:class:`MambaState` is the state of the selective state space blocks (:class:`hiddenstate.Mamba`,
+:class:`hiddenstate.Mamba2`), here so that their kernels (:mod:`hiddenstate.cells.mamba`) and
+their array-API reference (:mod:`hiddenstate.xp.mamba`) share it without one importing the other.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
 from hiddenstate.resources import check_memory
 from hiddenstate.validation import float_dtype, generator, positive_int, real, shape_str
 
-__all__ = ["init_hidden", "initial_state"]
+__all__ = ["MambaState", "init_hidden", "initial_state"]
+
+
+class MambaState(NamedTuple):
+    """The two states of a Mamba or Mamba-2 block (Gu & Dao 2023; Dao & Gu 2024).
+
+    Attributes
+    ----------
+    ssm : ndarray of shape (N, Di, S) (Mamba) or (N, H, P, S) (Mamba-2)
+        The selective state space's state ``h``.
+    conv : ndarray of shape (N, Di, K-1) (Mamba) or (N, Dc, K-1) (Mamba-2)
+        The last K - 1 inputs of the causal convolution, oldest first.
+    """
+
+    ssm: np.ndarray
+    conv: np.ndarray
 
 _KINDS = ("zeros", "normal", "constant")
 
@@ -50,7 +70,8 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
         If a size is not an integer (bool and float are rejected).
     ValueError
         If a size is zero or negative, or the array cannot fit in this machine's memory
-        (:func:`hiddenstate.resources.check_memory`).
+        (:func:`hiddenstate.resources.check_memory`; the message names ``batch_size`` and
+        ``hidden_dim`` and their values).
 
     Notes
     -----
@@ -66,7 +87,8 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
     """
     b = positive_int("batch_size", batch_size)
     h = positive_int("hidden_dim", hidden_dim)
-    _fits((b, h), np.dtype(np.float64))
+    check_memory(f"init_hidden(batch_size={b}, hidden_dim={h}), a float64 state of shape ({b}, {h}),", 8.0 * b * h,
+                 "Use a smaller batch_size or hidden_dim.")
     return np.zeros((b, h), dtype=np.float64)
 
 

@@ -135,7 +135,7 @@ def unroll(net, prepared, training, rng, record, need_cache=True):
     return output, ((h_n, c_n) if net.is_lstm else h_n), cache
 
 
-def backprop(net, cache, d_output, d_h_n):
+def backprop(net, cache, d_output, d_h_n, ready=None):
     """Exact BPTT through :func:`unroll`: the same loops in reverse, kernels' backward passes.
 
     Parameters
@@ -145,6 +145,9 @@ def backprop(net, cache, d_output, d_h_n):
         From :func:`unroll` with the same layer.
     d_output : ndarray shaped like ``output``, or None
     d_h_n : ndarray shaped like ``h_n``, or None (LSTM: a pair, either part None)
+    ready : callable, optional
+        Called with a dict of the gradients that are final as soon as they are: a layer's (all
+        directions) after its BPTT, top layer first; ``h0``/``c0`` when learned, at the end.
 
     Returns
     -------
@@ -235,12 +238,17 @@ def backprop(net, cache, d_output, d_h_n):
                 dstate_h[k], dstate_c[k] = ds0
             else:
                 dstate_h[k] = ds0
+        if ready is not None:  # this layer's weights are final while the layers below still run BPTT
+            ends = tuple(net.suffix(layer, d) for d in range(D))
+            ready({key: g for key, g in grads.items() if key.endswith(ends)})
         dout = dinp
     dx = dout
     if net.learn_h0:  # the batch sum of the initial-state gradient, for each part that was the learned one
         grads["h0"] = dstate_h.sum(axis=1) if learned[0] else np.zeros((LD, H), dtype=net.dtype)
         if net.is_lstm:
             grads["c0"] = dstate_c.sum(axis=1) if learned[1] else np.zeros((LD, H), dtype=net.dtype)
+        if ready is not None:
+            ready({key: grads[key] for key in ("h0", "c0") if key in grads})
     grads = {key: grads[key] for key in cache.keys}  # the parameters' order
     if unbatched:
         dx = dx[:, 0]

@@ -26,16 +26,20 @@ from __future__ import annotations
 import sys
 import sysconfig
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "MAX_IDLE_BYTES", "MIN_BYTES", "block_steps", "clear", "empty", "idle_bytes", "zeros"]
+__all__ = ["BLOCK_BYTES", "MAX_IDLE_BYTES", "MIN_BYTES", "SCRATCH_BYTES", "block_steps", "clear", "derived", "empty",
+           "idle_bytes", "scratch", "transposed", "zeros"]
 
 #: Buffers smaller than this (bytes) are plain ``numpy.empty`` arrays, never pooled.
 MIN_BYTES = 1 << 18
 #: Free (unreferenced) pooled buffers beyond this many bytes in total are released.
 MAX_IDLE_BYTES = 1 << 30
+#: The largest temporary that :func:`scratch` takes from the pool (larger ones are not kept idle).
+SCRATCH_BYTES = 1 << 24
 #: Bytes of one (B, N, H) block of per-step factors that the backward kernels compute at a time (cache-sized).
 BLOCK_BYTES = 1 << 18
 _PER_KEY = 8  # at most this many buffers of one shape and dtype
@@ -119,6 +123,86 @@ def zeros(shape, dtype) -> np.ndarray:
     a = empty(shape, dtype)
     a.fill(0)
     return a
+
+
+def scratch(shape, dtype) -> np.ndarray:
+    """A buffer for a temporary inside one call: :func:`empty` up to :data:`SCRATCH_BYTES`, else ``numpy.empty``.
+
+    A one-step kernel's (H, H) temporaries, allocated fresh, were page-faulted in at every call
+    (most of a 256-unit GRU's step Jacobian); pooled, they are not. Larger ones are not pooled, so
+    that the pool does not keep them idle.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The array's shape.
+    dtype : numpy.dtype or type
+        Its dtype.
+
+    Returns
+    -------
+    ndarray of the given shape and dtype, uninitialised
+    """
+    nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
+    return empty(shape, dtype) if nbytes <= SCRATCH_BYTES else np.empty(shape, dtype)
+
+
+def transposed(w: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``w.T`` in a :func:`scratch` buffer.
+
+    Parameters
+    ----------
+    w : ndarray of shape (A, B)
+
+    Returns
+    -------
+    ndarray of shape (B, A)
+        Equal to ``w.T``; the caller must not keep it beyond the call that asked for it if it is
+        to be reused (it is reused only once nothing references it).
+    """
+    out = scratch(w.shape[::-1], w.dtype)
+    np.copyto(out, w.T)
+    return out
+
+
+_derived: dict = {}  # id(w) -> (weak reference to w, {key: array derived from w})
+
+
+def derived(w: np.ndarray, key, make):
+    """``make()``, computed once per ``key`` for an array that cannot change, else at every call.
+
+    An array that is read-only and owns its memory cannot change (no view of it writes, and it
+    has no base that could), so what a kernel derives from it (a transposed, re-laid-out copy of
+    weights) may be kept: :func:`hiddenstate.probe.layermap.layer_map` freezes its weights so, and
+    the one-step kernels it calls hundreds of times reuse their layout. Kept arrays are read-only
+    and are dropped with ``w``.
+
+    Parameters
+    ----------
+    w : ndarray
+        The array the result is derived from.
+    key : hashable
+        What was derived (one array can have several).
+    make : callable
+        ``make() -> ndarray``, the derivation.
+
+    Returns
+    -------
+    ndarray
+        ``make()``'s result; read-only when it is kept.
+    """
+    if w.flags.writeable or not w.flags.owndata:
+        return make()
+    ident = id(w)
+    entry = _derived.get(ident)
+    if entry is None or entry[0]() is not w:
+        entry = (weakref.ref(w, lambda _: _derived.pop(ident, None)), {})
+        _derived[ident] = entry
+    if key not in entry[1]:
+        out = make()
+        out.flags.writeable = False
+        entry[1][key] = out
+    return entry[1][key]
 
 
 def idle_bytes() -> int:

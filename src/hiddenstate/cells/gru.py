@@ -33,6 +33,20 @@ from hiddenstate.validation import boolean
 __all__ = ["KIND", "GRUCell", "jacobian", "recorded", "scan_backward", "scan_forward", "scan_infer"]
 
 
+def _gate_weights(w_hh, half, G, N):
+    """``W_hh^T`` of the first G gates, rows r, z pre-halved: (G, H, H), or (H, G*H) for N = 1 (one product).
+
+    In pooled buffers (:func:`hiddenstate.workspace.scratch`): page-faulted in fresh at every
+    call, these copies were 3.4 of the 3.5 ms of one step of a 256-unit GRU (``layer_map``).
+    """
+    H = w_hh.shape[1]
+    w3 = w_hh[:G * H].reshape(G, H, H)  # (G, H_out, H_in)
+    if N == 1:  # (H_in, G, H_out) in one pass
+        out = ws.scratch((H, G, H), w_hh.dtype)
+        return np.multiply(w3.transpose(2, 0, 1), half[:G, 0], out=out).reshape(H, G * H)
+    return np.multiply(w3.transpose(0, 2, 1), half[:G], out=ws.scratch((G, H, H), w_hh.dtype))
+
+
 def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, reset_after=False):
     """GRU recurrence over all T steps: the forward scan kernel of the GRU (G = 3, rows r, z, n).
 
@@ -94,10 +108,8 @@ def scan_forward(xw, h0, w_hh, b_hh, keep=None, reset=None, *, record=False, res
     B = ws.block_steps(T, 3 * N * H * dt.itemsize)
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2  # gates served by the one batched product with h
-    w_g = np.multiply(w_hh[:G * H].reshape(G, H, H).transpose(0, 2, 1), half[:G], order="C")  # (G, H, H): W_hh^T per gate
-    if N == 1:  # one row: one (1, H) x (H, G*H) product, whose (1, G*H) result is the memory of (G, 1, H)
-        w_g = np.ascontiguousarray(w_g.transpose(1, 0, 2).reshape(H, G * H))
-    w_n_t = np.ascontiguousarray(w_hh[2 * H:].T)  # (H, H)
+    w_g = ws.derived(w_hh, ("gru", G, N == 1), lambda: _gate_weights(w_hh, half, G, N))  # (G, H, H) or (H, G*H)
+    w_n_t = ws.derived(w_hh, "gru_n", lambda: ws.transposed(w_hh[2 * H:]))  # (H, H)
     S = ws.empty((T, N, H), dt)  # reset_after: W_hn h + b_hn; else r * h (the input of W_hn)
     hprev = ws.empty((T, N, H), dt)
     hnew = ws.empty((T, N, H), dt)
@@ -191,10 +203,8 @@ def scan_infer(xw, h0, w_hh, b_hh, keep=None, reset=None, *, reset_after=False):
     b_in = b_hh[2 * H:] if (b_hh is not None and not reset_after) else None
     b_hn = b_hh[2 * H:] if (b_hh is not None and reset_after) else None
     G = 3 if reset_after else 2
-    w_g = np.multiply(w_hh[:G * H].reshape(G, H, H).transpose(0, 2, 1), half[:G], order="C")
-    if N == 1:
-        w_g = np.ascontiguousarray(w_g.transpose(1, 0, 2).reshape(H, G * H))
-    w_n_t = None if reset_after else np.ascontiguousarray(w_hh[2 * H:].T)
+    w_g = ws.derived(w_hh, ("gru", G, N == 1), lambda: _gate_weights(w_hh, half, G, N))
+    w_n_t = None if reset_after else ws.derived(w_hh, "gru_n", lambda: ws.transposed(w_hh[2 * H:]))
     hs = ws.empty((T, N, H), dt)
     a = np.empty((3, N, H), dtype=dt)  # this step's r, z, n
     gh = np.empty((G, N, H), dtype=dt)
@@ -406,13 +416,26 @@ def jacobian(rec: Record, w_hh: np.ndarray, *, reset_after: bool = False) -> np.
     H = z.shape[-1]
     W_r, W_z, W_n = w_hh[:H], w_hh[H:2 * H], w_hh[2 * H:]
     dr, dz, dn = r * (1.0 - r), z * (1.0 - z), 1.0 - n * n
-    Jz = dz[..., :, None] * W_z
+    # the same products in the same order as J = (1-z) dn M + (h-n) dz W_z + diag(z), written into
+    # scratch buffers: fresh (H, H) temporaries page-faulted in at every call were most of the cost
+    # of one Jacobian (the fixed-point search asks for hundreds)
+    shape = np.broadcast_shapes(r.shape, z.shape, n.shape, hp.shape) + (H,)
+    dt = np.result_type(z, w_hh)
+    Jz = np.multiply(dz[..., :, None], W_z, out=ws.scratch(shape, dt))
+    M = ws.scratch(shape, dt)
     if reset_after:
-        M = r[..., :, None] * W_n + (s * dr)[..., :, None] * W_r
+        np.multiply(r[..., :, None], W_n, out=M)
+        M += np.multiply((s * dr)[..., :, None], W_r, out=ws.scratch(shape, dt))
     else:
-        M = W_n * r[..., None, :] + W_n @ ((hp * dr)[..., :, None] * W_r)
-    J = (1.0 - z)[..., :, None] * (dn[..., :, None] * M) + (hp - n)[..., :, None] * Jz
-    return J + np.eye(H) * z[..., None, :]  # + diag(z): the carried part
+        np.multiply(W_n, r[..., None, :], out=M)
+        M += W_n @ np.multiply((hp * dr)[..., :, None], W_r, out=ws.scratch(shape, dt))
+    M *= dn[..., :, None]
+    J = np.multiply((1.0 - z)[..., :, None], M, out=np.empty(shape, dt) if dt == np.float64 else M)
+    Jz *= (hp - n)[..., :, None]
+    J += Jz
+    J = J if dt == np.float64 else J.astype(np.float64)  # float64, as J + np.eye(H) * z always was
+    J.reshape(*shape[:-2], H * H)[..., ::H + 1] += z  # + diag(z): the carried part
+    return J
 
 
 def bounds(hidden_size: int, *, reset_after: bool = False) -> list:

@@ -68,8 +68,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hiddenstate.cells import causal_conv
 from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
 from hiddenstate.functional import sigmoid
+from hiddenstate.params import MAMBA_NORMS
+from hiddenstate.state import MambaState
 
 __all__ = ["NORMS", "PARAMS", "SCANS", "MambaRecord", "MambaState", "recorded", "rms_norm", "rms_norm_backward",
            "scan_backward", "scan_forward", "silu"]
@@ -82,22 +85,7 @@ PARAMS = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "x_p
           "dt_proj.bias", "A_log", "D", "out_proj.weight", "out_proj.bias")
 
 #: The weights of the norms of dt, B, C in transformers' names (``JambaMambaMixer``; optional).
-NORMS = ("dt_layernorm.weight", "b_layernorm.weight", "c_layernorm.weight")
-
-
-class MambaState(NamedTuple):
-    """The two states of a Mamba block.
-
-    Attributes
-    ----------
-    ssm : ndarray of shape (N, Di, S)
-        The selective state space's state ``h``.
-    conv : ndarray of shape (N, Di, K-1)
-        The last K - 1 inputs of the causal convolution, oldest first.
-    """
-
-    ssm: np.ndarray
-    conv: np.ndarray
+NORMS = MAMBA_NORMS
 
 
 class MambaRecord(NamedTuple):
@@ -269,14 +257,10 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
     if p.get("in_proj.bias") is not None:
         xz += p["in_proj.bias"]
     x, z = (xz[:, :, 0::2], xz[:, :, 1::2]) if "x_proj_weight" in p else (xz[:, :, :Di], xz[:, :, Di:])
-    xpad = np.concatenate([conv0.transpose(2, 0, 1), x], axis=0)  # (K-1+T, N, Di)
-    w = p["conv1d.weight"][:, 0, :]  # (Di, K)
-    c = np.zeros((T, N, Di), dtype=u.dtype) if p.get("conv1d.bias") is None else np.tile(p["conv1d.bias"], (T, N, 1))
     keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
     rm = None if reset is None else (reset if keep is None else reset & keep[:, :, 0])  # (T, N)
-    origin = None if rm is None else np.maximum.accumulate(np.where(rm, np.arange(T)[:, None], 0), axis=0)  # (T, N)
-    for k in range(K):
-        c += w[:, k] * _tap_values(xpad, k, K, origin)  # (T, N, Di)
+    origin = causal_conv.run_origin(rm)  # (T, N): where each row's run began
+    c, xpad = causal_conv.conv_forward(x, p["conv1d.weight"][:, 0, :], p.get("conv1d.bias"), conv0, origin)  # (T, N, Di)
     a, da = silu(c)
     dbc = _per_head(a.reshape(T, N, H, Dh), Wx)  # (T, N, H, R + 2S)
     raw = (dbc[..., :R], dbc[..., R:R + S], dbc[..., R + S:])  # r, B, C before their norms
@@ -301,38 +285,10 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
         out += p["out_proj.bias"]
     if keep is not None:
         out *= keep
-    final_conv = xpad[_final_taps(lengths, origin, T, K, N)].transpose(1, 2, 0)  # (N, Di, K-1)
-    final = MambaState(hs[-1].copy() if T else h0.copy(), np.ascontiguousarray(final_conv))
+    final = MambaState(hs[-1].copy() if T else h0.copy(), causal_conv.final_window(xpad, K, lengths, origin))
     cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin,
              raw, invs)
     return out, final, cache
-
-
-def _tap(t, k, K, origin):
-    """Where in ``xpad`` (K-1+T rows: conv0, then x) tap ``k`` of step ``t`` reads, for a run that began at ``origin``.
-
-    Tap ``k`` reads the input of step ``t + k - (K-1)``; before the step its run began at, that is
-    ``conv0``'s entry ``t + k - origin`` (a row restarted from its initial states reads them again).
-    """
-    i = t + k
-    return np.where(i - (K - 1) >= origin, i, i - origin)
-
-
-def _tap_values(xpad, k, K, origin):
-    """What tap ``k`` reads at every step, (T, N, Di)."""
-    T = xpad.shape[0] - (K - 1)
-    if origin is None:
-        return xpad[k:k + T]
-    return xpad[_tap(np.arange(T)[:, None], k, K, origin), np.arange(xpad.shape[1])[None, :]]
-
-
-def _final_taps(lengths, origin, T, K, N):
-    """The index of the final convolution state (K-1, N) in ``xpad``: what the last valid step's window ends with."""
-    if lengths is None and origin is None:
-        return slice(T, None)
-    last = np.full(N, T - 1) if lengths is None else lengths - 1  # (N,): each row's last valid step (-1: none)
-    org = np.zeros(N, dtype=np.int64) if origin is None else np.where(last >= 0, origin[np.maximum(last, 0), np.arange(N)], 0)
-    return _tap(last[None, :], np.arange(1, K)[:, None], K, org[None, :]), np.arange(N)[None, :]
 
 
 def scan_backward(cache, d_out, d_final):
@@ -411,21 +367,12 @@ def scan_backward(cache, d_out, d_final):
         grads["x_proj.weight"], grads["dt_proj.weight"], grads["dt_proj.bias"] = g_x[0], g_dt[0], g_bias[0]
     d_a += _per_head(d_dbc, Wx.transpose(0, 2, 1)).reshape(T, N, Di)
     d_c = d_a * da  # (T, N, Di)
-    if p.get("conv1d.bias") is not None:
-        grads["conv1d.bias"] = d_c.reshape(-1, Di).sum(axis=0)
-    w = p["conv1d.weight"][:, 0, :]
-    d_w = np.empty_like(w)
-    d_xpad = np.zeros_like(xpad)
-    for k in range(K):
-        d_w[:, k] = (d_c * _tap_values(xpad, k, K, origin)).reshape(-1, Di).sum(axis=0)
-        if origin is None:
-            d_xpad[k:k + T] += w[:, k] * d_c
-        else:  # a restarted row's taps read conv0 again: accumulate
-            idx = _tap(np.arange(T)[:, None], k, K, origin)  # (T, N)
-            np.add.at(d_xpad, (idx, np.broadcast_to(np.arange(N)[None, :], idx.shape)), w[:, k] * d_c)
+    d_w, d_bias, d_xpad = causal_conv.conv_backward(xpad, p["conv1d.weight"][:, 0, :], d_c, "conv1d.bias" in p, origin)
+    if d_bias is not None:
+        grads["conv1d.bias"] = d_bias
     grads["conv1d.weight"] = d_w[:, None, :]
     if d_conv_T is not None:
-        d_xpad[_final_taps(lengths, origin, T, K, N)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
+        causal_conv.final_window_backward(d_xpad, K, lengths, d_conv_T, origin)
     if "x_proj_weight" in p:  # x and z interleaved
         d_xz = np.stack([d_xpad[K - 1:], d_z], axis=-1).reshape(T, N, 2 * Di)
     else:
@@ -457,11 +404,5 @@ def recorded(cache) -> MambaRecord:
     T, N = u.shape[:2]
     if "x_proj_weight" not in p:  # one head: (T, N, S)
         B, C = B[:, :, 0], C[:, :, 0]
-    K = xpad.shape[0] - T + 1
-    org = 0 if origin is None else origin[:, None, :]
-    idx = _tap(np.arange(T)[:, None, None], np.arange(1, K)[None, :, None], K, org)  # (T, K-1, N): after step t
-    conv = xpad[np.broadcast_to(idx, (T, K - 1, N)), np.arange(N)[None, None, :]].transpose(0, 2, 3, 1)  # (T, N, Di, K-1)
-    if keep is not None and T:  # past its length a row's conv state is carried
-        last = xpad[_final_taps(lengths, origin, T, K, N)].transpose(1, 2, 0)  # (N, Di, K-1)
-        conv = np.where(keep[:, :, :, None], conv, last[None])
-    return MambaRecord(ssm=hs, conv=np.ascontiguousarray(conv), dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y, z=z)
+    conv = causal_conv.windows(xpad, xpad.shape[0] - T + 1, lengths, origin)  # (T, N, Di, K-1)
+    return MambaRecord(ssm=hs, conv=conv, dt=dt, decay=decay, B=B, C=C, x=a, gate=sz, y=y, z=z)

@@ -71,10 +71,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hiddenstate.cells.mamba import MambaState, silu
+from hiddenstate.cells import causal_conv
+from hiddenstate.cells.mamba import silu
 from hiddenstate.cells.scan import recurrence_backward, recurrence_forward
 from hiddenstate.cells.ssd import ssd_backward, ssd_forward
 from hiddenstate.functional import sigmoid
+from hiddenstate.state import MambaState
 
 __all__ = ["PARAMS", "Mamba2Record", "MambaState", "gated_rms_norm", "gated_rms_norm_backward", "recorded",
            "scan_backward", "scan_forward"]
@@ -231,11 +233,7 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
     if mup is not None:
         zxr *= mup
     z, xbc, r = zxr[:, :, :Di], zxr[:, :, Di:Di + Dc], zxr[:, :, Di + Dc:]
-    xpad = np.concatenate([conv0.transpose(2, 0, 1), xbc], axis=0)  # (K-1+T, N, Dc)
-    w = p["conv1d.weight"][:, 0, :]  # (Dc, K)
-    c = np.zeros((T, N, Dc), dtype=u.dtype) if p.get("conv1d.bias") is None else np.tile(p["conv1d.bias"], (T, N, 1))
-    for k in range(K):
-        c += w[:, k] * xpad[k:k + T]
+    c, xpad = causal_conv.conv_forward(xbc, p["conv1d.weight"][:, 0, :], p.get("conv1d.bias"), conv0)  # (T, N, Dc)
     a, da = silu(c)  # (T, N, Dc)
     x = a[:, :, :Di].reshape(T, N, H, P)
     B = a[:, :, Di:Di + G * S].reshape(T, N, G, S)
@@ -273,7 +271,7 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
     out = nrm @ p["out_proj.weight"].T  # (T, N, M)
     if p.get("out_proj.bias") is not None:
         out += p["out_proj.bias"]
-    final = MambaState(h_T, np.ascontiguousarray(xpad[T:].transpose(1, 2, 0)))
+    final = MambaState(h_T, causal_conv.final_window(xpad, K))
     cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan,
              (passes, nb, mup, in_multiplier))
     return out, final, cache
@@ -352,17 +350,12 @@ def scan_backward(cache, d_out, d_final):
     d_B = d_Bh.reshape(T, N, G, H // G, S).sum(axis=3)  # the heads of a group share its B
     d_C = d_Ch.reshape(T, N, G, H // G, S).sum(axis=3)
     d_c = np.concatenate([d_x.reshape(T, N, Di), d_B.reshape(T, N, G * S), d_C.reshape(T, N, G * S)], axis=-1) * da
-    if p.get("conv1d.bias") is not None:
-        grads["conv1d.bias"] = d_c.reshape(-1, Dc).sum(axis=0)
-    w = p["conv1d.weight"][:, 0, :]
-    d_w = np.empty_like(w)
-    d_xpad = np.zeros_like(xpad)  # (K-1+T, N, Dc)
-    for k in range(K):
-        d_w[:, k] = (d_c * xpad[k:k + T]).reshape(-1, Dc).sum(axis=0)
-        d_xpad[k:k + T] += w[:, k] * d_c
+    d_w, d_bias, d_xpad = causal_conv.conv_backward(xpad, p["conv1d.weight"][:, 0, :], d_c, "conv1d.bias" in p)
+    if d_bias is not None:
+        grads["conv1d.bias"] = d_bias
     grads["conv1d.weight"] = d_w[:, None, :]
     if d_conv_T is not None:
-        d_xpad[T:] += d_conv_T.transpose(2, 0, 1)
+        causal_conv.final_window_backward(d_xpad, K, None, d_conv_T)
     d_zxr = np.concatenate([d_z, d_xpad[K - 1:], d_pre], axis=-1)  # (T, N, Di + Dc + H)
     if mup is not None:
         d_zxr *= mup  # now the gradient of in_proj's own output
@@ -393,9 +386,7 @@ def recorded(cache) -> Mamba2Record:
     """
     p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan, _ = cache
     T, N = u.shape[:2]
-    K = xpad.shape[0] - T + 1
-    idx = np.arange(T)[:, None] + np.arange(1, K)[None, :]  # (T, K-1): the window after step t
-    conv = np.ascontiguousarray(xpad[idx].transpose(0, 2, 3, 1))  # (T, N, Dc, K-1)
+    conv = causal_conv.windows(xpad, xpad.shape[0] - T + 1)  # (T, N, Dc, K-1)
     H = A.shape[0]
     if hs is None:  # the SSD form formed no states: the scan gives them
         b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)

@@ -156,7 +156,7 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
     Raises
     ------
     TypeError
-        ``lm`` is neither a MambaLM nor a Mamba2LM.
+        ``lm`` is neither a MambaLM nor a Mamba2LM; ``torch_dtype`` is not a floating torch dtype.
     ValueError
         Blocks with ``bcdt_norm="rms_weight"`` or ``num_heads`` (mixers of hybrid models, with no
         whole-model transformers class of their own); Mamba-2 blocks with an option
@@ -180,6 +180,9 @@ def to_transformers(lm: MambaLM | Mamba2LM, *, torch_dtype=None):
     import torch
     import transformers
 
+    if torch_dtype is not None and torch_dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise TypeError(f"torch_dtype must be None or a floating torch dtype (torch.float32, torch.float64, "
+                        f"torch.float16, torch.bfloat16); got {type(torch_dtype).__name__} {torch_dtype!r:.60}.")
     common = dict(vocab_size=lm.vocab_size, hidden_size=lm.d_model, state_size=blk.d_state,
                   num_hidden_layers=lm.num_layers, layer_norm_epsilon=lm.eps, expand=blk.expand,
                   conv_kernel=blk.d_conv, use_bias=blk.bias, use_conv_bias=blk.conv_bias,

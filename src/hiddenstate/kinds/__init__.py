@@ -11,7 +11,8 @@ the few arrays every analysis reads whatever the kind:
                 curve, the explorer's state norm
 ``keep``        the keep gate (decay or forget gate) in (0, 1], (T, N, G), one column per gate
                 unit as the kind defines it (a state entry, a head, a key channel); its time
-                constants ``1 / (1 - mean)`` are shaped ``keep_shape``
+                constants ``1 / (1 - mean)`` are shaped ``keep_shape``; None for a kind
+                without one (a short convolution's window)
 ``lag_norms``   ``lag_norms(max_lag) -> LagNorms``: the norms of the exact Jacobian products
                 ``dS_T/dS_{T-k}`` against the lag k
 ``units``       each unit's activation (a channel's readout), (T, N, U), with its keep gate
@@ -23,10 +24,13 @@ the few arrays every analysis reads whatever the kind:
 Registered here: ``"mamba"`` (:class:`~hiddenstate.Mamba`, a keep gate per state entry) and
 ``"mamba2"`` (:class:`~hiddenstate.Mamba2`, per head); :mod:`hiddenstate.delta_views` adds
 ``"gated_delta"`` (:class:`~hiddenstate.gated_delta.GatedDeltaNet`) and ``"kda"``
-(:class:`~hiddenstate.gated_delta.KimiDeltaAttention`); :mod:`hiddenstate.kinds.mlstm` adds ``"mlstm"``
-(:class:`~hiddenstate.mlstm.MLSTMLayer`, a forget gate per head, a matrix memory) and
-:mod:`hiddenstate.kinds.rwkv` ``"rwkv"`` (:class:`~hiddenstate.rwkv.RWKVTimeMix`, a fixed decay per
-channel). Another kind is one
+(:class:`~hiddenstate.gated_delta.KimiDeltaAttention`); :mod:`hiddenstate.kinds.recurrences` adds
+``"rglru"`` (:class:`~hiddenstate.rglru.RGLRUBlock`, a keep gate per channel), ``"lightning"``
+(:class:`~hiddenstate.lightning.LightningAttention`, a matrix state, a constant decay per head)
+and ``"shortconv"`` (:class:`~hiddenstate.shortconv.ShortConv`, a window: no keep gate);
+:mod:`hiddenstate.kinds.mlstm` adds ``"mlstm"`` (:class:`~hiddenstate.mlstm.MLSTMLayer`, a forget gate per
+head, a matrix memory) and :mod:`hiddenstate.kinds.rwkv` ``"rwkv"`` (:class:`~hiddenstate.rwkv.RWKVTimeMix`,
+a fixed decay per channel). Another kind is one
 :func:`register_kind` call: its block's ``forward(u, state=None, *, record=True)`` returns
 ``(out, state_n, cache, record)`` (or give ``run``), and its ``view`` maps a record to a
 :class:`RecordView`.
@@ -34,7 +38,7 @@ channel). Another kind is one
 
 from __future__ import annotations
 
-from hiddenstate.kinds import delta, mlstm, rwkv, ssm
+from hiddenstate.kinds import delta, mlstm, recurrences, rwkv, ssm
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products, record_forward
 
 __all__ = ["BLOCKS", "KINDS", "Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "get_kind", "head_products",
@@ -97,5 +101,5 @@ def get_kind(name: str) -> Kind:
 
 
 
-for _kind in (*ssm.KINDS, *delta.KINDS, *mlstm.KINDS, *rwkv.KINDS):
+for _kind in (*ssm.KINDS, *delta.KINDS, *recurrences.KINDS, *mlstm.KINDS, *rwkv.KINDS):
     register_kind(_kind)

@@ -42,9 +42,11 @@ class RecordView(NamedTuple):
     ----------
     state : ndarray of shape (T, N, F)
         The recurrent state after every step, every entry a feature.
-    keep : ndarray of shape (T, N, G)
+    keep : ndarray of shape (T', N, G), or None
         The keep gate in (0, 1] per gate unit (Mamba: per state entry; Mamba-2 and the gated
-        delta rule: per head; KDA: per head and key channel).
+        delta rule: per head; KDA: per head and key channel; RG-LRU: per channel, without its
+        document starts, so T' <= T); None for a kind whose state no gate keeps (a short
+        convolution's window): no decay statistics and no time constants.
     keep_shape : tuple of int
         How the G gate units unfold (``(Di, S)``, ``(H,)``, ``(Hv, Dk)``): the time constants' shape.
     keep_name : str
@@ -54,8 +56,8 @@ class RecordView(NamedTuple):
     units : ndarray of shape (T, N, U)
         Each unit's activation: a channel's readout (Mamba's ``y``, the delta rule's ``o`` per
         head-channel).
-    unit_keep : ndarray of shape (T, N, U)
-        Each unit's keep gate, in (0, 1].
+    unit_keep : ndarray of shape (T, N, U), or None
+        Each unit's keep gate, in [0, 1] (None where ``keep`` is None).
     out_gate : ndarray of shape (T, N, U), or None
         The output gate's (0, 1) part (``sigmoid(z)``); None when the kind's output gate is not a
         (0, 1) gate.
@@ -77,14 +79,17 @@ class RecordView(NamedTuple):
     out_gate_name: str = "sigmoid(z)"
 
 
-def record_forward(block, u):
-    """The default :attr:`Kind.run`: ``out, _, _, record = block.forward(u, record=True)``.
+def record_forward(block, u, **forward):
+    """The default :attr:`Kind.run`: ``out, _, _, record = block.forward(u, record=True, **forward)``.
 
     Parameters
     ----------
     block : a block of the kind
     u : ndarray of shape (N, T, M)
         With ``batch_first=True`` blocks (what the registry's ``to_block`` builds).
+    **forward
+        More keywords of the block's ``forward``: what a family's ``hooked`` read off the model's
+        call (RecurrentGemma's ``reset`` at ``position_ids == 0``, (N, T)).
 
     Returns
     -------
@@ -92,7 +97,7 @@ def record_forward(block, u):
     record : NamedTuple
         The block's record, time-major (T, N, ...).
     """
-    out, _, _, rec = block.forward(u, record=True)
+    out, _, _, rec = block.forward(u, record=True, **forward)
     return out, rec
 
 
@@ -112,7 +117,8 @@ class Kind:
         ``states(record) -> dict of str to ndarray (T, N, ...)``: every step's states by name, in
         the order of the block's state tuple (``{"ssm": ..., "conv": ...}``).
     run : callable, default :func:`record_forward`
-        ``run(block, u) -> (out, record)``: the block on ``u`` (N, T, M) with every step recorded.
+        ``run(block, u, **forward) -> (out, record)``: the block on ``u`` (N, T, M) with every
+        step recorded (``forward``: the keywords a family's ``hooked`` gives, such as ``reset``).
     description : str, default ""
         One line: the state and its keep gate, for the docs.
     """

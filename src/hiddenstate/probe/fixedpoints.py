@@ -363,10 +363,12 @@ def find_fixed_points(
                   for a, c in zip(lo, hi)]
         X = np.clip(X, lo, hi)
 
+    A = np.empty((H, H))  # J - I, one buffer for every evaluation (a fresh (H, H) was page-faulted in each time)
+
     def q_and_grad(h):
         J = np.asarray(jac(h), dtype=np.float64)  # (H, H); first, so that F(h) may reuse the step
         r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
-        return 0.5 * float(r @ r), (J - eye).T @ r
+        return 0.5 * float(r @ r), np.subtract(J, eye, out=A).T @ r
 
     exact = min(tol, _EXACT)
 
@@ -379,7 +381,7 @@ def find_fixed_points(
         for _ in range(newton_steps):
             if q == 0.0:
                 break
-            A = np.asarray(jac(h), dtype=np.float64) - eye  # (H, H)
+            np.subtract(np.asarray(jac(h), dtype=np.float64), eye, out=A)  # (H, H)
             r = np.asarray(F(h), dtype=np.float64) - h  # (H,)
             if not (np.isfinite(r).all() and np.isfinite(A).all()):
                 break  # a map that is not finite here: keep the point we have

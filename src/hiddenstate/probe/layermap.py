@@ -39,7 +39,8 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
         :func:`hiddenstate.probe.gradflow.step_jacobians`). Both run the cell kind's scan kernel
         for one step (:meth:`hiddenstate.cells.base.CellKind.step`): the layers' own map.
         ``F(s)`` right after ``jac(s)`` for the same ``s`` returns the state that step computed
-        (the search asks for both at every point).
+        (the search asks for both at every point). Both use a copy of the layer's weights taken
+        now: changing the layer's parameters later does not change them.
 
     Raises
     ------
@@ -56,8 +57,9 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
     li = index("layer_index", layer_index, L, what="layers")
     direction = index("direction", direction, D, what="directions")
     layer.check_params()
-    # float64 whatever the layer's dtype: q must reach ~1e-12 to call a point fixed
-    w = {k: (None if v is None else np.asarray(v, dtype=np.float64)) for k, v in layer.weights(li, direction).items()}
+    # float64 whatever the layer's dtype: q must reach ~1e-12 to call a point fixed; private read-only copies,
+    # so that the kernels keep their layout of them across the hundreds of steps of a search (workspace.derived)
+    w = {k: (None if v is None else _frozen(v)) for k, v in layer.weights(li, direction).items()}
     width = w["weight_ih"].shape[1]
     xv = np.zeros(width) if x is None else float_array("x", x, dtype=np.float64)
     if xv.shape != (width,):
@@ -90,6 +92,13 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
 
     F.state_size = jac.state_size = S  # find_fixed_points checks its inits against it
     return F, jac
+
+
+def _frozen(v) -> np.ndarray:
+    """A float64 copy of ``v`` that owns its memory, read-only."""
+    a = np.array(v, dtype=np.float64)
+    a.flags.writeable = False
+    return a
 
 
 def reachable_box(layer) -> list:

@@ -100,17 +100,20 @@ def view_measures(view, index: int, max_lag: int) -> dict:
     Returns
     -------
     dict
-        ``decay`` (GateStats of the keep gate, one unit per gate unit), ``time_constants``
-        (``1 / (1 - mean keep)`` shaped ``view.keep_shape``), ``flow_spectral`` and ``flow_rms``
+        ``decay`` (GateStats of the keep gate, one unit per gate unit) and ``time_constants``
+        (``1 / (1 - mean keep)`` shaped ``view.keep_shape``) where the kind has a keep gate,
+        ``flow_spectral`` and ``flow_rms``
         (K,), and ``head_flow`` (K, H) where the kind has heads; for a matrix state
         ``effective_rank`` (T, H), the entropy effective rank of each head's ``S_t`` averaged over
         the sequences, and ``numerical_rank`` (T, H), its count of singular values above 1% of
         the largest, averaged likewise.
     """
-    keep = gate_statistics(view.keep, name=f"layer {index} {view.keep_name}", keep=True)
     lag = view.lag_norms(max_lag)
-    out = {"decay": keep, "time_constants": time_constant(np.clip(keep.mean, 0.0, 1.0)).reshape(view.keep_shape),
-           "flow_spectral": lag.spectral, "flow_rms": lag.rms}
+    out = {"flow_spectral": lag.spectral, "flow_rms": lag.rms}
+    if view.keep is not None:  # a kind without a keep gate (a short convolution) has neither
+        keep = gate_statistics(view.keep, name=f"layer {index} {view.keep_name}", keep=True)
+        out["decay"] = keep
+        out["time_constants"] = time_constant(np.clip(keep.mean, 0.0, 1.0)).reshape(view.keep_shape)
     if lag.heads is not None:
         out["head_flow"] = lag.heads
     if view.matrix is not None:

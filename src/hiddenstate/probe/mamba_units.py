@@ -136,14 +136,14 @@ def view_explore_data(view, text: str, units: dict | None) -> dict:
         under ``view.out_gate_name``; ``"units"``: ``"best feature"`` and ``"|r|"`` (with
         ``units``), ``"time constant"`` (``1 / (1 - mean decay)``, capped at 1e6 steps) and
         ``"saturation"`` (the fraction of steps the gates are below 0.1 or above 0.9, averaged
-        over the gates), each of shape (U,); ``"featured"``: each feature's best unit on ``y`` (at
+        over the gates), each of shape (U,), the last two only where the kind has such gates; ``"featured"``: each feature's best unit on ``y`` (at
         most 4) and the long-memory unit whose decay varies most; ``"norm"``: the norm of the
         whole state ``||S_t||`` (T',).
     """
     n = len(text)
     y = view.units[:n, 0]  # (T', U)
-    decay = view.unit_keep[:n, 0]
-    gates = {"decay": decay}
+    decay = None if view.unit_keep is None else view.unit_keep[:n, 0]
+    gates = {} if decay is None else {"decay": decay}
     if view.out_gate is not None:
         gates[view.out_gate_name] = view.out_gate[:n, 0]
     cols, featured = {}, []
@@ -156,10 +156,13 @@ def view_explore_data(view, text: str, units: dict | None) -> dict:
         for unit, fnames in featured_units(units, limit=4):
             rs = ", ".join(f"{float(units[f].r[unit]):+.2f}" for f in fnames)
             featured.append((f"{', '.join(fnames)}: channel {unit}, r = {rs}", "y", unit))
-    cols["time constant"] = np.minimum(time_constant(np.clip(decay.mean(axis=0), 0.0, 1.0)), 1e6)
-    cols["saturation"] = np.mean([((g < 0.1) | (g > 0.9)).mean(axis=0) for g in gates.values()], axis=0)
-    j = varying_memory_unit(decay)
-    tau = 1.0 / max(1.0 - float(decay[:, j].mean()), 1e-12)
-    featured.append((f"decay of channel {j}, τ ≈ {tau:.1f} steps", "decay", j))
+    if decay is not None:  # a kind without a keep gate (a short convolution) has no time constants
+        cols["time constant"] = np.minimum(time_constant(np.clip(decay.mean(axis=0), 0.0, 1.0)), 1e6)
+    if gates:
+        cols["saturation"] = np.mean([((g < 0.1) | (g > 0.9)).mean(axis=0) for g in gates.values()], axis=0)
+    if decay is not None:
+        j = varying_memory_unit(decay)
+        tau = 1.0 / max(1.0 - float(decay[:, j].mean()), 1e-12)
+        featured.append((f"decay of channel {j}, τ ≈ {tau:.1f} steps", "decay", j))
     return {"text": text, "signals": {"y": y, **gates}, "units": cols,
             "featured": featured, "norm": np.linalg.norm(view.state[:n, 0], axis=1)}

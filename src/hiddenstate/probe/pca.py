@@ -152,11 +152,14 @@ def pca(states, n_components: int | None = None, *, mask=None, method: str = "sv
     ------
     TypeError
         States that are not real numbers (bool, complex, strings), a mask that is not bool, an
-        ``n_components`` that is not an integer (``2.5`` is not a number of components).
+        ``n_components`` that is not an integer (``2.5`` is not a number of components), a
+        ``method`` that is not a str.
     ValueError
         If fewer than 2 samples are valid, H is 0, the states are not finite,
         ``n_components`` is out of range, or ``method`` is neither.
     """
+    if not isinstance(method, str):  # an array here made `not in` ambiguous
+        raise TypeError(f"method must be 'svd' or 'gram'; got {type(method).__name__} {method!r:.60}.")
     if method not in ("svd", "gram"):
         raise ValueError(f"method must be 'svd' or 'gram'; got {method!r}.")
     X = float_array("states", states, dtype=np.float64, finite=False)

@@ -95,8 +95,9 @@ def _memory(analysis) -> str:
     target = analysis.meta.get("memory target", "the input k steps back")
     chance = (f" Chance (dashed) is {first.chance:.3f}: always guessing the most common token of the training "
               "steps." if acc else "")
-    return (f'<section id="memory"><h2>Memory curve</h2><p>How well a ridge readout of the whole SSM state h<sub>t'
-            f"</sub> ({_ENTRIES.get(_kind(analysis), 'Di*S')} entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
+    entries = analysis.meta.get("state entries") or _ENTRIES.get(_kind(analysis), "Di*S")
+    return (f'<section id="memory"><h2>Memory curve</h2><p>How well a ridge readout of the whole state h<sub>t'
+            f"</sub> ({html.escape(entries)} entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
             f", fitted on the first 3/4 of the steps and scored on the rest. Its area above chance is the memory "
             f"capacity (Jaeger 2001); the horizon is the last lag of an unbroken run of scores &ge; 0.5.{chance}</p>"
             f"{_curves({k: mc.score for k, mc in mcs.items()}, 'memory curve', first.chance if acc else None)}"
@@ -112,7 +113,8 @@ def _units(analysis) -> str:
             rows.append(f"<tr><td>{la.layer}</td><th>{html.escape(name)}</th><td>{tops}</td></tr>")
     if not rows:
         return ""
-    unit = (CARDS[_kind(analysis)].unit if _kind(analysis) in CARDS else _DELTA_UNIT if _is_delta(analysis) else
+    unit = (CARDS[_kind(analysis)].unit if _kind(analysis) in CARDS else
+            html.escape(analysis.meta["unit"]) if "unit" in analysis.meta else _DELTA_UNIT if _is_delta(analysis) else
             "A head-channel d = h P + p is a unit: its activation is its readout before the gate and the gated norm, "
             "y<sub>t</sub>[h, p] = h<sub>t</sub>[h, p] &middot; C<sub>t</sub> + D<sub>h</sub> x<sub>t</sub>[h, p]."
             if _is2(analysis) else
@@ -128,6 +130,15 @@ def _explorer(analysis) -> str:
     ex = getattr(analysis, "explore", None)
     if ex is None:
         return ""
+    if "unit" in analysis.meta:  # the other kinds: the unit in the kind's words, its keep gate where it has one
+        gates = [k for k in ex["signals"] if k != "y"]
+        return ('<section id="text" class="card wide"><h2>Explore the units</h2><p class="what">The top layer\'s '
+                f"units. {html.escape(analysis.meta['unit'])} Pick one to colour the text by its activation after each "
+                "character (warm positive, cool negative)"
+                + (f"; the gate buttons switch to its {html.escape(', '.join(gates))}" if gates else
+                   "; this kind has no keep gate and no (0, 1) output gate")
+                + ". Hover a character for its value and the norm of the whole state; the values are embedded at 8 "
+                f"bits per unit and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
     return ('<section id="text" class="card wide"><h2>Explore the channels</h2><p class="what">The top layer\'s '
             "channels are the units (unit k is channel k). Pick one to colour the text by its activation y after each "
             "character (warm positive, cool negative); the gate buttons switch to its decay, "
@@ -279,6 +290,26 @@ def _layer2(la) -> str:
             f"{_curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}</section>")
 
 
+def _card(la) -> str:
+    """A layer's card from its own rows (``la.card_rows()``, ``la.flow_note``): the kinds beyond Mamba."""
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in la.card_rows())
+    tau = getattr(la, "time_constants", None)
+    taus = ""
+    if tau is not None and tau.ndim == 1 and tau.size <= 64:
+        cells = "".join(f"<th>{j}</th>" for j in range(tau.size))
+        taus = (f'<div style="overflow-x:auto"><table><tr><th></th>{cells}</tr><tr><th>time constant (steps)</th>'
+                + "".join(f"<td>{v:.3g}</td>" for v in tau) + "</tr></table></div>")
+    rank = getattr(la, "effective_rank", None)
+    if rank is not None:  # a matrix state: how full it is, step by step
+        full = min(la.record.kv.shape[-2:])
+        rank = (f"<p>How full the matrix memory is: the entropy effective rank of S<sub>t</sub> (Roy &amp; Vetterli "
+                f"2007), mean over heads, as a share of D = {full}, against the step t:</p>"
+                f"{_curve(rank.mean(axis=1) / full, f'layer {la.layer} effective rank', 'step')}")
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{_recomputed(la)}<table>{body}</table>{taus}'
+            f"<p>{html.escape(la.flow_note)}</p>{_curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}"
+            f"{rank or ''}</section>")
+
+
 def _layer(la) -> str:
     tau = la.channel_time_constant
     q = np.quantile(tau[np.isfinite(tau)], [0.1, 0.5, 0.9]) if np.isfinite(tau).any() else [np.inf] * 3
@@ -319,7 +350,18 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     -------
     str
         A self-contained HTML page.
+
+    Raises
+    ------
+    TypeError
+        ``analysis`` is not an analysis of a Mamba model, ``title`` or ``subtitle`` not a str.
     """
+    for name, text in (("title", title), ("subtitle", subtitle)):
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a str; got {type(text).__name__} {text!r:.60}.")
+    if not hasattr(analysis, "layers") or not isinstance(getattr(analysis, "meta", None), dict):
+        raise TypeError(f"analysis must be a MambaAnalysis (analyze_mamba) or Mamba2Analysis (analyze_mamba2); got "
+                        f"{type(analysis).__name__}.")
     m = analysis.meta
     skipped = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in analysis.not_measured.items())
     explorer = _explorer(analysis)
@@ -330,6 +372,10 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     card = CARDS.get(_kind(analysis))
     if card is not None:
         head = card.head(m, what)
+    elif "state" in m:
+        head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), "
+                f"{html.escape(m['state'])} per sequence; measured on {m.get('T')} steps of {m.get('N')} "
+                "sequence(s).</p>")
     elif _is_delta(analysis):
         per = "key channel" if _kind(analysis) == "kda" else "head"
         head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), matrix state (Hv="
@@ -345,7 +391,8 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
         head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), SSM state (Di="
                 f"{m.get('d_inner')}, S={m.get('d_state')}) and convolution state (Di, K-1={m.get('d_conv', 1) - 1}) "
                 f"per sequence; measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
-    layer = (lambda la: _layer_delta(la, m)) if _is_delta(analysis) else _layer2 if _is2(analysis) else _layer
+    layer = (_card if "state" in m else (lambda la: _layer_delta(la, m)) if _is_delta(analysis) else _layer2
+             if _is2(analysis) else _layer)
     if card is not None:
         layer = lambda la: card.layer(la, m, _curve, _recomputed)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -376,6 +423,7 @@ def build_mamba_report(out, analysis, *, title: str = "Inside a Mamba model", su
     Raises
     ------
     TypeError, ValueError
-        From :func:`hiddenstate.report.target.check_report_path` (nothing is written).
+        From :func:`mamba_page` and :func:`hiddenstate.report.target.check_report_path` (nothing is
+        written).
     """
     return write_report(out, mamba_page(analysis, title=title, subtitle=subtitle))

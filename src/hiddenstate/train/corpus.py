@@ -505,7 +505,8 @@ class StreamBatcher:
         if missing:
             raise ValueError(f"state must have keys {sorted(expected)}; missing {missing}.")
         for key in ("batch_size", "seq_len", "num_tokens"):
-            if state[key] != expected[key]:
+            got = state[key]  # an array here would make `!=` ambiguous: only an int can match
+            if not isinstance(got, (int, np.integer)) or isinstance(got, bool) or got != expected[key]:
                 raise ValueError(
                     f"state['{key}'] must match this batcher ({expected[key]}); got {state[key]}. "
                     "Rebuild the batcher with the same text, split, batch_size and seq_len."

@@ -39,7 +39,7 @@ import numpy as np
 
 from hiddenstate.functional import cross_entropy
 from hiddenstate.layers import BY_KIND
-from hiddenstate.nesting import where_ragged
+from hiddenstate.nesting import as_array, where_ragged
 from hiddenstate.params import uniform_init
 from hiddenstate.resources import check_memory
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
@@ -212,7 +212,7 @@ class CharRNN:
         Raises
         ------
         TypeError
-            If ``state`` is not a dict.
+            If ``state`` is not a dict, or a value is ragged nested lists (named by key).
         ValueError
             A key is missing or unexpected, or an array has the wrong shape, non-finite values, or
             values beyond the model's dtype (1e300 into a float32 model), named by key.
@@ -226,7 +226,7 @@ class CharRNN:
                              "Load a checkpoint saved for the same model configuration.")
         new = {}
         for key, param in self.params.items():
-            value = np.asarray(state[key])
+            value = as_array(f"state[{key!r}]", state[key])
             if value.shape != param.shape:
                 raise ValueError(f"state[{key!r}] must have shape {param.shape}; got {value.shape}.")
             if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():
@@ -320,7 +320,31 @@ class CharRNN:
         cache = (inputs, top, mask, rnn_cache) if need_cache else None
         return logits.reshape(T, N, self.vocab_size), state, cache
 
-    def backward(self, cache, dlogits) -> dict[str, np.ndarray]:
+    def gradient_groups(self) -> list[list[str]]:
+        """The keys of :attr:`params` in the order :meth:`backward` finishes their gradients.
+
+        The decoder's first, then each recurrent layer's from the top down (a GRU, LSTM or RNN
+        stack; another stack's all at once), then the embedding's: a data-parallel run reduces a
+        group while the backward pass computes the next ones.
+
+        Returns
+        -------
+        list of list of str
+            Every key once.
+        """
+        groups, rnn = [["decoder.weight", "decoder.bias"]], ["rnn." + k for k in self.rnn.params]
+        if self.cell not in LINEAR_CELLS + ("mamba",):  # a GRU/LSTM/RNN stack: a hook after each layer
+            for layer in range(self.num_layers - 1, -1, -1):
+                ends = tuple(self.rnn.suffix(layer, d) for d in range(self.rnn.num_directions))
+                groups.append([k for k in rnn if k.endswith(ends)])
+            groups[-1] += [k for k in rnn if not any(k in g for g in groups)]  # a learned h0 comes last
+        else:
+            groups.append(rnn)
+        if self.embedding_dim is not None:
+            groups.append(["encoder.weight"])
+        return groups
+
+    def backward(self, cache, dlogits, *, ready=None) -> dict[str, np.ndarray]:
         """Exact gradients of a scalar loss given its gradient with respect to the logits.
 
         Parameters
@@ -329,6 +353,10 @@ class CharRNN:
             From :meth:`forward`.
         dlogits : ndarray of shape (T, N, V)
             d loss / d logits.
+        ready : callable, optional
+            ``ready(grads)`` with each group of :meth:`gradient_groups` as soon as its gradients
+            are final (a dict keyed like :attr:`params`), before the rest is computed; the
+            return value holds every gradient all the same.
 
         Returns
         -------
@@ -341,10 +369,15 @@ class CharRNN:
         grads = {}
         d_decoder_weight = dy.T @ top  # (V, H)
         d_decoder_bias = dy.reshape(T, N, -1).sum(axis=1).sum(axis=0)  # (V,)
+        if ready is not None:
+            ready({"decoder.weight": d_decoder_weight, "decoder.bias": d_decoder_bias})
         dhs = (dy @ self.params["decoder.weight"]).reshape(T, N, self.hidden_size)  # (T, N, H)
         if mask is not None:
             dhs *= mask
-        rnn_grads, dx, _ = self.rnn.backward(rnn_cache, dhs)
+        if ready is not None and self.cell not in LINEAR_CELLS + ("mamba",):
+            rnn_grads, dx, _ = self.rnn.backward(rnn_cache, dhs, ready=lambda g: ready({"rnn." + k: v for k, v in g.items()}))
+        else:
+            rnn_grads, dx, _ = self.rnn.backward(rnn_cache, dhs)
         if self.embedding_dim is not None:
             d_encoder = np.zeros_like(self.params["encoder.weight"])  # (V, E)
             np.add.at(d_encoder, inputs.reshape(-1), dx.reshape(T * N, -1))
@@ -380,7 +413,7 @@ class CharRNN:
             loss, _ = cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
         return loss, state
 
-    def loss_and_grads(self, inputs, targets, state=None, *, training=False, rng=None):
+    def loss_and_grads(self, inputs, targets, state=None, *, training=False, rng=None, ready=None):
         """Mean cross-entropy of a chunk and its exact gradient (one truncated-BPTT step).
 
         Parameters
@@ -393,6 +426,8 @@ class CharRNN:
             Apply dropout, see :meth:`forward`.
         rng : numpy.random.Generator, optional
             Draws the dropout masks (see :meth:`forward`).
+        ready : callable, optional
+            Handed to :meth:`backward`: called with each group of final gradients.
 
         Returns
         -------
@@ -408,7 +443,7 @@ class CharRNN:
             raise ValueError(f"targets must have the shape of inputs {logits.shape[:2]}; got {targets.shape}.")
         with np.errstate(under="ignore"):  # exp of very negative log-probabilities: 0 is exact enough
             loss, dlogits = cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
-        return loss, self.backward(cache, dlogits), state
+        return loss, self.backward(cache, dlogits, ready=ready), state
 
     # -- generation ----------------------------------------------------------------------------
     def sample(self, prime, length, *, temperature=1.0, top_k=None, top_p=None, rng=None, state=None) -> np.ndarray:

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from hiddenstate.nesting import as_array
 from hiddenstate.validation import real
 
 __all__ = ["SGD", "Adam", "ExponentialMovingAverage", "clip_grad_norm"]
@@ -55,9 +56,10 @@ def _check_grads(grads, params: dict[str, np.ndarray]) -> None:
             "Pass the grads dict that backward returned for these parameters."
         )
     for key, grad in grads.items():
-        if np.shape(grad) != params[key].shape:
+        shape = as_array(f"grads['{key}']", grad).shape
+        if shape != params[key].shape:
             raise ValueError(
-                f"grads['{key}'] must have shape {params[key].shape}; got {np.shape(grad)}."
+                f"grads['{key}'] must have shape {params[key].shape}; got {shape}."
             )
 
 
@@ -74,14 +76,14 @@ def _load_buffers(
             f"for every parameter; missing {sorted(expected - state.keys())}, unexpected "
             f"{sorted(state.keys() - expected)}. Load a state saved for the same parameters."
         )
-    step = np.asarray(state["step"])
+    step = as_array("state['step']", state["step"])
     if step.shape != () or not np.issubdtype(step.dtype, np.integer) or int(step) < 0:
         raise ValueError(f"state['step'] must be a non-negative integer; got {state['step']!r}.")
     buffers = {}
     for prefix in prefixes:
         buffers[prefix] = {}
         for key, param in params.items():
-            value = np.asarray(state[f"{prefix}.{key}"])
+            value = as_array(f"state['{prefix}.{key}']", state[f"{prefix}.{key}"])
             if value.shape != param.shape or value.dtype != param.dtype:
                 raise ValueError(
                     f"state['{prefix}.{key}'] must have shape {param.shape} and dtype "
@@ -203,7 +205,7 @@ class Adam:
         Raises
         ------
         TypeError
-            If ``state`` is not a dict.
+            If ``state`` is not a dict, or a value is ragged nested lists (named by key).
         ValueError
             If keys differ from :meth:`state_dict`'s, or a shape or dtype does not match.
         """
@@ -292,7 +294,7 @@ class SGD:
         Raises
         ------
         TypeError
-            If ``state`` is not a dict.
+            If ``state`` is not a dict, or a value is ragged nested lists (named by key).
         ValueError
             If keys differ from :meth:`state_dict`'s, or a shape or dtype does not match.
         """
@@ -386,7 +388,7 @@ class ExponentialMovingAverage:
         Raises
         ------
         TypeError
-            If ``state`` is not a dict.
+            If ``state`` is not a dict, or a value is ragged nested lists (named by key).
         ValueError
             If keys differ from :meth:`state_dict`'s, or a shape or dtype does not match.
         """

@@ -209,6 +209,7 @@ class Trainer:
         self.model = CharRNN(corpus.vocab.size, cfg.hidden_size, cfg.num_layers, cell=cfg.cell,
                              embedding_dim=cfg.embedding_dim, dropout=cfg.dropout, weight_drop=cfg.weight_drop,
                              dtype=np.dtype(cfg.dtype), rng=self.rng)
+        self.groups = self.model.gradient_groups()  # the order the backward pass finishes the gradients in
         self.opt = Adam(self.model.params, lr=cfg.lr)
         self.ema = None if cfg.ema is None else ExponentialMovingAverage(self.model.params, decay=cfg.ema)
         self.history: dict[str, list] = {key: [] for key in HISTORY}
@@ -252,10 +253,11 @@ class Trainer:
         if self.batcher.at_epoch_start:
             self.carry = None  # a new pass over the text: the carried state no longer follows on
         inputs, targets = self.world.shard(self.batcher.next_batch())  # (T, N) each (a rank: its rows)
-        loss, grads, self.carry = self.world.local(  # a rank: an overflow in its rows becomes a NaN loss for all
-            lambda: self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.mask_rng),
-            self.model.params)
-        loss, grads = self.world.average(loss, grads)  # a rank: the whole batch's
+        loss, grads, self.carry = self.world.local(  # a rank: reduces each layer's gradient as soon as it is final
+            lambda ready=None: self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.mask_rng,
+                                                         ready=ready),
+            self.model.params, self.groups)
+        loss, grads = self.world.average(loss, grads)  # a rank: the whole batch's (waits for the buckets)
         why = divergence(loss, self.model.vocab_size)
         if why:
             raise _Diverged(f"the training loss {why}")
@@ -431,6 +433,9 @@ class StepLoop:
             return nats
 
         last_val = history["val_loss"][-1] if history["val_loss"] else None
+        if self.callback is None:  # ranks: the stop agreement rides in the step's all-reduce (a callback decides after it)
+            trainer.world.watch(lambda: (self.budget_s is not None and self.part_clock() >= self.budget_s,
+                                         self.signals.received))
         if self.signals.received is not None and trainer.step < cfg.steps:
             raise self.interrupted(saved=False)  # before the first step: nothing new to save
         while trainer.step < cfg.steps:

@@ -13,7 +13,7 @@ the parameters' gradients included, an array of the input's library, device and 
 At step t a row reads its initial states ``(h0, conv0)`` where ``reset[t]`` (else the previous
 ones); past its length (``keep[t]`` False) its output is 0 and both states are carried unchanged.
 The variants of the kernels are here too: ``norm_eps`` (the RMS norms of dt, B, C, weighted by
-``p``'s :data:`~hiddenstate.cells.mamba.NORMS` when it has them) and ``ZambaMambaMixer``'s heads
+``p``'s :data:`~hiddenstate.params.MAMBA_NORMS` when it has them) and ``ZambaMambaMixer``'s heads
 (when ``p`` has ``x_proj_weight``).
 """
 
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.cells.mamba import NORMS, MambaState
+from hiddenstate.params import MAMBA_NORMS as NORMS
 from hiddenstate.params import check_params
+from hiddenstate.state import MambaState
 from hiddenstate.validation import bool_mask, shape_str
 from hiddenstate.validation import lengths as check_lengths
 from hiddenstate.xp.arrays import converted, float_input, is_foreign, namespace, state_input, to_namespace, to_numpy

@@ -12,8 +12,9 @@ family touches neither. Nothing here imports torch or transformers at module lev
 Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybrid, zamba2
 (shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
 the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
-olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); xlstm (kind ``mlstm``),
-rwkv (kind ``rwkv``).
+olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
+``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``),
+xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``).
 
 How to add a family
 -------------------
@@ -31,7 +32,10 @@ import and to ``_MODULES`` below. The fields:
     Our block of its recurrent layers, the name of a registered :class:`hiddenstate.kinds.Kind`
     (a key of ``BLOCKS``): ``"mamba"`` (:class:`hiddenstate.Mamba`), ``"mamba2"``
     (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.gated_delta.GatedDeltaNet`)
-    or ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`). The kind says how its block
+    ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`), ``"rglru"``
+    (:class:`hiddenstate.rglru.RGLRUBlock`), ``"lightning"``
+    (:class:`hiddenstate.lightning.LightningAttention`) or ``"shortconv"``
+    (:class:`hiddenstate.shortconv.ShortConv`). The kind says how its block
     runs with every step recorded (``Kind.run``), which of the record's arrays are its states
     (``Kind.states``) and what the analyses read of it (``Kind.view``, a
     :class:`~hiddenstate.kinds.RecordView`); a new kind is one
@@ -52,9 +56,10 @@ import and to ``_MODULES`` below. The fields:
     block's ``bcdt_norm``, ``norm_eps``, ``num_heads`` for FalconMamba's, Jamba's and Zamba's
     mixers) and :func:`~hiddenstate.interop.families.blocks.mamba2_block` read every
     ``MambaMixer`` / ``Mamba2Mixer``-like module.
-``hooked(args, kwargs, output) -> (u, out)`` (optional)
+``hooked(args, kwargs, output) -> (u, out)`` or ``(u, out, forward)`` (optional)
     The mixer's input and output (N, T, M) from what its forward hook sees; default its first
-    argument (or ``hidden_states=``) and its output (a tuple's first item).
+    argument (or ``hidden_states=``) and its output (a tuple's first item). ``forward``, a dict,
+    is passed to the block's ``forward`` (RecurrentGemma's ``{"reset": position_ids == 0}``).
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
@@ -98,11 +103,14 @@ from hiddenstate.interop.families import (
     granitemoehybrid,
     jamba,
     kimi_linear,
+    lfm2,
     mamba,
     mamba2,
+    minimax,
     nemotron_h,
     olmo_hybrid,
     qwen3_next,
+    recurrent_gemma,
     rwkv,
     xlstm,
     zamba,
@@ -121,7 +129,8 @@ from hiddenstate.interop.families.registry import (
 )
 
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
-            qwen3_next, olmo_hybrid, kimi_linear, xlstm, rwkv)
+            qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
+            xlstm, rwkv)
 for _module in _MODULES:
     register(_module.FAMILY)
 

@@ -42,6 +42,19 @@ layer's error and the final state's against the cache: ``Qwen3NextForCausalLM`` 
 ``KimiLinearForCausalLM`` 1.1e-6 / 1.6e-7, 1.2e-6 / 8.2e-7, 1.8e-2 / 5.4e-3: float32 about 100
 times inside its bound, bfloat16 3.5 to 6 times.
 
+The RG-LRU, lightning and short-convolution families (kinds ``rglru``, ``lightning``, ``shortconv``),
+measured on the tests' tiny models (N = 2, transformers' own initialisation), the worst layer's
+error and the final state's against the model's own (``rg_lru.recurrent_states`` and
+``conv1d_state``, ``cache.get_linear_cache``, ``cache.get_conv_state``): ``RecurrentGemmaForCausalLM``
+3.4e-7 / 3.3e-7 at T = 150, 4.2e-7 / 5.4e-7 at T = 1,024; ``MiniMaxForCausalLM`` 2.8e-7 / 2.6e-7,
+5.5e-7 / 8.9e-7; ``Lfm2ForCausalLM`` 1.9e-7 / 1.3e-7, 1.8e-7 / 1.3e-7 (at ``hidden_size`` 256, T =
+2,048: 8.6e-7, 7.5e-7, 5.6e-7). In bfloat16 at T = 150: MiniMax 1.8e-2, LFM2 5.1e-3, but
+RecurrentGemma 5.9e-2 and 7.0e-2 at T = 512, above the bound: transformers computes the RG-LRU's
+gates and ``a_t = exp(-8 r_t softplus(Lambda))`` in the model's dtype (the recurrence only is
+accumulated in float32), and a decay near 1 rounded to bfloat16 changes the time constant a lot;
+its own bfloat16 block differs from the same block in float32 on the same input by 6.6e-2 at
+T = 512. A bfloat16 RecurrentGemma is refused on long inputs; a float32 copy of it is not.
+
 xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``) are all-recurrent. Measured on 2-layer
 ``xLSTMForCausalLM`` (``hidden_size`` 128, 4 heads of Dk 16, Dv 32, gate weights drawn so that
 the stabiliser switches) and 3-layer ``RwkvForCausalLM`` (``hidden_size`` 64), N = 2, the
@@ -292,8 +305,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
 
     def hook(index):
         def keep(module, args, kwargs, output):
-            u, out = family.hooked(args, kwargs, output)
-            seen[index].append((u.detach().clone(), out.detach().clone()))
+            got = family.hooked(args, kwargs, output)
+            u, out, extra = got if len(got) == 3 else (*got, {})
+            seen[index].append((u.detach().clone(), out.detach().clone(), extra))
         return keep
 
     handles = []
@@ -316,12 +330,13 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         if len(seen[i]) != 1:
             raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recomputed; it "
                              f"ran {len(seen[i])} times.")
-        u, theirs = (t.cpu().double().numpy() for t in seen[i].pop())
+        u, theirs, extra = seen[i].pop()
+        u, theirs = (t.cpu().double().numpy() for t in (u, theirs))
         blk = family.convert(mixers[i], model.config)
         if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
                              f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
-        ours, rec = get_kind(family.kind).run(blk, u)
+        ours, rec = get_kind(family.kind).run(blk, u, **extra)
         scale = float(np.abs(theirs).max())
         err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
         if not err <= tol:

@@ -89,7 +89,8 @@ class Family:
         ``package`` and its ``config.model_type`` is ``name``.
     kind : str
         Our block of its recurrent layers, a registered :class:`hiddenstate.kinds.Kind`'s name, a
-        key of ``BLOCKS`` (``"mamba"``, ``"mamba2"``, ``"gated_delta"``, ``"kda"``): the kind says
+        key of ``BLOCKS`` (``"mamba"``, ``"mamba2"``, ``"gated_delta"``, ``"kda"``,
+        ``"rglru"``, ``"lightning"``, ``"shortconv"``): the kind says
         how the block is run with every step recorded and what of its record the analyses read.
     layers : callable
         ``layers(model) -> list of LayerInfo``: the layer map, one entry per layer of the
@@ -99,8 +100,9 @@ class Family:
         block (of ``BLOCKS[kind]``), float64, ``batch_first=True``; a ValueError
         for what the block does not compute (:mod:`hiddenstate.interop.families.blocks`).
     hooked : callable, optional
-        ``hooked(args, kwargs, output) -> (u, out)``: the mixer's input (N, T, M) and output
-        (N, T, M) from what a forward hook sees; default the first argument (or
+        ``hooked(args, kwargs, output) -> (u, out)`` or ``(u, out, forward)``: the mixer's input
+        (N, T, M) and output (N, T, M) from what a forward hook sees, and optionally a dict of
+        keywords for the block's ``forward`` (``reset``); default the first argument (or
         ``hidden_states=``) and the output (the first item of a tuple).
     package : str, default "transformers"
         The top-level package the model classes come from.

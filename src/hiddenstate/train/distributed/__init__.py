@@ -9,17 +9,22 @@ torchrun's ``env://`` variables) and trains the same model on its share of the b
 * the loss is the mean over all ``N`` rows: each rank scales its gradient (the mean over its
   ``T N/K`` predictions) by ``1/K`` and one all-reduce sums them, so every rank holds the
   single-process gradient up to the order of summation, clips it by the same global norm and
-  takes the same Adam step (weights and optimizer state stay identical on every rank);
-* dropout and DropConnect masks come from the run's one generator: every rank draws the masks of
-  the whole batch and keeps its rows (:class:`RowGenerator`), so the draws are those of the
-  single-process run;
+  takes the same Adam step (weights and optimizer state stay identical on every rank). As in
+  torch's DDP the all-reduce goes in buckets that start while the backward pass still runs (the
+  decoder's and the top layer's gradients are final before the lower layers' BPTT) and are
+  waited for only before the update (:mod:`~hiddenstate.train.distributed.buckets`);
+* dropout and DropConnect masks come from the run's one generator: every rank draws its rows of
+  each mask and advances the generator past the other rows' numbers (:class:`RowGenerator`), so
+  the draws are those of the single-process run at ``1/K`` of the cost;
 * the validation rows (32 streams) are split over the ranks and the loss sums are all-reduced;
 * only rank 0 (the leader) owns the run directory: it claims it, writes the log and the
   checkpoint (under the usual lock and atomic save) after gathering every row's carried state, so
   a checkpoint written by K ranks is an ordinary one-process checkpoint, resumable on any number
   of ranks;
-* the decision to stop (the step count, ``--max-minutes``, a callback, SIGINT/SIGTERM) is agreed by
-  an all-reduce after every step, so every rank stops at the same step.
+* the decision to stop (the step count, ``--max-minutes``, SIGINT/SIGTERM) and the step's loss
+  ride at the end of the gradient's last bucket, so every rank stops at the same step and a step
+  costs no collective besides the gradient's (a ``callback`` of :func:`~hiddenstate.train.train`
+  decides after the step, so with one the decision is an all-reduce of its own).
 
 Faults: every collective runs under the process group's timeout (``HIDDENSTATE_DIST_TIMEOUT``
 seconds, default 60); a rank that dies makes the others' next collective fail at once, and they
@@ -95,7 +100,13 @@ def follower() -> bool:
     -------
     bool
     """
-    return launched() and os.environ.get("RANK", "0").strip() != "0"
+    if not launched():
+        return False
+    try:  # a rank out of [0, WORLD_SIZE) or not a number has no rank 0 to speak for it: it speaks itself
+        rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    return 0 < rank < size
 
 
 def join(device: str = "cpu") -> World:
@@ -124,6 +135,9 @@ def join(device: str = "cpu") -> World:
     if not launched():
         return LOCAL
     rank, size = env_int("RANK"), env_int("WORLD_SIZE")
+    if rank >= size:
+        raise ValueError(f"RANK must be less than WORLD_SIZE={size} (set by torchrun); got {rank}. Start the ranks "
+                         "with torchrun or hiddenstate train --processes K.")
     if not os.environ.get("HIDDENSTATE_DEBUG"):  # c10d's own C++ log lines would break the one-line errors
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:

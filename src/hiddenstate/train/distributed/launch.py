@@ -21,7 +21,7 @@ import uuid
 from hiddenstate.train.distributed.store import bind_loopback_gloo, loopback_store
 from hiddenstate.train.distributed.world import timeout_s
 
-__all__ = ["launch", "without_processes_flag"]
+__all__ = ["launch", "max_processes", "without_processes_flag"]
 
 
 def without_processes_flag(argv: list[str]) -> list[str]:
@@ -50,6 +50,16 @@ def without_processes_flag(argv: list[str]) -> list[str]:
     return out
 
 
+def max_processes() -> int:
+    """The most processes ``--processes`` starts on this machine: 4 per CPU, at least 8.
+
+    Returns
+    -------
+    int
+    """
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
 def launch(argv: list[str], processes: int) -> int:
     """Run ``hiddenstate ARGV`` as ``processes`` ranks of one run on this machine (see the module docstring).
 
@@ -68,8 +78,14 @@ def launch(argv: list[str], processes: int) -> int:
     Raises
     ------
     ValueError
-        torch is not installed (the message names ``pip install 'hiddenstate[distributed]'``).
+        ``processes`` is more than :func:`max_processes` (``--processes 100000`` once started
+        processes until the machine stalled); torch is not installed (the message names
+        ``pip install 'hiddenstate[distributed]'``).
     """
+    if processes > max_processes():
+        raise ValueError(f"--processes must be at most {max_processes()} on this machine (4 per CPU, at least 8; "
+                         f"{os.cpu_count() or 1} CPUs); got {processes}. Each process is one rank of the run: more "
+                         "than the CPUs only wait for each other.")
     try:
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

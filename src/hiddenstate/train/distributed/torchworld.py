@@ -16,9 +16,20 @@ import time
 
 import numpy as np
 
-from hiddenstate.train.distributed.rows import RowGenerator, batch_rows, stream_rows
+from hiddenstate.train.distributed.buckets import BUCKET_ELEMENTS, GradientBuckets, agreed, stop_slots
+from hiddenstate.train.distributed.rows import RankRows, stream_rows
 from hiddenstate.train.distributed.store import rendezvous
-from hiddenstate.train.distributed.world import LostRank, PeerFailed, RendezvousFailed, World, env_int, timeout_s
+from hiddenstate.train.distributed.world import (
+    LostRank,
+    PeerFailed,
+    RendezvousFailed,
+    World,
+    alive,
+    env_int,
+    first_sentence,
+    one_line,
+    timeout_s,
+)
 
 __all__ = ["TorchWorld"]
 
@@ -27,12 +38,7 @@ def _describe_address() -> str:
     return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-class TorchWorld(World):
+class TorchWorld(RankRows, World):
     """One rank of a run on ``torch.distributed`` (gloo on CPUs, NCCL on GPUs).
 
     Joins the process group on construction (``init_method="env://"``: torchrun's ``MASTER_ADDR``,
@@ -78,7 +84,7 @@ class TorchWorld(World):
             except Exception as error:  # DistStoreError, RuntimeError (EADDRINUSE), ValueError, ...
                 raise RendezvousFailed(
                     f"rank {rank} of {size} could not join the run at {_describe_address()} within "
-                    f"{self.timeout_s:g} s ({_one_line(error)}). Check --rdzv-endpoint / MASTER_ADDR:MASTER_PORT "
+                    f"{self.timeout_s:g} s ({one_line(error)}). Check --rdzv-endpoint / MASTER_ADDR:MASTER_PORT "
                     "(reachable, and a port no other program uses) and that every process was started.") from None
         elif (dist.get_rank(), dist.get_world_size()) != (rank, size):
             raise ValueError(f"the process group already joined is rank {dist.get_rank()} of {dist.get_world_size()}, "
@@ -86,7 +92,9 @@ class TorchWorld(World):
         else:
             backend = dist.get_backend()
         self.tensor_device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", self.local_rank)
-        self._bucket = None
+        self.bucket_elements = BUCKET_ELEMENTS
+        self._plan = self._buckets = self._probe = self._agreed = None
+        self._counted = False
         self.peers = self._gather_object({"host": socket.gethostname(), "pid": os.getpid()})
 
     # -- devices and collectives --------------------------------------------------------------------
@@ -120,13 +128,13 @@ class TorchWorld(World):
         local = [(r, p["pid"]) for r, p in enumerate(self.peers or ()) if r != self.rank and p["host"] == here]
         dead, end = [], time.monotonic() + 2.0
         while local and not dead and time.monotonic() < end:  # a killed peer's sockets close before it is a zombie
-            dead = [f"rank {r} (pid {pid})" for r, pid in local if not _alive(pid)]
+            dead = [f"rank {r} (pid {pid})" for r, pid in local if not alive(pid)]
             if not dead:
                 time.sleep(0.05)
         who = (" and ".join(dead) + (" was" if len(dead) == 1 else " were") + " lost" if dead
                else "another rank was lost or stopped answering")
         return LostRank(f"rank {self.rank} stopped at step {self.step}: {who} during {doing} "
-                        f"({_first_sentence(error)}).")
+                        f"({first_sentence(error)}).")
 
     def _collective(self, doing: str, call, *args, **kwargs):
         try:
@@ -213,7 +221,7 @@ class TorchWorld(World):
             On every rank: a ``--batch-size`` that is not a multiple of the number of processes,
             a rank whose ``--data`` differs from rank 0's, or another rank's setup error (named).
         """
-        mine = None if error is None else f"{type(error).__name__}: {_one_line(error)}"
+        mine = None if error is None else f"{type(error).__name__}: {one_line(error)}"
         reports = self._gather_object({"error": mine, "sha256": text_sha256})
         if error is not None:
             raise error
@@ -231,119 +239,72 @@ class TorchWorld(World):
                                  f"({report['sha256'][:12]}...) differs from rank 0's ({reports[0]['sha256'][:12]}...). "
                                  "Give every machine the same --data file.")
 
-    # -- rows ------------------------------------------------------------------------------------------
-    def rows_of(self, batch_size: int) -> slice:
-        """This rank's rows ``[r N/K, (r+1) N/K)`` of the batch.
-
-        Parameters
-        ----------
-        batch_size : int
-            N, a multiple of the number of ranks K.
-
-        Returns
-        -------
-        slice
-        """
-        return batch_rows(self.rank, self.size, batch_size)
-
-    def mask_generator(self, rng: np.random.Generator, batch_size: int) -> np.random.Generator:
-        """:class:`RowGenerator` of ``rng`` for this rank's rows.
-
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The run's generator.
-        batch_size : int
-            N.
-
-        Returns
-        -------
-        RowGenerator
-        """
-        self.batch_size = batch_size
-        return RowGenerator(rng, self.rows_of(batch_size), batch_size)
-
-    def shard(self, chunk):
-        """This rank's rows of the step's chunk.
-
-        Parameters
-        ----------
-        chunk : tuple of ndarray of shape (T, N)
-            Inputs and targets.
-
-        Returns
-        -------
-        tuple of ndarray of shape (T, N/K)
-        """
-        rows = self.rows_of(chunk[0].shape[1])
-        return tuple(np.ascontiguousarray(part[:, rows]) for part in chunk)
-
-    def shard_state(self, state):
-        """This rank's rows of a carried state restored from a checkpoint.
-
-        Parameters
-        ----------
-        state : ndarray of shape (L, N, H), a pair of them, or None
-
-        Returns
-        -------
-        ndarray of shape (L, N/K, H), a pair, or None
-        """
-        if state is None:
-            return None
-        if isinstance(state, tuple):
-            return tuple(self.shard_state(s) for s in state)
-        return np.ascontiguousarray(state[:, self.rows_of(state.shape[1])])
-
-    def gather_state(self, state):
-        """Every row's carried state, concatenated on the leader (followers get None).
-
-        Parameters
-        ----------
-        state : ndarray of shape (L, N/K, H), a pair, or None
-            This rank's rows (the same structure on every rank).
-
-        Returns
-        -------
-        ndarray of shape (L, N, H), a pair, or None
-        """
-        parts = self._gather_object(state)  # a few MB at most, at a checkpoint: pickled is simple and exact
-        if not self.leader or parts[0] is None:
-            return None
-        if isinstance(parts[0], tuple):
-            return tuple(np.concatenate([p[i] for p in parts], axis=1) for i in range(len(parts[0])))
-        return np.concatenate(parts, axis=1)
-
     # -- the step --------------------------------------------------------------------------------------
-    def local(self, compute, params: dict):
-        """This rank's part of a step; a floating-point error in it becomes a NaN loss and zero gradients.
+    def watch(self, probe) -> None:
+        """Let the stop agreement ride in the step's last bucket: ``probe()`` gives this rank's part.
 
-        The step's all-reduce then carries the NaN to every rank, which all stop as diverged at the
-        same step (a rank that raised alone would leave the others waiting for it).
+        Parameters
+        ----------
+        probe : callable or None
+            Returns ``(out_of_time, signum)`` when the last bucket starts (after the backward
+            pass); None: the agreement is a collective of its own (:meth:`agree`), as it must be
+            when a callback decides after the step.
+        """
+        self._probe = probe
+
+    def local(self, compute, params: dict, groups=None):
+        """This rank's part of a step, its gradient reduced bucket by bucket as the backward pass finishes it.
+
+        ``compute(ready=...)`` gets :meth:`GradientBuckets.ready
+        <hiddenstate.train.distributed.buckets.GradientBuckets.ready>` for NumPy parameters. A
+        floating-point error in it becomes a NaN loss and zero gradients: the step's all-reduce
+        then carries the NaN to every rank, which all stop as diverged at the same step (a rank
+        that raised alone would leave the others waiting for it).
 
         Parameters
         ----------
         compute : callable
-            Returns ``(loss, grads, carry)``.
+            ``compute(ready=None)`` returns ``(loss, grads, carry)``.
         params : dict of str to ndarray
             The model's parameters (the shapes of the gradients).
+        groups : list of list of str, optional
+            The keys in the order the backward pass finishes them
+            (:meth:`~hiddenstate.train.model.CharRNN.gradient_groups`); None: one bucket.
 
         Returns
         -------
         tuple of (float, dict, object)
         """
+        first = next(iter(params.values()))
+        self.step, self._counted = self.step + 1, True
+        self._buckets = self._buckets_for(params, groups) if isinstance(first, np.ndarray) else None
         try:
-            return compute()
+            return compute(ready=None if self._buckets is None else self._buckets.ready)
         except FloatingPointError:
             return float("nan"), {k: np.zeros_like(v) for k, v in params.items()}, None
 
-    def average(self, loss, grads: dict):
-        """The whole batch's mean loss and gradient: ``(1/K) sum_r`` of every rank's, in one all-reduce.
+    def _buckets_for(self, params: dict, groups) -> GradientBuckets:
+        key = (tuple(map(tuple, groups or [list(params)])), next(iter(params.values())).dtype, self.bucket_elements)
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, GradientBuckets(params, groups or [list(params)], self._start, self._wait, self.size,
+                                               self.torch, self.bucket_elements))
+        self._plan[1].begin()
+        return self._plan[1]
 
-        NumPy gradients are packed (scaled by 1/K in the same pass) into one flat buffer, reduced
-        in place through ``torch.from_numpy`` (no copy) and handed back as views of it; torch
-        tensors (``--device torch:cpu``/``cuda``) are concatenated on their device. The loss rides
-        in float64 in a second, one-element reduction.
+    def _start(self, tensor):
+        return self._collective(f"the gradient all-reduce of step {self.step}", self.dist.all_reduce, tensor,
+                                async_op=True)
+
+    def _wait(self, work) -> None:
+        self._collective(f"the gradient all-reduce of step {self.step}", work.wait)
+
+    def average(self, loss, grads: dict):
+        """The whole batch's mean loss and gradient: ``(1/K) sum_r`` of every rank's, in the step's one all-reduce.
+
+        NumPy gradients: the buckets :meth:`local` started, and the last one with the loss and
+        the stop agreement (:mod:`~hiddenstate.train.distributed.buckets`); each is waited for
+        here, before the update. torch tensors (``--device torch:cpu``/``cuda``) are concatenated
+        on their device with the same extras and reduced at once.
 
         Parameters
         ----------
@@ -359,38 +320,27 @@ class TorchWorld(World):
         grads : dict of str to ndarray or tensor
             The batch's gradient (the same values on every rank).
         """
-        torch, scale = self.torch, 1.0 / self.size
-        self.step += 1
-        first = next(iter(grads.values()))
-        if isinstance(first, np.ndarray):
-            flat = self._numpy_bucket(grads)
-            offset = 0
-            for g in grads.values():
-                np.multiply(g.reshape(-1), first.dtype.type(scale), out=flat[offset: offset + g.size])
-                offset += g.size
-            self._collective(f"the gradient all-reduce of step {self.step}", self.dist.all_reduce, self._bucket[1])
-            reduced, offset = {}, 0
-            for key, g in grads.items():
-                reduced[key] = flat[offset: offset + g.size].reshape(g.shape)
-                offset += g.size
+        torch = self.torch
+        self.step, self._counted = self.step + (not self._counted), False
+        probe = self._probe
+        slots = stop_slots(self.leader, *probe()) if probe is not None else []
+        if isinstance(next(iter(grads.values())), np.ndarray):
+            buckets = self._buckets if self._buckets is not None else self._buckets_for(grads, None)
+            self._buckets = None
+            total, reduced, summed = buckets.finish(loss, grads, slots)
         else:
-            flat = torch.cat([g.reshape(-1) for g in grads.values()]) * scale
+            parts = [g.reshape(-1) for g in grads.values()]
+            extras = torch.tensor([float(loss), *slots], dtype=parts[0].dtype, device=parts[0].device)
+            flat = torch.cat([*parts, extras]) * (1.0 / self.size)
             self._collective(f"the gradient all-reduce of step {self.step}", self.dist.all_reduce, flat)
             reduced, offset = {}, 0
             for key, g in grads.items():
                 n = g.numel()
                 reduced[key] = flat[offset: offset + n].reshape(g.shape)
                 offset += n
-        total = self.sum(float(loss) * scale)[0]
+            total, summed = float(flat[offset]), (flat[offset + 1:] * self.size).tolist()
+        self._agreed = agreed(summed) if probe is not None else None
         return total, reduced
-
-    def _numpy_bucket(self, grads: dict) -> np.ndarray:
-        size = sum(g.size for g in grads.values())
-        dtype = next(iter(grads.values())).dtype
-        if self._bucket is None or self._bucket[0].size != size or self._bucket[0].dtype != dtype:
-            flat = np.empty(size, dtype=dtype)
-            self._bucket = (flat, self.torch.from_numpy(flat))  # one buffer for the run; the tensor shares it
-        return self._bucket[0]
 
     def val_rows(self, n_rows: int) -> slice:
         """This rank's share of the ``n_rows`` validation streams (as even as it can be).
@@ -421,7 +371,10 @@ class TorchWorld(World):
         return tuple(float(v) for v in t.tolist())
 
     def agree(self, out_of_time: bool, stop: bool, signum) -> tuple:
-        """The stop decision shared by every rank: any rank's time limit, callback or signal stops all.
+        """The stop decision shared by every rank: the leader's time limit, a callback or any rank's signal.
+
+        After a step whose last bucket carried the agreement (:meth:`watch`) it is that one, with
+        no collective of its own; otherwise an all-reduce of its own.
 
         Parameters
         ----------
@@ -434,6 +387,9 @@ class TorchWorld(World):
         -------
         tuple of (bool, bool, int or None)
         """
+        carried, self._agreed = self._agreed, None
+        if carried is not None and not stop:
+            return carried[0], False, carried[1]
         flags = self.torch.tensor([float(out_of_time and self.leader), float(stop), float(signum or 0)],
                                   dtype=self.torch.float64, device=self.tensor_device)
         self._collective(f"the stop decision of step {self.step}", self.dist.all_reduce, flags,
@@ -483,29 +439,6 @@ class TorchWorld(World):
         if self.owns_group and self.dist.is_initialized():
             with contextlib.suppress(Exception):  # leaving after a lost rank
                 self.dist.destroy_process_group()
-
-
-def _first_sentence(error: BaseException) -> str:
-    """The start of a backend's message, up to its first sentence (gloo's go on for lines)."""
-    text = _one_line(error)
-    cut = text.find(". ")
-    text = text if cut < 0 else text[:cut]
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` on this machine still runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _flag(key: str) -> str:

@@ -12,7 +12,8 @@ import os
 
 import numpy as np
 
-__all__ = ["DEFAULT_TIMEOUT_S", "LOCAL", "LostRank", "PeerFailed", "RendezvousFailed", "World", "env_int", "timeout_s"]
+__all__ = ["DEFAULT_TIMEOUT_S", "LOCAL", "LostRank", "PeerFailed", "RendezvousFailed", "World", "alive", "env_int",
+           "first_sentence", "one_line", "timeout_s"]
 
 #: Seconds a collective may wait for the other ranks before the run stops (HIDDENSTATE_DIST_TIMEOUT).
 DEFAULT_TIMEOUT_S = 60.0
@@ -135,7 +136,16 @@ class World:
         """
         return state
 
-    def local(self, compute, params: dict):
+    def watch(self, probe) -> None:
+        """Where the stop agreement comes from (one process: nothing to agree on).
+
+        Parameters
+        ----------
+        probe : callable or None
+            Returns ``(out_of_time, signum)``.
+        """
+
+    def local(self, compute, params: dict, groups=None):
         """This process's part of a step: ``compute()``.
 
         Parameters
@@ -144,6 +154,8 @@ class World:
             Returns ``(loss, grads, carry)``.
         params : dict of str to ndarray
             The model's parameters (the shapes of the gradients).
+        groups : list of list of str, optional
+            The order the backward pass finishes the gradients in (unused here).
 
         Returns
         -------
@@ -330,3 +342,58 @@ def env_int(name: str) -> int:
     return value
 
 
+def one_line(error: BaseException) -> str:
+    """An error's message on one line of at most 300 characters.
+
+    Parameters
+    ----------
+    error : BaseException
+
+    Returns
+    -------
+    str
+    """
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def first_sentence(error: BaseException) -> str:
+    """The start of a backend's message, up to its first sentence (gloo's go on for lines).
+
+    Parameters
+    ----------
+    error : BaseException
+
+    Returns
+    -------
+    str
+        At most 160 characters.
+    """
+    text = one_line(error)
+    cut = text.find(". ")
+    text = text if cut < 0 else text[:cut]
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` on this machine still runs (a zombie does not).
+
+    Parameters
+    ----------
+    pid : int
+
+    Returns
+    -------
+    bool
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -52,6 +52,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import os
@@ -277,6 +278,11 @@ def _stat_file(path: Path) -> os.stat_result:
         st = os.stat(path)
     except FileNotFoundError:
         raise ValueError(f"'{path}' is missing: the checkpoint is incomplete. Save it again.") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError(f"'{path}' must be a regular file; got a loop of symbolic links. Save the "
+                             "checkpoint again.") from None
+        raise
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"'{path}' must be a regular file; got a directory or special file. Save the "
                          "checkpoint again.")
