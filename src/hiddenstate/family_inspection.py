@@ -31,8 +31,8 @@ from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
-from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
 from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
+from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
 from hiddenstate.report.mamba_page import build_mamba_report
 
 __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
