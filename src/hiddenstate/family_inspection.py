@@ -31,6 +31,7 @@ from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
 from hiddenstate.probe.mamba_layers import analyze_records
+from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
 from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
 from hiddenstate.report.mamba_page import build_mamba_report
 
@@ -38,7 +39,7 @@ __all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
 
 #: The analyses' kind of the records of each of our block kinds (``Family.kind``).
 KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "rglru": RGLRU,
-         "lightning": LIGHTNING, "shortconv": SHORTCONV}
+         "lightning": LIGHTNING, "shortconv": SHORTCONV, "mlstm": MLSTM, "rwkv": RWKV}
 
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 

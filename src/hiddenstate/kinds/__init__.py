@@ -27,7 +27,10 @@ Registered here: ``"mamba"`` (:class:`~hiddenstate.Mamba`, a keep gate per state
 (:class:`~hiddenstate.gated_delta.KimiDeltaAttention`); :mod:`hiddenstate.kinds.recurrences` adds
 ``"rglru"`` (:class:`~hiddenstate.rglru.RGLRUBlock`, a keep gate per channel), ``"lightning"``
 (:class:`~hiddenstate.lightning.LightningAttention`, a matrix state, a constant decay per head)
-and ``"shortconv"`` (:class:`~hiddenstate.shortconv.ShortConv`, a window: no keep gate). Another kind is one
+and ``"shortconv"`` (:class:`~hiddenstate.shortconv.ShortConv`, a window: no keep gate);
+:mod:`hiddenstate.kinds.mlstm` adds ``"mlstm"`` (:class:`~hiddenstate.mlstm.MLSTMLayer`, a forget gate per
+head, a matrix memory) and :mod:`hiddenstate.kinds.rwkv` ``"rwkv"`` (:class:`~hiddenstate.rwkv.RWKVTimeMix`,
+a fixed decay per channel). Another kind is one
 :func:`register_kind` call: its block's ``forward(u, state=None, *, record=True)`` returns
 ``(out, state_n, cache, record)`` (or give ``run``), and its ``view`` maps a record to a
 :class:`RecordView`.
@@ -35,7 +38,7 @@ and ``"shortconv"`` (:class:`~hiddenstate.shortconv.ShortConv`, a window: no kee
 
 from __future__ import annotations
 
-from hiddenstate.kinds import delta, recurrences, ssm
+from hiddenstate.kinds import delta, mlstm, recurrences, rwkv, ssm
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products, record_forward
 
 __all__ = ["BLOCKS", "KINDS", "Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "get_kind", "head_products",
@@ -98,5 +101,5 @@ def get_kind(name: str) -> Kind:
 
 
 
-for _kind in (*ssm.KINDS, *delta.KINDS, *recurrences.KINDS):
+for _kind in (*ssm.KINDS, *delta.KINDS, *recurrences.KINDS, *mlstm.KINDS, *rwkv.KINDS):
     register_kind(_kind)

@@ -21,6 +21,7 @@ from importlib import resources
 import numpy as np
 
 from hiddenstate.report.explorer import explorer_html
+from hiddenstate.report.kind_cards import CARDS
 from hiddenstate.report.target import write_report
 from hiddenstate.version import __version__
 
@@ -112,7 +113,8 @@ def _units(analysis) -> str:
             rows.append(f"<tr><td>{la.layer}</td><th>{html.escape(name)}</th><td>{tops}</td></tr>")
     if not rows:
         return ""
-    unit = (html.escape(analysis.meta["unit"]) if "unit" in analysis.meta else _DELTA_UNIT if _is_delta(analysis) else
+    unit = (CARDS[_kind(analysis)].unit if _kind(analysis) in CARDS else
+            html.escape(analysis.meta["unit"]) if "unit" in analysis.meta else _DELTA_UNIT if _is_delta(analysis) else
             "A head-channel d = h P + p is a unit: its activation is its readout before the gate and the gated norm, "
             "y<sub>t</sub>[h, p] = h<sub>t</sub>[h, p] &middot; C<sub>t</sub> + D<sub>h</sub> x<sub>t</sub>[h, p]."
             if _is2(analysis) else
@@ -202,13 +204,16 @@ def _is_delta(analysis) -> bool:
     return _kind(analysis) in ("gated_delta", "kda")
 
 
-_ENTRIES = {"mamba": "Di*S", "mamba2": "H*P*S", "gated_delta": "Hv*Dk*Dv", "kda": "H*D*D"}
+_ENTRIES = {"mamba": "Di*S", "mamba2": "H*P*S", "gated_delta": "Hv*Dk*Dv", "kda": "H*D*D",
+            **{kind: card.entries for kind, card in CARDS.items()}}
 _DELTA_UNIT = ("A head-channel d = h D<sub>v</sub> + j is a unit: its activation is the delta rule's readout before "
                "the gated norm, o<sub>t</sub>[h, j] = (S<sub>t</sub><sup>T</sup> q<sub>t</sub>)[j].")
 
 
 def _explorer_gate(analysis) -> str:
     """What the explorer's gate buttons show, per kind."""
+    if _kind(analysis) in CARDS:
+        return CARDS[_kind(analysis)].gate
     keep = " (its keep gate, in (0, 1]: white forgets at once, warm keeps)"
     if _is_delta(analysis):
         own = ("its head's mean key-channel decay exp(g)" + keep + ", and to its output gate sigmoid(g)."
@@ -364,7 +369,10 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
     script = f"<script>\n{_static('report.js')}</script>" if explorer else ""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     what = "recorded recurrent " if getattr(analysis, "layer_map", None) else ""
-    if "state" in m:
+    card = CARDS.get(_kind(analysis))
+    if card is not None:
+        head = card.head(m, what)
+    elif "state" in m:
         head = (f"<p>{html.escape(m.get('model', ''))}: {m.get('num_layers')} {what}layer(s), "
                 f"{html.escape(m['state'])} per sequence; measured on {m.get('T')} steps of {m.get('N')} "
                 "sequence(s).</p>")
@@ -385,6 +393,8 @@ def mamba_page(analysis, *, title: str = "Inside a Mamba model", subtitle: str =
                 f"per sequence; measured on {m.get('T')} steps of {m.get('N')} sequence(s).</p>")
     layer = (_card if "state" in m else (lambda la: _layer_delta(la, m)) if _is_delta(analysis) else _layer2
              if _is2(analysis) else _layer)
+    if card is not None:
+        layer = lambda la: card.layer(la, m, _curve, _recomputed)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"

@@ -13,7 +13,8 @@ Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybr
 (shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
 the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
 olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
-``rglru``), minimax (kind ``lightning``) and lfm2 (kind ``shortconv``).
+``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``),
+xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``).
 
 How to add a family
 -------------------
@@ -110,6 +111,8 @@ from hiddenstate.interop.families import (
     olmo_hybrid,
     qwen3_next,
     recurrent_gemma,
+    rwkv,
+    xlstm,
     zamba,
     zamba2,
 )
@@ -126,7 +129,8 @@ from hiddenstate.interop.families.registry import (
 )
 
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
-            qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2)
+            qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
+            xlstm, rwkv)
 for _module in _MODULES:
     register(_module.FAMILY)
 
