@@ -24,8 +24,10 @@ training, as ``hiddenstate demo`` runs it), ``train:NAME`` (one training run of 
 ``bench:mingru`` (``benchmarks/bench_mingru.py --clock cpu``), ``bench:mingru-small`` (the same at
 N H = 64), ``bench:threads`` (``benchmarks/bench_threads.py``, one BLAS thread against two),
 ``bench:distributed`` (``benchmarks/bench_distributed.py``: 2 processes against 1), ``distributed:long``
-(the long preset's model on 2 processes, :data:`DISTRIBUTED_LONG`; 30 minutes) and ``corpus`` (sizes of
-the bundled text). Everything runs with one BLAS thread, as the command line
+(the long preset's model on 2 processes, :data:`DISTRIBUTED_LONG`; 30 minutes), ``families`` (each
+registered transformers family's tiny random model, ``Family.tiny_config``, its recurrent layers
+recomputed by :func:`hiddenstate.interop.families.recompute_layers`: families registered later are
+picked up without an edit here) and ``corpus`` (sizes of the bundled text). Everything runs with one BLAS thread, as the command line
 does (``bench:threads`` sets its own). Records whose ``measured_by`` starts with ``hand`` were typed
 into the README from real runs before this script existed: they keep the commit that brought them
 (``source``) and what is known of the machine and load; ``run --only ENTRY`` replaces one with a
@@ -116,11 +118,11 @@ MINGRU_ROWS = (
 #: What ``run`` measures without --only or --all: everything but the training runs (minutes, not hours).
 SHORT_ENTRIES = tuple(f"reproduce:{n}" for n in EXPERIMENTS) + ("demo", "train:mingru", "bench:mingru",
                                                                   "bench:mingru-small", "bench:threads", "bench:layers", "bench:train",
-                                                                  "corpus")
+                                                                  "families", "corpus")
 #: Figures without a command that regenerates them (kept with their source; see the module docstring).
 HAND_ONLY = ("hand:threads", "hand:long-segments", "hand:array-api", "hand:distributed-long")
 ENTRIES = (tuple(f"reproduce:{n}" for n in EXPERIMENTS) + ("demo",) + tuple(f"train:{n}" for n in TRAININGS)
-           + ("bench:mingru", "bench:mingru-small", "bench:threads", "bench:layers", "bench:train", "corpus",
+           + ("bench:mingru", "bench:mingru-small", "bench:threads", "bench:layers", "bench:train", "families", "corpus",
               "bench:distributed", "distributed:long"))
 MARKERS = re.compile(r"<!-- results:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /results -->\n", re.S)
 FIGURES = re.compile(r"<!-- figure:(?P<name>[\w-]+) -->(?P<body>.*?)<!-- /figure -->", re.S)
@@ -286,6 +288,37 @@ def run_corpus() -> dict:
             "val_chars": len(val), "val_tempest_chars": tempest, "val_dream_chars": len(val) - tempest}
 
 
+#: The ids each family's tiny model runs on in the ``families`` entry: (N, T), seeded.
+FAMILY_IDS = (2, 32)
+
+
+def run_families() -> dict:
+    """Every registered family's tiny random model (its ``tiny_config``), recurrent layers recomputed: worst error."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import numpy as np
+    import torch
+    import transformers
+
+    from hiddenstate.interop import families
+
+    rows = []
+    for family in families.registered():
+        row = {"family": family.name, "model": family.classes[0], "block": families.BLOCKS[family.kind].__name__}
+        if family.tiny_config is None:
+            rows.append({**row, "worst": None, "note": "no tiny_config"})
+            continue
+        torch.manual_seed(0)
+        model = getattr(transformers, family.classes[0])(family.tiny_config()).eval()
+        vocab = model.config.vocab_size
+        ids = np.random.default_rng(1).integers(0, vocab, FAMILY_IDS)
+        rc = families.recompute_layers(model, ids)
+        recurrent = [e for e in rc.layer_map if e.role == "recurrent"]
+        rows.append({**row, "layer_class": sorted({e.class_name for e in recurrent}), "recurrent": len(recurrent),
+                     "layers": len(rc.layer_map), "worst": max(rc.errors), "tolerance": rc.tolerance,
+                     "dtype": rc.dtype})
+    return {"rows": rows, "ids": list(FAMILY_IDS), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def measure(entry: str, quick: bool) -> dict:
     """Run one entry and return its record (numbers plus command, date, machine and load)."""
     load = round(os.getloadavg()[0], 2)
@@ -315,6 +348,9 @@ def measure(entry: str, quick: bool) -> dict:
         return _measured("python benchmarks/bench_distributed.py", load, lambda: run_bench("bench_distributed.py"))
     if entry == "distributed:long":
         return _measured(distributed_command(), load, run_distributed_long)
+    if entry == "families":
+        return _measured("recompute_layers(model, ids) of each registered family's tiny random model "
+                         f"(Family.tiny_config, seed 0; ids (N, T) = {FAMILY_IDS})", load, run_families)
     if entry == "corpus":
         return _measured("the bundled corpus (hiddenstate.train.corpus.load_text)", load, run_corpus)
     raise ValueError(f"entry must be one of {', '.join(ENTRIES)}; got {entry!r}.")
@@ -461,10 +497,30 @@ def render_distributed_long(results: dict) -> str:
                       f"nats/char at the end."]) + "\n"
 
 
+def render_families(results: dict) -> str:
+    """The README's table of the supported families: recurrent layer class, our block, worst recomputation error."""
+    rec = results.get("families")
+    if rec is None:
+        return ""
+    lines = [f"Measured by `python scripts/readme_results.py run --only families` ({_when(rec)}; torch "
+             f"{rec['torch']}, transformers {rec['transformers']}): `{rec['command']}`", "",
+             "| family (`model_type`) | recurrent layer class | our block | worst recomputation error |",
+             "|---|---|---|---|"]
+    for r in rec["rows"]:
+        if r["worst"] is None:
+            lines.append(f"| `{r['family']}` | | `{r['block']}` | not measured ({r['note']}) |")
+            continue
+        lines.append(f"| `{r['family']}` ({r['recurrent']} of {r['layers']} layers recurrent) | "
+                     f"{', '.join(f'`{c}`' for c in r['layer_class'])} | `{r['block']}` | {r['worst']:.1e} "
+                     f"({r['dtype']}; tolerance {r['tolerance']:.1e}) |")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {"reproduce": render_reproduce, "demo": render_demo, "bench-mingru": render_bench_mingru,
              "speed": _render_lines("bench:layers"), "speed-train": _render_lines("bench:train"),
              "calibration": render_calibration, "mingru-runs": render_mingru_runs,
-             "distributed": _render_lines("bench:distributed"), "distributed-long": render_distributed_long}
+             "distributed": _render_lines("bench:distributed"), "distributed-long": render_distributed_long,
+             "families": render_families}
 
 
 # -- figures inside sentences --------------------------------------------------------------------

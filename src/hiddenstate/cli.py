@@ -81,6 +81,7 @@ def _config_flag(parser, field: str, convert, **kwargs) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from hiddenstate.inspect_command import layer_list
     from hiddenstate.train.config import DTYPES, PRESETS
     from hiddenstate.train.model import CELLS, SAMPLE_RULES
     from hiddenstate.validation import nonnegative_int, positive_int
@@ -182,7 +183,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                      "hidden size and --fixed-point-starts; 0 skips it), then the BPTT gradient "
                                      "norms and the figures. Each stage is one line on stderr off a terminal (what it measured, its seconds).")
     ins.add_argument("checkpoint", metavar="CKPT", nargs="?", help="run directory (or its checkpoint/ subdirectory), "
-                     "its model.safetensors, or a .safetensors file of a torch RNN/GRU/LSTM state dict")
+                     "its model.safetensors, a .safetensors file of a torch RNN/GRU/LSTM state dict, or a "
+                     "save_pretrained model directory of a registered family (Mamba, Mamba-2, the hybrids)")
     ins.add_argument("--pretrained", action="store_true",
                      help="the demo's GRU shipped with the package, instead of CKPT (no training needed)")
     ins.add_argument("--text", metavar="FILE", help="text to run the model on (default: its validation text)")
@@ -200,6 +202,10 @@ def _build_parser() -> argparse.ArgumentParser:
     sd.add_argument("--prefix", help="the names' part before weight_ih_l0 (default: the one the file has)")
     sd.add_argument("--inputs", metavar="FILE.npy", help="input (T, N, I) (default: standard normal, T=100, N=8)")
     sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="seed of the random input (default 0)")
+    md = ins.add_argument_group("a save_pretrained directory (config.json, safetensors) of a recurrent transformers family")
+    md.add_argument("--ids", metavar="FILE.npy", help="token ids (T,) or (N, T); or --text FILE with its tokenizer.json")
+    md.add_argument("--layers", type=_typed("--layers", str, layer_list), metavar="I,J,...",
+                    help="the recurrent layers to record (default all; fewer take less memory)")
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
@@ -356,7 +362,7 @@ _TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", 
                 "max_minutes", "eval_every", "save_every", "dropout", "weight_drop", "ema", "embedding_dim",
                 "overwrite", "cell", "dtype", "device")
 _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed", "top_k", "top_p"),
-               "inspect": ("text", "out", "inputs", "kind", "prefix"), "reproduce": ("out", "seed"),
+               "inspect": ("text", "out", "inputs", "kind", "prefix", "ids", "layers"), "reproduce": ("out", "seed"),
                "export": ("out", "format")}
 
 

@@ -8,7 +8,11 @@ read as a bare state dict it would be a different model (the recurrent layer alo
 noise instead of characters). Any other ``.safetensors`` file is a torch RNN/GRU/LSTM state dict
 (:func:`hiddenstate.inspection.inspect_file`). A run of ``--cell mamba`` gets the Mamba report
 (:func:`hiddenstate.app.inspect_mamba_checkpoint`) and its summary on stdout;
-``--fixed-point-starts N`` with N > 0, which only the other kinds have, is refused. Errors are
+``--fixed-point-starts N`` with N > 0, which only the other kinds have, is refused. A directory
+holding ``config.json`` (and no checkpoint) is a ``save_pretrained`` model directory of a
+registered transformers family: its input is ``--ids FILE.npy`` or ``--text FILE`` (tokenised by
+the directory's ``tokenizer.json``), ``--layers`` chooses the recorded layers, and it gets the
+Mamba report (:func:`model_dir_inspect`). Errors are
 ValueError/OSError with one-line messages naming the flag; the CLI prints them as
 ``hiddenstate: error: ...`` with exit status 2.
 """
@@ -19,8 +23,8 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["FIXED_POINT_STARTS", "character_model_file", "check_report_out", "checkpoint_or_pretrained", "run_inspect",
-           "stage_lines"]
+__all__ = ["FIXED_POINT_STARTS", "character_model_file", "check_report_out", "checkpoint_or_pretrained",
+           "is_model_directory", "layer_list", "model_dir_inspect", "read_ids", "run_inspect", "stage_lines"]
 
 #: Starts of the fixed-point search when ``--fixed-point-starts`` is left out.
 FIXED_POINT_STARTS = 32
@@ -146,6 +150,131 @@ def _tensor_names(path: Path) -> set | None:
         return None
 
 
+def layer_list(name: str, text) -> list:
+    """``--layers 0,3,5``: layer indices, comma-separated.
+
+    Parameters
+    ----------
+    name : str
+        The flag (``"--layers"``).
+    text : str
+        Its value.
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    ValueError
+        Not comma-separated non-negative integers.
+    """
+    parts = str(text).split(",")
+    if not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"{name} must be layer indices separated by commas (0,3,5); got {text!r}.")
+    return [int(p) for p in parts]
+
+
+def is_model_directory(path) -> bool:
+    """Whether ``inspect PATH`` names a ``save_pretrained`` model directory: ``config.json`` and no checkpoint.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    bool
+        True for a directory holding ``config.json`` with no ``meta.json`` in it or in its
+        ``checkpoint/`` (a run directory never has a ``config.json``).
+    """
+    p = Path(path)
+    return (p.is_dir() and os.path.lexists(p / "config.json") and not (p / "meta.json").exists()
+            and not (p / "checkpoint" / "meta.json").exists())
+
+
+def read_ids(path, *, name: str = "--ids"):
+    """Token ids from a ``.npy`` file: integers of shape (T,) or (N, T), read without pickle.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    name : str, default "--ids"
+        What the messages call ``path``.
+
+    Returns
+    -------
+    ndarray of int, shape (N, T)
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        No such file, not a regular file (a FIFO is refused unopened), not a ``.npy`` array of
+        integers of shape (T,) or (N, T) with N, T >= 1.
+    """
+    import numpy as np
+
+    from hiddenstate.files import open_regular
+
+    with open_regular(path, name=name) as f:
+        try:
+            x = np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise ValueError(f"{name} must be a .npy file of token ids (read without pickle); got '{path}': "
+                             f"{' '.join(str(error).split())}.") from None
+    if not isinstance(x, np.ndarray) or x.dtype == bool or x.dtype.kind not in "iu" or x.ndim not in (1, 2) \
+            or 0 in x.shape:
+        what = f"dtype {x.dtype}, shape {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise ValueError(f"{name} must hold integer token ids of shape (T,) or (N, T), T, N >= 1; got {what} in "
+                         f"'{path}'.")
+    return x[None] if x.ndim == 1 else x
+
+
+def model_dir_inspect(args, path: str) -> int:
+    """``hiddenstate inspect DIR``: a ``save_pretrained`` directory of a registered family, its Mamba report.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``inspect`` flags: ``--ids`` or ``--text``, ``--layers``, ``--out``.
+    path : str
+        The model directory (:func:`is_model_directory`).
+
+    Returns
+    -------
+    int
+        0 when the report was written.
+
+    Raises
+    ------
+    ValueError, OSError
+        One line naming the flag: no input or both inputs, a state-dict flag, ``--fixed-point-starts``
+        > 0, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
+        model type, custom code, a damaged shard, records over the cap: ``--layers`` lowers them).
+    """
+    from hiddenstate.app import check_report_path
+    from hiddenstate.inspection import inspect_model
+    from hiddenstate.train.corpus import load_text
+
+    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
+             "prefix": args.prefix, "inputs": args.inputs}
+    _check_no_state_dict_flags(args, flags, f"the model directory '{path}'")
+    if args.fixed_point_starts:
+        raise ValueError(f"--fixed-point-starts applies to models of rnn, gru, lstm, mingru or minlstm layers; got "
+                         f"{args.fixed_point_starts} for the model directory '{path}', whose recurrent layers are "
+                         "selective SSMs (one stable fixed point per input: no search). Leave the flag out.")
+    if (args.ids is None) == (args.text is None):
+        raise ValueError(f"--ids FILE.npy (token ids (T,) or (N, T)) or --text FILE (tokenised by the directory's "
+                         f"tokenizer.json) must give the model directory '{path}' its input; got "
+                         f"{'both' if args.ids is not None else 'neither'}.")
+    check_report_out(args.out)  # before the work, not after it
+    x = read_ids(args.ids) if args.ids is not None else load_text(args.text, name="--text")
+    analysis = inspect_model(path, x, out=args.out, layers=args.layers)
+    print(analysis.summary())
+    print(f"report: {check_report_path(args.out)}")
+    return 0
+
+
 def _check_no_state_dict_flags(args, flags: dict, what: str) -> None:
     given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
     if given:
@@ -179,6 +308,12 @@ def run_inspect(args) -> int:
              "prefix": args.prefix, "inputs": args.inputs}
     starts = FIXED_POINT_STARTS if args.fixed_point_starts is None else args.fixed_point_starts
     path = os.fspath(checkpoint_or_pretrained(args))
+    if is_model_directory(path):
+        return model_dir_inspect(args, path)
+    given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None))) if v]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a save_pretrained model "
+                         f"directory (config.json and safetensors weights) only; got '{path}'.")
     # a file is a torch state dict (a pickle is refused, unread), or one of our model files
     if os.path.isfile(path) or path.endswith(".safetensors"):
         ckpt = character_model_file(path)

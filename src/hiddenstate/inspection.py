@@ -18,6 +18,7 @@ import numpy as np
 from hiddenstate.app import char_mamba_report, check_report_path
 from hiddenstate.family_inspection import inspect_mamba, is_mamba_model
 from hiddenstate.interop.families import MAX_BYTES, family_of
+from hiddenstate.interop.families.directory import open_model_dir
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
@@ -260,11 +261,14 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         ``source``, ``layers`` and ``max_bytes`` apply; ``lengths`` and ``vocab`` are refused) and
         its report is :func:`hiddenstate.report.mamba_page.build_mamba_report`. So is a CharRNN of
         ``cell="mamba"`` (:func:`hiddenstate.app.char_mamba_report`: ``x`` its ids or a str with
-        ``vocab``, ``h0`` its state pair; ``lengths`` is refused, no fixed-point search).
+        ``vocab``, ``h0`` its state pair; ``lengths`` is refused, no fixed-point search). A path:
+        a ``save_pretrained`` directory of a registered family, read offline and checked
+        (:func:`hiddenstate.interop.families.directory.open_model_dir`), then as its model.
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
-        (T,) or (T, N), or a str (with ``vocab``).
+        (T,) or (T, N), or a str (with ``vocab``). For a model directory: token ids (T,) or
+        (N, T), or a str that its ``tokenizer.json`` tokenises.
     h0 : optional
         Initial state: torch's ``h0`` (L*D, N, H) or ``(h0, c0)`` for an LSTM; for Keras also its
         ``initial_state`` list (``[h]``/``[h, c]`` per direction, each (N, H)). Default zeros.
@@ -329,6 +333,9 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         raise TypeError(f"title must be a str or None; got {type(title).__name__}.")
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
+    if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
+        model, x, named = open_model_dir(model, x, layers=layers, max_bytes=max_bytes)
+        source = source or named
     if is_mamba_model(model):
         if lengths is not None:  # the measurements would average over the padded steps
             raise ValueError("lengths must be None for a Mamba or Mamba-2 model: its analysis reads whole sequences "

@@ -16,7 +16,23 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
+
+
+def tiny_config():
+    """A 4-layer ``BambaConfig`` (attention at layer 1, Mamba-2 mixers of 4 heads of 8 elsewhere).
+
+    Returns
+    -------
+    transformers.BambaConfig
+        Random weights from it: ``transformers.BambaForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.BambaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                                    num_attention_heads=2, num_key_value_heads=1, attn_layer_indices=[1],
+                                    mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8,
+                                    mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=8, initializer_range=0.5)
 
 
 def to_block(mixer, config):
@@ -51,4 +67,5 @@ FAMILY = Family(
                                            parts={"feed_forward": "mlp"}),
     to_block=to_block,
     notes="input RMS norm before the mixer, residual, then RMS norm and a SwiGLU MLP: the model's own.",
+    tiny_config=tiny_config,
 )

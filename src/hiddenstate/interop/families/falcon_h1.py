@@ -25,7 +25,7 @@ import numpy as np
 from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
 
 
 def to_block(mixer, config):
@@ -69,6 +69,23 @@ def to_block(mixer, config):
     return blk
 
 
+def tiny_config():
+    """A 3-layer ``FalconH1Config``: attention and a Mamba-2 mixer side by side, with its muP multipliers.
+
+    Returns
+    -------
+    transformers.FalconH1Config
+        Random weights from it: ``transformers.FalconH1ForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.FalconH1Config(
+        vocab_size=50, hidden_size=16, num_attention_heads=2, initializer_range=0.5, intermediate_size=32,
+        num_hidden_layers=3, num_key_value_heads=1, mamba_d_ssm=24, mamba_n_heads=3, mamba_d_head=8,
+        mamba_n_groups=3, mamba_d_state=8, mamba_d_conv=3, mamba_chunk_size=8, mamba_rms_norm=True,
+        ssm_multipliers=[0.5, 1.7, 0.8, 1.3, 0.6], ssm_in_multiplier=0.7, ssm_out_multiplier=0.9)
+
+
 FAMILY = Family(
     name="falcon_h1",
     classes=("FalconH1ForCausalLM", "FalconH1Model"),
@@ -79,4 +96,5 @@ FAMILY = Family(
     notes="attention side by side with the mixer in every layer, ssm_out_multiplier after the mixer, the attention "
           "and embedding multipliers, RMS norms, residuals and MLP stay the model's own; ssm_in_multiplier and the "
           "muP vector of ssm_multipliers inside the mixer are ours.",
+    tiny_config=tiny_config,
 )

@@ -17,7 +17,25 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
+
+
+def tiny_config():
+    """A 3-layer ``GraniteMoeHybridConfig``: Mamba-2, attention, Mamba-2, each with a 4-expert MoE.
+
+    Returns
+    -------
+    transformers.GraniteMoeHybridConfig
+        Random weights from it: ``transformers.GraniteMoeHybridForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.GraniteMoeHybridConfig(
+        vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+        num_key_value_heads=1, layer_types=["linear_attention", "full_attention", "linear_attention"],
+        mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
+        mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
+        initializer_range=0.5)
 
 
 def to_block(mixer, config):
@@ -52,4 +70,5 @@ FAMILY = Family(
                                            parts={"block_sparse_moe": "moe", "shared_mlp": "mlp"}),
     to_block=to_block,
     notes="embedding and residual multipliers, RMS norms, MoE and shared MLP: the model's own, outside the mixer.",
+    tiny_config=tiny_config,
 )

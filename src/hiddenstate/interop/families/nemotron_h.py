@@ -16,7 +16,27 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import mamba2_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
+
+
+def tiny_config():
+    """A 5-layer ``NemotronHConfig``: Mamba-2, MoE, attention, MLP, Mamba-2.
+
+    Returns
+    -------
+    transformers.NemotronHConfig
+        Random weights from it: ``transformers.NemotronHForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.NemotronHConfig(
+        vocab_size=50, hidden_size=16, layers_block_type=["linear_attention", "moe", "full_attention", "mlp",
+                                                          "linear_attention"],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, mamba_num_heads=4, mamba_head_dim=8, n_groups=2,
+        ssm_state_size=8, conv_kernel=3, chunk_size=8, intermediate_size=32, n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=16, moe_shared_expert_intermediate_size=16, n_group=1,
+        topk_group=1, initializer_range=0.5)
+
 
 _ROLES = {"linear_attention": "recurrent", "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
 
@@ -53,4 +73,5 @@ FAMILY = Family(
                                                                                            layer.block_type)}),
     to_block=to_block,
     notes="RMS norm before each mixer and the residual around it: the model's own.",
+    tiny_config=tiny_config,
 )

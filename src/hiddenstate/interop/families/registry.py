@@ -109,6 +109,11 @@ class Family:
     notes : str, default ""
         What surrounds the mixer that the recomputation need not know (norms, multipliers
         outside it), for the docs.
+    tiny_config : callable, optional
+        ``tiny_config() -> transformers config``: a small config of the family (a few layers,
+        recurrent and not, widths of 8-16) whose random-weight model builds and runs on a CPU in
+        well under a second; the README's table of families and the directory tests build one
+        model of every family that has it (``classes[0]``, the causal LM, from this config).
     """
 
     name: str
@@ -119,6 +124,7 @@ class Family:
     hooked: Callable = field(default_factory=lambda: hooked_hidden_states)
     package: str = "transformers"
     notes: str = ""
+    tiny_config: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -129,6 +135,8 @@ class Family:
         for what in ("layers", "to_block", "hooked"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
+        if self.tiny_config is not None and not callable(self.tiny_config):
+            raise TypeError(f"tiny_config must be callable or None; got {type(self.tiny_config).__name__}.")
 
     def __repr__(self) -> str:
         return f"Family({self.name!r}, kind={self.kind!r}, classes={self.classes!r})"

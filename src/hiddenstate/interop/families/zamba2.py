@@ -22,7 +22,7 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import mamba2_block
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
 
 
 def to_block(mixer, config):
@@ -55,6 +55,22 @@ def to_block(mixer, config):
     return mamba2_block(mixer)
 
 
+def tiny_config():
+    """A 4-layer ``Zamba2Config``: Mamba-2 layers, layers 1 and 3 hybrid (one shared attention block).
+
+    Returns
+    -------
+    transformers.Zamba2Config
+        Random weights from it: ``transformers.Zamba2ForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.Zamba2Config(
+        vocab_size=50, hidden_size=16, num_attention_heads=2, initializer_range=0.5, intermediate_size=32,
+        num_hidden_layers=4, num_key_value_heads=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2, mamba_ngroups=2,
+        n_mamba_heads=4, chunk_size=8, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])
+
+
 FAMILY = Family(
     name="zamba2",
     classes=("Zamba2ForCausalLM", "Zamba2Model"),
@@ -65,4 +81,5 @@ FAMILY = Family(
     notes="the shared attention block (attention and MLP) of each hybrid layer, its linear map added to the mixer's "
           "input, the RMS norm and the residual stay the model's own; dt clamped below at time_step_min inside the "
           "mixer (ours: time_step_limit).",
+    tiny_config=tiny_config,
 )
