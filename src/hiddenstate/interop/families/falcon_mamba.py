@@ -16,7 +16,7 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import bcdt_norm_eps, mamba_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
 
 
 def to_block(mixer, config):
@@ -45,6 +45,20 @@ def to_block(mixer, config):
     return mamba_block(mixer, bcdt_norm="rms", norm_eps=bcdt_norm_eps(mixer, "mixer_rms_eps"))
 
 
+def tiny_config():
+    """A 3-layer ``FalconMambaConfig`` (``hidden_size`` 16, ``state_size`` 5, dt rank 3, biased projections).
+
+    Returns
+    -------
+    transformers.FalconMambaConfig
+        Random weights from it: ``transformers.FalconMambaForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.FalconMambaConfig(vocab_size=50, hidden_size=16, state_size=5, num_hidden_layers=3,
+                                          time_step_rank=3, mixer_rms_eps=1e-3, use_bias=True, initializer_range=0.5)
+
+
 FAMILY = Family(
     name="falcon_mamba",
     classes=("FalconMambaForCausalLM", "FalconMambaModel"),
@@ -53,4 +67,5 @@ FAMILY = Family(
     to_block=to_block,
     notes="weightless RMS norms of dt, B, C inside the mixer (ours: bcdt_norm='rms'); the RMS norm before each "
           "mixer and the residual around it stay the model's own.",
+    tiny_config=tiny_config,
 )

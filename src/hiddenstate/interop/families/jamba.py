@@ -17,7 +17,7 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import bcdt_norm_eps, mamba_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
 
 
 def _feed_forward(layer, index) -> str:
@@ -51,6 +51,23 @@ def to_block(mixer, config):
     return mamba_block(mixer, bcdt_norm="rms_weight", norm_eps=bcdt_norm_eps(mixer, "rms_norm_eps"))
 
 
+def tiny_config():
+    """A 4-layer ``JambaConfig``: Mamba-1 mixers, attention at layer 2, 2-expert MoE at layers 1 and 3.
+
+    Returns
+    -------
+    transformers.JambaConfig
+        Random weights from it: ``transformers.JambaForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.JambaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                                    num_attention_heads=2, num_key_value_heads=1, mamba_d_state=5, mamba_dt_rank=3,
+                                    mamba_d_conv=3, attn_layer_period=4, attn_layer_offset=2, expert_layer_period=2,
+                                    expert_layer_offset=1, num_experts=2, num_experts_per_tok=1, rms_norm_eps=1e-4,
+                                    mamba_proj_bias=True, initializer_range=0.5)
+
+
 FAMILY = Family(
     name="jamba",
     classes=("JambaForCausalLM", "JambaModel"),
@@ -60,4 +77,5 @@ FAMILY = Family(
     to_block=to_block,
     notes="weighted RMS norms of dt, B, C inside the mixer (ours: bcdt_norm='rms_weight'); the RMS norms, residuals, "
           "attention, MLP and sparse MoE around it stay the model's own.",
+    tiny_config=tiny_config,
 )

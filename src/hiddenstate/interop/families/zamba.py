@@ -19,7 +19,7 @@ from __future__ import annotations
 from hiddenstate.interop.families.blocks import mamba_block, require_silu
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
-__all__ = ["FAMILY", "to_block"]
+__all__ = ["FAMILY", "tiny_config", "to_block"]
 
 
 def to_block(mixer, config):
@@ -52,6 +52,21 @@ def to_block(mixer, config):
     return mamba_block(mixer, num_heads=H)
 
 
+def tiny_config():
+    """A 5-layer ``ZambaConfig``: 2-head Mamba-1 mixers, layers 2 and 4 hybrid (the shared attention block).
+
+    Returns
+    -------
+    transformers.ZambaConfig
+        Random weights from it: ``transformers.ZambaForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.ZambaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=5,
+                                    num_attention_heads=2, num_key_value_heads=2, n_mamba_heads=2, mamba_d_state=5,
+                                    mamba_dt_rank=3, attn_layer_period=2, attn_layer_offset=1, initializer_range=0.5)
+
+
 FAMILY = Family(
     name="zamba",
     classes=("ZambaForCausalLM", "ZambaModel"),
@@ -61,4 +76,5 @@ FAMILY = Family(
     to_block=to_block,
     notes="the shared attention block of each hybrid layer, its linear map added to the mixer's input, the RMS norm "
           "and the residual stay the model's own.",
+    tiny_config=tiny_config,
 )
