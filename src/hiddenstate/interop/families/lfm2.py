@@ -15,7 +15,22 @@ from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 from hiddenstate.shortconv import ShortConv
 
-__all__ = ["FAMILY", "shortconv_block"]
+__all__ = ["FAMILY", "shortconv_block", "tiny_config"]
+
+
+def tiny_config():
+    """A 3-layer ``Lfm2Config`` (short convolutions of 3 taps at layers 0 and 2, attention at layer 1).
+
+    Returns
+    -------
+    transformers.Lfm2Config
+        Random weights from it: ``transformers.Lfm2ForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.Lfm2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+                                   num_attention_heads=2, num_key_value_heads=1, conv_L_cache=3,
+                                   layer_types=["conv", "full_attention", "conv"])
 
 
 def shortconv_block(mixer, config) -> ShortConv:
@@ -56,4 +71,5 @@ FAMILY = Family(
     layers=lambda model: decoder_layer_map(model, {"conv": "recurrent", "self_attn": "attention"}),
     to_block=shortconv_block,
     notes="RMS norm (operator_norm) before the mixer, the residual, then RMS norm and a SwiGLU MLP: the model's own.",
+    tiny_config=tiny_config,
 )

@@ -18,12 +18,29 @@ from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 from hiddenstate.lightning import LightningAttention
 
-__all__ = ["BUFFERS", "FAMILY", "lightning_block"]
+__all__ = ["BUFFERS", "FAMILY", "lightning_block", "tiny_config"]
 
 #: transformers' buffers of ``MiniMaxLightningAttention`` that are no parameters of ours.
 BUFFERS = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
 
 _ROLES = {"linear_attention": "recurrent", "full_attention": "attention"}
+
+
+def tiny_config():
+    """A 4-layer ``MiniMaxConfig`` (softmax attention at layer 1, lightning attention elsewhere; 4 experts, 2 a token).
+
+    Returns
+    -------
+    transformers.MiniMaxConfig
+        Random weights from it: ``transformers.MiniMaxForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.MiniMaxConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_local_experts=4,
+                                      num_experts_per_tok=2, block_size=8,
+                                      layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                   "linear_attention"])
 
 
 def lightning_block(mixer, config) -> LightningAttention:
@@ -71,4 +88,5 @@ FAMILY = Family(
     to_block=lightning_block,
     notes="RMS norm before the mixer, the residual weighted by linear_attn_alpha/beta_factor, then RMS norm and the "
           "sparse MoE MLP: the model's own. Slopes from each layer's slope_rate buffer.",
+    tiny_config=tiny_config,
 )

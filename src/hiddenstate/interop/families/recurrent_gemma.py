@@ -26,10 +26,26 @@ from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 from hiddenstate.rglru import RGLRUBlock
 
-__all__ = ["FAMILY", "hooked", "rglru_block"]
+__all__ = ["FAMILY", "hooked", "rglru_block", "tiny_config"]
 
 _ROLES = {"linear_attention": "recurrent", "sliding_attention": "attention"}
 _GELU_TANH = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")  # transformers' names of tanh-approximated GELU
+
+
+def tiny_config():
+    """A 4-layer ``RecurrentGemmaConfig`` (recurrent, recurrent, attention, recurrent; RG-LRU width 16, 2 heads).
+
+    Returns
+    -------
+    transformers.RecurrentGemmaConfig
+        Random weights from it: ``transformers.RecurrentGemmaForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.RecurrentGemmaConfig(vocab_size=50, hidden_size=16, lru_width=16, num_attention_heads=2,
+                                             num_key_value_heads=1, intermediate_size=32, num_hidden_layers=4,
+                                             block_types=["recurrent", "recurrent", "attention"], conv1d_width=4,
+                                             attention_window_size=8)
 
 
 def rglru_block(mixer, config) -> RGLRUBlock:
@@ -103,4 +119,5 @@ FAMILY = Family(
     notes="RMS norm (1 + weight) before the temporal block, the residual, then a gated GELU MLP; the embedding "
           "scaled by sqrt(M) in bfloat16: the model's own. The reset at position 0 is taken from the model's "
           "position_ids.",
+    tiny_config=tiny_config,
 )

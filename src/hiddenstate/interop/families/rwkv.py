@@ -25,7 +25,21 @@ from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 from hiddenstate.rwkv import RWKVTimeMix
 
-__all__ = ["FAMILY", "time_mix_block"]
+__all__ = ["FAMILY", "time_mix_block", "tiny_config"]
+
+
+def tiny_config():
+    """A 3-block ``RwkvConfig`` (M = A = 16, channel mixing 32 wide, context 64).
+
+    Returns
+    -------
+    transformers.RwkvConfig
+        Random weights from it: ``transformers.RwkvForCausalLM(tiny_config())``.
+    """
+    import transformers
+
+    return transformers.RwkvConfig(vocab_size=50, hidden_size=16, attention_hidden_size=16, intermediate_size=32,
+                                   num_hidden_layers=3, context_length=64)
 
 
 def time_mix_block(attention, config=None) -> RWKVTimeMix:
@@ -58,4 +72,5 @@ FAMILY = Family(
     notes="Layer norms before the time mixing (block 0's pre_ln too), the residual, and the channel mixing "
           "(RwkvFeedForward: token shift, squared-ReLU MLP, its own layer norm and residual) in every block: the "
           "model's own; the halving of the hidden states every rescale_every blocks too.",
+    tiny_config=tiny_config,
 )

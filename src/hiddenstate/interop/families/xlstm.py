@@ -25,7 +25,23 @@ from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 from hiddenstate.mlstm import MLSTMLayer
 
-__all__ = ["FAMILY", "mlstm_layer_block"]
+__all__ = ["FAMILY", "mlstm_layer_block", "tiny_config"]
+
+
+def tiny_config():
+    """A 2-block ``xLSTMConfig`` (M = 64, 2 heads, qk and v dims 64, chunks of 8 steps).
+
+    Returns
+    -------
+    transformers.xLSTMConfig
+        Random weights from it: ``transformers.xLSTMForCausalLM(tiny_config())``. M times
+        ``qk_dim_factor`` is a multiple of 64 (transformers' cache sizes); inputs longer than
+        ``max_inference_chunksize`` (16384) run in chunks, which the recomputation refuses.
+    """
+    import transformers
+
+    return transformers.xLSTMConfig(vocab_size=50, hidden_size=64, num_heads=2, qk_dim_factor=1.0, v_dim_factor=1.0,
+                                    num_hidden_layers=2, chunk_size=8)
 
 
 def mlstm_layer_block(layer, config=None) -> MLSTMLayer:
@@ -70,4 +86,5 @@ FAMILY = Family(
     to_block=mlstm_layer_block,
     notes="RMS norm before the mLSTM layer, the residual, and the gated feed-forward (its own RMS norm and "
           "residual) in every block: the model's own.",
+    tiny_config=tiny_config,
 )
