@@ -291,7 +291,7 @@ def test_torch_meta_tensors_are_named():
 
 
 def test_init_hidden_of_800_tb_is_refused_from_the_size_rule():
-    with pytest.raises(ValueError, match=r"a state of shape \(10000000, 10000000\) \(float64\) needs about 727.6 TiB"):
+    with pytest.raises(ValueError, match=r"init_hidden\(batch_size=10000000, hidden_dim=10000000\), a float64 state of shape \(10000000, 10000000\), needs about 727.6 TiB"):
         hs.init_hidden(10**7, 10**7)
     with pytest.raises(ValueError, match="needs about"):
         hs.initial_state((10**7, 10**7), "constant")
