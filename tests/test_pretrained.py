@@ -42,7 +42,8 @@ def test_its_validation_loss_is_the_one_it_records():
     trained = hs.load_pretrained()
     _, val = train_val_split(trained.vocab.encode(load_text()), trained.config.val_fraction)
     assert val.size == trained.snapshot.text["val_chars"] == 98_729
-    assert evaluate(trained.model, val) == pytest.approx(trained.val_loss, rel=1e-12)
+    # float32 BLAS round-off differs between numpy/OpenBLAS builds (6e-10 measured): 1e-7, not bit for bit
+    assert evaluate(trained.model, val) == pytest.approx(trained.val_loss, rel=1e-7)
     assert trained.val_loss < 1.8  # it has learned something (a uniform guess is ln 63 = 4.14)
 
 
@@ -65,22 +66,37 @@ def test_sample_and_inspect_pretrained_from_the_command_line(tmp_path, capsys):
 
 
 def test_the_script_path_cut_short_repeats_the_shipped_runs_first_steps(tmp_path):
-    """make_pretrained stopped after 6 of its 1000 steps: the shipped run's first 6 losses and gradient norms, bit for bit."""
+    """make_pretrained stopped after 6 of its 1000 steps: the shipped run's first 6 losses and gradient norms.
+
+    Equal to float32 round-off (1e-6), not bit for bit: the float32 products' round-off differs between
+    numpy/OpenBLAS builds (1.9e-7 relative in the sixth gradient norm, measured on numpy 2.4.6).
+    """
     shipped = Snapshot.read(pretrained_path())
     short = Snapshot.read(make_pretrained(tmp_path / "short", stop_after=6))
     assert short.step == 6 and shipped.train == {**short.train}
     for key in ("train_loss", "grad_norm"):
-        assert short.history[key] == shipped.history[key][:6], key
+        assert short.history[key] == pytest.approx(shipped.history[key][:6], rel=1e-6), key
     assert short.model == shipped.model and short.vocab == shipped.vocab and short.text == shipped.text
     assert PRETRAINED_CONFIG["max_minutes"] is None  # fixed steps, whatever the machine's speed
 
 
 @pytest.mark.slow
-def test_the_script_reproduces_the_shipped_checkpoint_bit_for_bit(tmp_path):
-    """The full run (1000 steps, one thread, ~70 s on one core): the same weights, byte for byte."""
+def test_the_script_reproduces_the_shipped_checkpoint(tmp_path):
+    """The full run (1000 steps, one thread, ~70 s on one core): the shipped weights and validation loss.
+
+    Byte for byte on the build that made them; across numpy/OpenBLAS builds the float32 round-off of
+    1000 Adam steps drifts (measured with numpy 2.4.6: weights within 4.4e-4 of their largest entry,
+    the validation loss within 1.5e-6), far inside what another seed or step count would change (O(1)).
+    """
     out = tmp_path / "demo-gru"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_pretrained.py"), "--out", str(out)], check=True,
                    capture_output=True, timeout=900)
     shipped = pretrained_path()
-    for name in ("model.safetensors", "optimizer.safetensors"):
-        assert sha256(out / name) == sha256(shipped / name), name
+    if all(sha256(out / name) == sha256(shipped / name) for name in ("model.safetensors", "optimizer.safetensors")):
+        return  # the build that made them: byte for byte
+    made, kept = hs.train.load(out), hs.load_pretrained()
+    assert made.step == kept.step == 1000
+    assert made.val_loss == pytest.approx(kept.val_loss, rel=1e-4)
+    for key, value in kept.model.params.items():
+        drift = np.abs(made.model.params[key].astype(np.float64) - value).max() / np.abs(value).max()
+        assert drift < 5e-3, (key, drift)
