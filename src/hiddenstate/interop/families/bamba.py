@@ -13,7 +13,7 @@ is the convolution's activation (and the MLP's).
 
 from __future__ import annotations
 
-from hiddenstate.interop.families.blocks import mamba2_block, require_silu
+from hiddenstate.interop.families.blocks import silu_mamba2_block
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
 __all__ = ["FAMILY", "tiny_config", "to_block"]
@@ -35,28 +35,8 @@ def tiny_config():
                                     mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=8, initializer_range=0.5)
 
 
-def to_block(mixer, config):
-    """A ``BambaMixer`` as our :class:`~hiddenstate.Mamba2` (the options read off the mixer).
-
-    Parameters
-    ----------
-    mixer : transformers BambaMixer
-    config : transformers BambaConfig
-        Its ``hidden_act``, the convolution's activation.
-
-    Returns
-    -------
-    Mamba2
-        float64, ``batch_first=True``, the mixer's weights.
-
-    Raises
-    ------
-    ValueError
-        ``config.hidden_act`` other than ``"silu"``; what
-        :func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses.
-    """
-    require_silu(config, "hidden_act")
-    return mamba2_block(mixer)
+#: The mixer as our :class:`~hiddenstate.Mamba2`; ``config.hidden_act`` (the convolution's activation) must be SiLU.
+to_block = silu_mamba2_block("hidden_act")
 
 
 FAMILY = Family(

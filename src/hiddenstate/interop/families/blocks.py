@@ -19,7 +19,7 @@ import numpy as np
 from hiddenstate.mamba import Mamba
 from hiddenstate.mamba2 import Mamba2
 
-__all__ = ["bcdt_norm_eps", "mamba2_block", "mamba_block", "mixer_weights", "require_silu"]
+__all__ = ["bcdt_norm_eps", "mamba2_block", "mamba_block", "mixer_weights", "require_silu", "silu_mamba2_block"]
 
 
 def mixer_weights(mixer) -> dict:
@@ -178,3 +178,28 @@ def mamba2_block(mixer, **options) -> Mamba2:
                  rng=np.random.default_rng(0))
     blk.load_state_dict(mixer_weights(mixer))
     return blk
+
+
+def silu_mamba2_block(option: str):
+    """The ``to_block`` of a family whose mixer is Mamba-2's own: refuse a non-SiLU ``config.<option>``, then read the mixer.
+
+    Parameters
+    ----------
+    option : str
+        The config's attribute naming the convolution's activation (``"hidden_act"`` of Bamba and
+        GraniteMoeHybrid, ``"mamba_hidden_act"`` of NemotronH).
+
+    Returns
+    -------
+    callable
+        ``to_block(mixer, config) -> Mamba2`` (float64, ``batch_first=True``, the mixer's weights);
+        it raises ValueError for ``config.<option>`` other than ``"silu"`` (:func:`require_silu`)
+        and for what :func:`mamba2_block` refuses.
+    """
+
+    def to_block(mixer, config) -> Mamba2:
+        require_silu(config, option)
+        return mamba2_block(mixer)
+
+    to_block.__doc__ = f"The mixer as our Mamba2, after refusing a ``config.{option}`` other than SiLU."
+    return to_block

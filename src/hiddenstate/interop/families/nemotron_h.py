@@ -13,7 +13,7 @@ n_groups = ``n_groups``, d_state = ``ssm_state_size``, d_conv = ``conv_kernel``,
 
 from __future__ import annotations
 
-from hiddenstate.interop.families.blocks import mamba2_block, require_silu
+from hiddenstate.interop.families.blocks import silu_mamba2_block
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
 
 __all__ = ["FAMILY", "tiny_config", "to_block"]
@@ -41,28 +41,8 @@ def tiny_config():
 _ROLES = {"linear_attention": "recurrent", "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
 
 
-def to_block(mixer, config):
-    """A ``NemotronHMamba2Mixer`` as our :class:`~hiddenstate.Mamba2` (the options read off the mixer).
-
-    Parameters
-    ----------
-    mixer : transformers NemotronHMamba2Mixer
-    config : transformers NemotronHConfig
-        Its ``mamba_hidden_act``, the convolution's activation.
-
-    Returns
-    -------
-    Mamba2
-        float64, ``batch_first=True``, the mixer's weights.
-
-    Raises
-    ------
-    ValueError
-        ``config.mamba_hidden_act`` other than ``"silu"``; what
-        :func:`~hiddenstate.interop.families.blocks.mamba2_block` refuses.
-    """
-    require_silu(config, "mamba_hidden_act")
-    return mamba2_block(mixer)
+#: The mixer as our :class:`~hiddenstate.Mamba2`; ``config.mamba_hidden_act`` (the convolution's activation) must be SiLU.
+to_block = silu_mamba2_block("mamba_hidden_act")
 
 
 FAMILY = Family(
