@@ -332,6 +332,45 @@ def test_sigterm_or_ctrl_c_saves_the_step_in_flight(text_file, tmp_path, how):
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.parametrize("how", ["--processes", "torchrun"])
+def test_a_sigkilled_launcher_leaves_no_worker_behind_and_the_step_is_saved(text_file, tmp_path, how):
+    # torch elastic starts its workers in sessions of their own: before the parent watch, a SIGKILLed
+    # launcher left them training on (an orphan's sweep once left ~190 behind on this machine)
+    from hiddenstate.train.distributed.world import alive
+
+    run = tmp_path / "run"
+    flags = ["train", "--data", str(text_file), *SMALL, "--steps", "100000", "--save-every", "1000",
+             "--eval-every", "1000", "--out", str(run)]
+    cmd = ([sys.executable, "-m", "hiddenstate", *flags, "--processes", "2"] if how == "--processes" else
+           [*TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+            str(free_port()), "-m", "hiddenstate", *flags])
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = []
+    try:
+        end = time.monotonic() + WAIT_S
+        while not (run / "log.jsonl").exists() or len((run / "log.jsonl").read_text().splitlines()) < 3:
+            assert proc.poll() is None and time.monotonic() < end, "the run did not start"
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        end = time.monotonic() + 60
+        while any(alive(pid) for pid in workers) and time.monotonic() < end:
+            time.sleep(0.1)
+        left = [pid for pid in workers if alive(pid)]
+    finally:
+        proc.kill()
+        for pid in workers:  # never leave one behind, whatever the outcome
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert left == [], f"workers {left} still run 60 s after their launcher was killed"
+    from hiddenstate.train import load
+
+    saved = load(run)  # the step in flight, saved (no checkpoint was due before step 1000)
+    assert saved.step >= 3
+
+
 class _Argv(list):
     cwd = None
 

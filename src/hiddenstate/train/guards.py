@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import threading
 import time
@@ -156,6 +157,12 @@ class DeferredSignals:
         one. A rank of a distributed run uses 10 s: torchrun passes the signal it receives on to
         every worker, so Ctrl-C in a terminal reaches a worker twice (from the terminal and from
         torchrun) and must still save the step in flight.
+    watch_parent : int or None, default None
+        The pid of the process that started this one (torchrun's agent, or ``hiddenstate train
+        --processes K``), as :func:`os.getppid` gave it when the run began: once this process has
+        another parent (re-parented: the launcher is gone), it sends itself SIGTERM, so the step in
+        flight is saved and the run stops as if the launcher had relayed the signal. Polled every
+        :attr:`PARENT_POLL_S` seconds by a daemon thread, stopped on exit. None: no watch.
 
     Attributes
     ----------
@@ -165,11 +172,21 @@ class DeferredSignals:
         A second signal, which raised ``KeyboardInterrupt`` where the program was.
     """
 
-    def __init__(self, relay_grace_s: float = 0.0):
+    #: Seconds between two looks at the parent process (``watch_parent``).
+    PARENT_POLL_S = 0.5
+
+    def __init__(self, relay_grace_s: float = 0.0, *, watch_parent: int | None = None):
         self.received = None
         self.forced = None
         self._previous = {}
         self._grace_s, self._first_at = relay_grace_s, None
+        self._watch_parent, self._watcher, self._stop_watching = watch_parent, None, threading.Event()
+
+    def _watch(self, parent: int) -> None:
+        while not self._stop_watching.wait(self.PARENT_POLL_S):
+            if os.getppid() != parent:  # the launcher died and this process was re-parented
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
 
     def _handle(self, signum, frame) -> None:
         if self.received is None:
@@ -187,9 +204,18 @@ class DeferredSignals:
                     continue  # ignored by whoever started us (nohup, a background job): keep it so
                 with contextlib.suppress(OSError, ValueError):
                     self._previous[signum] = signal.signal(signum, self._handle)
+            if self._watch_parent is not None and signal.SIGTERM in self._previous:
+                self._stop_watching.clear()
+                self._watcher = threading.Thread(target=self._watch, args=(self._watch_parent,), daemon=True,
+                                                 name="hiddenstate-parent-watch")
+                self._watcher.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._watcher is not None:
+            self._stop_watching.set()
+            self._watcher.join(timeout=5.0)
+            self._watcher = None
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}

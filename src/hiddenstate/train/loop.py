@@ -239,22 +239,24 @@ def train(config: TrainConfig | dict | None = None, *, resume=None, overwrite: b
         Writing failed (e.g. a full disk): the message names the file and the checkpoint on disk.
     """
     t_start = time.perf_counter()
+    parent = os.getppid()  # a rank's launcher, watched while it trains (guards.DeferredSignals)
     overwrite = boolean("overwrite", overwrite)
     world = join(device)  # LOCAL, unless torchrun started this process as one rank of a run
     try:
         return _train(world, config, resume, overwrite, t_start, progress=progress and world.leader,
-                      callback=callback, verbose=verbose and world.leader, device=device)
+                      callback=callback, verbose=verbose and world.leader, device=device, parent=parent)
     finally:
         world.leave()
 
 
 def _train(world: World, config, resume, overwrite: bool, t_start: float, *, progress: bool, callback, verbose: bool,
-           device: str) -> TrainResult:
+           device: str, parent: int) -> TrainResult:
     """:func:`train` in this process's world: the leader (the only process of a one-process run) owns ``out``."""
     accelerator = resolve_device(world.run_device(device))  # before anything is claimed: no GPU is one message
     world.check_request({"config": config if isinstance(config, (dict, type(None))) else dataclasses.asdict(config),
                          "resume": None if resume is None else str(resume), "overwrite": overwrite, "device": device})
-    with DeferredSignals(relay_grace_s=10.0 if world.size > 1 else 0.0) as signals:
+    with DeferredSignals(relay_grace_s=10.0 if world.size > 1 else 0.0,
+                         watch_parent=parent if world.size > 1 else None) as signals:
         lock, wrote_log = None, False
         try:
             if world.leader:
