@@ -258,7 +258,7 @@ def test_bad_input_is_refused_with_the_rule_and_the_value():
     _, _, cache = make("qwen3_next").forward(np.zeros((3, 2, 6)))
     with pytest.raises(ValueError, match="cache must come from this layer"):
         layer.backward(cache, None)
-    with pytest.raises(ValueError, match="reset is not supported by KimiDeltaAttention"):
+    with pytest.raises(ValueError, match="reset must be None for KimiDeltaAttention"):
         layer.forward(np.zeros((3, 2, 6)), reset=np.zeros((3, 2), dtype=bool))
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]; got values in \[2, 4\]"):
         layer.forward(np.zeros((3, 2, 6)), lengths=[4, 2])

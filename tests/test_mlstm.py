@@ -220,7 +220,7 @@ def test_bad_input_is_refused_clearly():
         lay.forward(u, MLSTMState(s0.C[:1], s0.n, s0.m))
     with pytest.raises(TypeError, match=r"state must be a MLSTMState \(C, n, m\); got tuple of length 2"):
         lay.forward(u, s0[:2])
-    with pytest.raises(ValueError, match="lengths must be None for MLSTMLayer; got an array. MLSTMLayer takes whole sequences"):
+    with pytest.raises(ValueError, match="lengths must be None for MLSTMLayer; got list. MLSTMLayer takes whole sequences"):
         lay.forward(u, lengths=[3, 2])
     with pytest.raises(ValueError, match="qk_dim = int.* must be a positive multiple of num_heads=4; got 3"):
         MLSTMLayer(6, 4)

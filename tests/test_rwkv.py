@@ -174,7 +174,7 @@ def test_bad_input_is_refused_clearly():
         lay.forward(u, s0._replace(max=s0.max[0]))
     with pytest.raises(TypeError, match=r"state must be a RWKVState \(shift, num, den, max\); got tuple of length 3"):
         lay.forward(u, s0[1:])
-    with pytest.raises(ValueError, match="reset must be None for RWKVTimeMix; got an array. RWKVTimeMix takes whole sequences"):
+    with pytest.raises(ValueError, match="reset must be None for RWKVTimeMix; got ndarray. RWKVTimeMix takes whole sequences"):
         lay.forward(u, reset=np.zeros((3, 2), bool))
     with pytest.raises(ValueError, match="scan must be one of"):
         RWKVTimeMix(6, scan="chunkwise")

@@ -61,7 +61,10 @@ def is_mamba_model(model) -> bool:
 
 def _ids_array(ids) -> np.ndarray:
     """Token ids as a NumPy array (N, T) (a torch tensor read on the CPU; (T,) is one sequence)."""
-    arr = ids.detach().cpu().numpy() if hasattr(ids, "detach") else np.asarray(ids)
+    try:
+        arr = ids.detach().cpu().numpy() if hasattr(ids, "detach") else np.asarray(ids)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"ids must be token ids of shape (N, T) or (T,); got a ragged {type(ids).__name__}.") from None
     return arr[None] if arr.ndim == 1 else arr
 
 

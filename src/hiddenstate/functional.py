@@ -343,7 +343,7 @@ class FloatGuard:
         """Leave it (exceptions propagate)."""
         self._state.__exit__(*exc)
 
-    def check(self, what: str, arrays, hint: str) -> None:
+    def check(self, what: str, arrays, hint: str, *, always: bool = False) -> None:
         """Raise ValueError if the block overflowed and left a result non-finite.
 
         Parameters
@@ -354,16 +354,20 @@ class FloatGuard:
             The results by name; None entries are skipped.
         hint : str
             How to fix it, appended to the message.
+        always : bool, default False
+            Check the results even when nothing tripped: a matrix product (BLAS) overflows to Inf,
+            or makes ``0 * Inf = NaN``, without raising NumPy's floating-point flags.
 
         Raises
         ------
         ValueError
-            ``tripped`` and some result has NaN or Inf.
+            ``tripped`` (or ``always``) and some result has NaN or Inf.
         """
-        if not self.tripped:
+        if not (self.tripped or always):
             return
         for name, a in arrays:
             if a is not None and not np.isfinite(a).all():
                 bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-                raise ValueError(f"{what} must stay within the float range; got {bad} NaN or Inf value(s) in {name} "
-                                 f"after an overflow. {hint}")
+                after = " after an overflow" if self.tripped else ""
+                raise ValueError(f"{what} must stay within the float range; got {bad} NaN or Inf value(s) in {name}"
+                                 f"{after}. {hint}")

@@ -33,7 +33,7 @@ from hiddenstate.cells import delta_block as kernel
 from hiddenstate.cells.delta import DELTA_CHUNK
 from hiddenstate.cells.delta_block import BlockSpec, DeltaRecord, DeltaState
 from hiddenstate.functional import FloatGuard
-from hiddenstate.params import check_params, load_into
+from hiddenstate.params import check_param_memory, check_params, load_into
 from hiddenstate.resources import check_memory
 from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, real, shape_str
 from hiddenstate.validation import lengths as valid_lengths
@@ -116,6 +116,11 @@ class _DeltaLayer:
         return (((N, s.Hv, s.Dk, s.Dv), f"(N={N}, Hv={s.Hv}, Dk={s.Dk}, Dv={s.Dv})"),
                 ((N, Dc, s.K - 1), f"(N={N}, Dc={Dc}, K-1={s.K - 1})"))
 
+    def _check_state_memory(self, N) -> None:
+        """Refuse ``N`` rows of states that cannot fit in memory (before they are allocated)."""
+        nbytes = float(sum(math.prod(shape) for shape, _ in self._legends(N))) * self.dtype.itemsize
+        check_memory(f"{type(self).__name__} states of batch_size={N} rows", nbytes, "Use fewer rows per call.")
+
     def initial_state(self, batch_size: int) -> DeltaState:
         """Zero states for ``batch_size`` sequences.
 
@@ -130,6 +135,7 @@ class _DeltaLayer:
             ``recurrent`` (N, Hv, Dk, Dv) and ``conv`` (N, Dc, K-1), zeros of the layer's dtype.
         """
         N = positive_int("batch_size", batch_size)
+        self._check_state_memory(N)
         return DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
 
     def _part(self, name, value, N, which):
@@ -183,7 +189,7 @@ class _DeltaLayer:
         record = boolean("record", record)
         name = type(self).__name__
         if reset is not None:
-            raise ValueError(f"reset is not supported by {name} (a row restarting from its initial state mid-chunk "
+            raise ValueError(f"reset must be None for {name} (a row restarting from its initial state mid-chunk "
                              f"breaks the chunked form); got {type(reset).__name__}. Split the sequence at the reset "
                              f"and pass the initial state to the second call.")
         if is_foreign(u):
@@ -196,6 +202,7 @@ class _DeltaLayer:
         x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
         T, N = x.shape[:2]
         lengths = None if lengths is None else valid_lengths(lengths, T, N)
+        self._check_state_memory(N)
         if state is None:
             s = DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
         elif isinstance(state, tuple) and len(state) == 2:
@@ -208,18 +215,25 @@ class _DeltaLayer:
             what = "record=True" if record else "chunk=None (the per-step form keeps every state)"
             check_memory(f"{name}.forward with {what} over T={T}, N={N}: the states (T, N, Hv, Dk, Dv) "
                          f"({nbytes} bytes)", nbytes, "Split the sequence into calls that carry the state.")
+        chunk = None if self.chunk is None else min(self.chunk, max(T, 1))  # one chunk of T steps is the same
+        if chunk is not None:  # a chunk's (Q, Q) matrices: the decays, the keys' Gram, its inverse, the attention
+            sp, C = self.spec, -(-T // chunk)
+            nbytes = 4.0 * N * sp.Hv * C * chunk * chunk * self.dtype.itemsize
+            check_memory(f"{name}.forward with chunk={self.chunk} over T={T}, N={N}: the chunks' (N, Hv, T/Q, Q, Q) "
+                         f"matrices", nbytes, "Pass a smaller chunk (64 is the kernels' own).")
         check_params(self.params, self.shapes(), self.dtype, name)
         p = {k: v.copy() for k, v in self.params.items()}
         with FloatGuard() as guard:
-            out, final, kc = kernel.block_forward(p, x, s.recurrent, s.conv, self.spec, chunk=self.chunk,
+            out, final, kc = kernel.block_forward(p, x, s.recurrent, s.conv, self.spec, chunk=chunk,
                                                   lengths=lengths)
         guard.check("the forward pass", (("out", out), ("recurrent", final.recurrent)),
-                    "Scale the input or the weights down.")
+                    "Scale the input or the weights down.", always=True)
         cache = DeltaCache(kc, self.batch_first, self)
         out = out.transpose(1, 0, 2) if self.batch_first else out
         if record:
-            with FloatGuard():
+            with FloatGuard() as guard:
                 rec = kernel.block_record(kc)
+            guard.check("the record", tuple(zip(rec._fields, rec)), "Scale the input or the weights down.", always=True)
             return out, final, cache, rec
         return out, final, cache
 
@@ -284,8 +298,10 @@ class _DeltaLayer:
                 raise TypeError(f"d_state_n must be a pair (d_recurrent, d_conv); got {type(d_state_n).__name__}.")
             d_final = tuple(None if v is None else self._part(f"d_state_n.{('recurrent', 'conv')[i]}", v, N, i)
                             for i, v in enumerate(d_state_n))
-        with FloatGuard():
+        with FloatGuard() as guard:
             grads, d_u, d_state = kernel.block_backward(cache.kernel, d_out, d_final)
+        guard.check("the backward pass", (*grads.items(), ("d_u", d_u), *zip(d_state._fields, d_state)),
+                    "The upstream gradients, the input or the weights are too large; scale them down.", always=True)
         return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state
 
 
@@ -365,6 +381,8 @@ class GatedDeltaNet(_DeltaLayer):
         self.spec = BlockSpec(layout, Hk, Hv, Dk, Dv, self.d_conv, self.eps,
                               boolean("allow_neg_eigval", allow_neg_eigval))
         rng = generator(rng)
+        check_param_memory("GatedDeltaNet", {"d_model": self.d_model, "num_k_heads": Hk, "num_v_heads": Hv,
+                                             "head_k_dim": Dk, "head_v_dim": Dv}, self.shapes(), self.dtype)
         self.params = {}
         for key, (shape, _) in self.shapes().items():
             if key in ("dt_bias", "A_log"):
@@ -458,6 +476,8 @@ class KimiDeltaAttention(_DeltaLayer):
         D = positive_int("head_dim", head_dim)
         self.spec = BlockSpec("kimi", H, H, D, D, self.d_conv, self.eps, False)
         rng = generator(rng)
+        check_param_memory("KimiDeltaAttention", {"d_model": self.d_model, "num_heads": H, "head_dim": D},
+                           self.shapes(), self.dtype)
         self.params = {}
         for key, (shape, _) in self.shapes().items():
             if key == "conv1d.weight":

@@ -36,9 +36,13 @@ from hiddenstate.resources import check_memory, format_bytes
 from hiddenstate.seqblock import SequenceBlock
 from hiddenstate.validation import boolean, choice, float_array, float_dtype, generator, positive_int, shape_str
 
-__all__ = ["LightningAttention", "LightningRecord", "LightningState", "slope_rates"]
+__all__ = ["MAX_RATE", "LightningAttention", "LightningRecord", "LightningState", "slope_rates"]
 
 _EPS = 1e-6
+#: The largest decay rate the kernels see: exp(-1e4) is already 0 in float32 and float64, so a larger
+#: ``lambda_h`` keeps the same (zero) share of the state, while 1e300 would overflow the chunked
+#: form's sums of ``g`` (to -inf, and -inf - -inf = NaN) or be -inf once cast to float32.
+MAX_RATE = 1e4
 
 
 class LightningState(NamedTuple):
@@ -93,6 +97,7 @@ class LightningAttention(SequenceBlock):
     slope_rate : array_like of shape (H,), optional
         The decay rates ``lambda_h > 0``; None: :func:`slope_rates` of layer 0 of a one-layer model
         (transformers' ``slope_rate`` buffer of layer ``i`` of ``L`` is ``slope_rates(H, i, L)``).
+        A rate above :data:`MAX_RATE` (1e4) runs as 1e4: either keeps none of the state.
     form : {"chunked", "sequential"}, default "chunked"
         Lightning attention's chunked tiling or the per-step loop (the same outputs and states
         to round-off).
@@ -132,6 +137,11 @@ class LightningAttention(SequenceBlock):
         if self.head_dim < 1:
             raise ValueError(f"head_dim must be positive; got hidden_size // num_heads = {self.head_dim}. Pass head_dim.")
         H = self.num_heads
+        self.form = choice("form", form, kernel.FORMS)
+        self.chunk = positive_int("chunk", chunk)
+        self.batch_first = boolean("batch_first", batch_first)
+        self.dtype = float_dtype("dtype", dtype)
+        self._check_sizes(hidden_size=self.d_model, num_heads=H, head_dim=self.head_dim)
         if slope_rate is None:
             self.slope_rate = slope_rates(H)
         else:
@@ -140,10 +150,6 @@ class LightningAttention(SequenceBlock):
                 raise ValueError(f"slope_rate must have shape (H={H},) with every value > 0; got shape "
                                  f"{shape_str(s.shape)} with minimum {s.min() if s.size else 'none'}.")
             self.slope_rate = s.copy()
-        self.form = choice("form", form, kernel.FORMS)
-        self.chunk = positive_int("chunk", chunk)
-        self.batch_first = boolean("batch_first", batch_first)
-        self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
         M, HD = self.d_model, H * self.head_dim
 
@@ -184,11 +190,15 @@ class LightningAttention(SequenceBlock):
         pre = (uf @ p["qkv_proj.weight"].T).reshape(T, N, H, 3 * D)
         a, da = silu(pre)
         keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])  # (T, N)
-        g = -self.slope_rate.astype(self.dtype)  # (H,): the same decay at every step
+        g = -np.minimum(self.slope_rate, MAX_RATE).astype(self.dtype)  # (H,): the same decay at every step
         if keep is not None:
             a *= keep[:, :, None, None]
             g = g * keep[:, :, None]  # (T, N, H): 0 (the state carried) at padded steps
         q, k, v = a[..., :D], a[..., D:2 * D], a[..., 2 * D:]
+        if self.form == "chunked":  # one chunk's (N, H, Q, Q) products and decay factors at a time
+            Q = min(self.chunk, T)
+            check_memory(f"LightningAttention.forward with chunk={self.chunk} over T={T}, N={N}: a chunk's (N, H, Q, Q) "
+                         f"matrices", 3.0 * N * H * Q * Q * u.itemsize, "Pass a smaller chunk (64 is transformers' own).")
         o, S_T, ac = kernel.attention_forward(q, k, v, g, s[0], form=self.form, chunk=self.chunk)
         o = o.reshape(T, N, HD)
         nrm, inv = rms_norm(o, p["norm.weight"], _EPS)

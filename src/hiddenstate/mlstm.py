@@ -32,6 +32,8 @@ right-padded batches (``lengths``) and ``reset`` (refused in one line: the layer
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hiddenstate.cells import mlstm as kernel
@@ -111,12 +113,17 @@ class MLSTMLayer(SequenceBlock):
                  batch_first=False, dtype=np.float64, rng=None):
         self.hidden_size = self.d_model = positive_int("hidden_size", hidden_size)
         self.num_heads = positive_int("num_heads", num_heads)
-        self.qk_dim = int(self.hidden_size * real("qk_dim_factor", qk_dim_factor, low=0.0, low_open=True))
-        self.v_dim = int(self.hidden_size * real("v_dim_factor", v_dim_factor, low=0.0, low_open=True))
-        for name, d in (("qk_dim", self.qk_dim), ("v_dim", self.v_dim)):
+        dims = {}
+        for name, factor in (("qk_dim", qk_dim_factor), ("v_dim", v_dim_factor)):
+            d = self.hidden_size * real(f"{name}_factor", factor, low=0.0, low_open=True)
+            if not math.isfinite(d):  # int(inf) would raise OverflowError
+                raise ValueError(f"{name} = int(hidden_size * {name}_factor) must be finite; got {self.hidden_size} * "
+                                 f"{factor!r}.")
+            dims[name] = d = int(d)
             if d == 0 or d % self.num_heads:
                 raise ValueError(f"{name} = int(hidden_size * {name}_factor) must be a positive multiple of "
                                  f"num_heads={self.num_heads}; got {d}.")
+        self.qk_dim, self.v_dim = dims["qk_dim"], dims["v_dim"]
         self.use_bias = boolean("use_bias", use_bias)
         self.weight_mode = choice("weight_mode", weight_mode, ("single", "fused"))
         self.gate_soft_cap = None if gate_soft_cap is None else real("gate_soft_cap", gate_soft_cap, low=0.0,
@@ -127,6 +134,7 @@ class MLSTMLayer(SequenceBlock):
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
+        self._check_sizes(hidden_size=self.hidden_size, qk_dim=self.qk_dim, v_dim=self.v_dim)
         M, H = self.hidden_size, self.num_heads
         std = (2 / (5 * M)) ** 0.5
         W = rng.normal(0.0, std, size=(2 * self.qk_dim + 2 * self.v_dim, M))

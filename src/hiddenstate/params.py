@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hiddenstate.nesting import as_array
+from hiddenstate.resources import check_memory
 from hiddenstate.validation import float_array, shape_str
 
-__all__ = ["MAMBA_NORMS", "check_params", "load_into", "param_shapes", "uniform_init"]
+__all__ = ["MAMBA_NORMS", "check_param_memory", "check_params", "load_into", "param_shapes", "uniform_init"]
 
 #: The weights of the RMS norms of Mamba's dt, B, C in transformers' names (``JambaMambaMixer``;
 #: optional): :data:`hiddenstate.cells.mamba.NORMS`, read by the kernels and the array-API path.
@@ -116,6 +119,41 @@ def param_shapes(num_gates: int, hidden_size: int, widths: dict, *, bias: bool, 
     for name in states:
         out[name] = ((num_states, H), f"(L*D={num_states}, H={H})")
     return out
+
+
+def check_param_memory(owner: str, sizes: dict, shapes: dict, dtype) -> float:
+    """Refuse sizes whose parameters cannot fit in memory, before any of them is drawn.
+
+    A constructor asked for ``d_model=10**9`` would otherwise end in NumPy's ``MemoryError`` (or
+    take the machine's memory) while drawing its first weight.
+
+    Parameters
+    ----------
+    owner : str
+        The class, for the message (``"GatedDeltaNet"``).
+    sizes : dict of str to int
+        The constructor's size arguments as the message names them (``{"d_model": 10**9}``).
+    shapes : dict of str to (tuple of int, str)
+        Every parameter's shape (the owner's ``shapes()``).
+    dtype : numpy.dtype
+        The parameters' dtype.
+
+    Returns
+    -------
+    float
+        The bytes counted: the parameters in float64 as they are drawn, plus their cast copy for
+        another dtype.
+
+    Raises
+    ------
+    ValueError
+        ``"<owner>(<sizes>) needs about <bytes> of memory; this machine allows <limit>. ..."``
+        (:func:`hiddenstate.resources.check_memory`).
+    """
+    itemsize = np.dtype(dtype).itemsize  # weights are drawn in float64, then cast: both live at once
+    nbytes = float(sum(math.prod(shape) for shape, _ in shapes.values())) * (8 + (itemsize if itemsize != 8 else 0))
+    args = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    return check_memory(f"{owner}({args})", nbytes, "Its parameters alone take that much: choose smaller sizes.")
 
 
 def check_params(params, shapes: dict, dtype, owner: str, *, finite: bool = True) -> None:

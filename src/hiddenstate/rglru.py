@@ -96,6 +96,7 @@ class RGLRUBlock(SequenceBlock):
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
+        self._check_sizes(hidden_size=self.d_model, lru_width=self.lru_width, conv_width=self.conv_width)
         M, W, Hh, K = self.d_model, self.lru_width, self.num_heads, self.conv_width
         Bw = W // Hh
 

@@ -116,6 +116,7 @@ class RWKVTimeMix(SequenceBlock):
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
+        self._check_sizes(hidden_size=self.hidden_size, attention_hidden_size=self.attention_hidden_size)
         M, A = self.hidden_size, self.attention_hidden_size
 
         def orthogonal(rows, cols):
@@ -163,6 +164,7 @@ class RWKVTimeMix(SequenceBlock):
             ``shift``, ``num``, ``den`` zeros, ``max`` -1e30, of the layer's dtype.
         """
         N = positive_int("batch_size", batch_size)
+        self._check_state_memory(N)
         M, A = self.hidden_size, self.attention_hidden_size
         z = np.zeros((N, A), dtype=self.dtype)
         return RWKVState(np.zeros((N, M), dtype=self.dtype), z, z.copy(), np.full((N, A), kernel.MAX0, dtype=self.dtype))

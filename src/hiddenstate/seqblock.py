@@ -12,10 +12,13 @@ shapes, and its kernels; this class validates the inputs once at the boundary an
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hiddenstate.functional import FloatGuard
-from hiddenstate.params import check_params, load_into
+from hiddenstate.params import check_param_memory, check_params, load_into
+from hiddenstate.resources import check_memory
 from hiddenstate.validation import bool_mask, boolean, float_array, positive_int, shape_str
 from hiddenstate.validation import lengths as valid_lengths
 
@@ -71,6 +74,16 @@ class SequenceBlock:
     def _state_shapes(self, N):  # list of (shape, legend) per field of state_type
         raise NotImplementedError
 
+    def _check_sizes(self, **sizes) -> None:
+        """Refuse sizes whose parameters cannot fit in memory (once the sizes and dtype are set, before drawing)."""
+        check_param_memory(type(self).__name__, sizes, self.shapes(), self.dtype)
+
+    def _check_state_memory(self, N) -> None:
+        """Refuse ``N`` rows of states that cannot fit in memory (before they are allocated)."""
+        nbytes = float(sum(math.prod(shape) for shape, _ in self._state_shapes(N))) * self.dtype.itemsize
+        check_memory(f"{type(self).__name__} states of batch_size={N} rows", nbytes,
+                     "Use fewer rows per call.")
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of the parameters by their transformers names.
 
@@ -109,6 +122,7 @@ class SequenceBlock:
             The layer's state type, zeros of the layer's dtype.
         """
         N = positive_int("batch_size", batch_size)
+        self._check_state_memory(N)
         return self.state_type(*(np.zeros(s, dtype=self.dtype) for s, _ in self._state_shapes(N)))
 
     def _states(self, state, N, name):
@@ -173,7 +187,7 @@ class SequenceBlock:
         name = type(self).__name__
         for opt, value in (("lengths", lengths), ("reset", reset)):
             if value is not None and opt not in self.supports:
-                raise ValueError(f"{opt} must be None for {name}; got an array. {self._refusal(opt)}")
+                raise ValueError(f"{opt} must be None for {name}; got {type(value).__name__}. {self._refusal(opt)}")
         x = float_array("u", u, dtype=self.dtype)
         legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
         if x.ndim != 3 or x.shape[2] != self.d_model:
@@ -191,11 +205,15 @@ class SequenceBlock:
         with FloatGuard() as guard:
             out, final, kc = self._forward(p, x, list(s), lengths, reset)
         guard.check("the forward pass", (("out", out),) + tuple(zip(final._fields, final)),
-                    "Scale the input or the weights down.")
+                    "Scale the input or the weights down.", always=True)
         cache = BlockCache(kc, (T, N, self.d_model), self.batch_first, self)
         out = out.transpose(1, 0, 2) if self.batch_first else out
-        if record:
-            return out, final, cache, self._recorded(kc)
+        if record:  # the record's own arithmetic (every step's state) may underflow too, as the forward pass does
+            with FloatGuard() as guard:
+                rec = self._recorded(kc)
+            arrays = tuple((f, a) for f, a in zip(getattr(rec, "_fields", ()), rec) if isinstance(a, np.ndarray))
+            guard.check("the record", arrays, "Scale the input or the weights down.", always=True)
+            return out, final, cache, rec
         return out, final, cache
 
     def _refusal(self, opt):
@@ -258,6 +276,9 @@ class SequenceBlock:
                 raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
             d_out = np.ascontiguousarray(d_out.transpose(1, 0, 2) if cache.batch_first else d_out)
         d_final = None if d_state_n is None else self._states(d_state_n, N, "d_state_n")
-        with FloatGuard():
+        with FloatGuard() as guard:
             grads, d_u, d_state = self._backward(cache.kernel, d_out, d_final)
+        parts = tuple((f"d_state[{i}]", a) for i, a in enumerate(d_state))
+        guard.check("the backward pass", (*grads.items(), ("d_u", d_u), *parts),
+                    "The upstream gradients, the input or the weights are too large; scale them down.", always=True)
         return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state

@@ -104,6 +104,7 @@ class ShortConv(SequenceBlock):
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
+        self._check_sizes(hidden_size=self.d_model, kernel_size=self.kernel_size)
         M, K = self.d_model, self.kernel_size
         k = 1.0 / math.sqrt(K)
         p = {"conv.weight": rng.uniform(-k, k, size=(M, 1, K)).astype(self.dtype)}

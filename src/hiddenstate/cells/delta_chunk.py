@@ -45,7 +45,7 @@ def _chunked(x, Q):
 
 def _unchunked(x, T):
     """(N, H, C, Q, ...) -> (T, N, H, ...)."""
-    x = x.reshape(x.shape[:2] + (-1,) + x.shape[4:])[:, :, :T]
+    x = x.reshape(x.shape[:2] + (x.shape[2] * x.shape[3],) + x.shape[4:])[:, :, :T]  # not -1: T = 0 or N = 0
     return np.ascontiguousarray(np.moveaxis(x, 2, 0))
 
 
@@ -98,7 +98,7 @@ def _gram(x, y, G, strict, E=None):
     ``E`` is :func:`_scalar_factors` of a decay of width 1 (unused for a per-channel decay).
     """
     Q = x.shape[-2]
-    if G.shape[-1] == 1:  # one decay per head
+    if E is not None:  # one decay per head (a per-channel decay of width Dk = 1 takes the general path)
         M = (x @ np.swapaxes(y, -1, -2)) * E
         return _zero_diagonal(M) if strict else M
     M = np.zeros(x.shape[:-1] + (Q,), dtype=x.dtype)
@@ -119,7 +119,7 @@ def _gram(x, y, G, strict, E=None):
 def _gram_backward(x, y, G, strict, dM, E=None):
     """The adjoint of :func:`_gram`: ``(dx, dy, dG)``."""
     Q = x.shape[-2]
-    if G.shape[-1] == 1:
+    if E is not None:
         dP = dM * E
         if strict:
             _zero_diagonal(dP)

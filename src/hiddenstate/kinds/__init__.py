@@ -95,7 +95,7 @@ def get_kind(name: str) -> Kind:
     ValueError
         No kind of that name.
     """
-    if name not in KINDS:
+    if not isinstance(name, str) or name not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)} (our blocks); got {name!r}.")
     return KINDS[name]
 

@@ -74,13 +74,14 @@ outputs) is checked against ``max_bytes``; ``layers=`` lowers it.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind
-from hiddenstate.validation import shape_str
+from hiddenstate.validation import nonnegative_int, real, shape_str
 
 __all__ = ["MAX_BYTES", "Recomputed", "estimate_bytes", "recompute_layers", "tolerance"]
 
@@ -107,14 +108,20 @@ def tolerance(dtype) -> float:
     TypeError
         Not a floating dtype.
     """
-    try:
-        eps = float(np.finfo(dtype).eps)
-    except (TypeError, ValueError):
-        import torch  # a torch dtype (bfloat16 has no NumPy twin)
+    if type(dtype).__module__.split(".")[0] == "torch":  # a torch dtype (bfloat16 has no NumPy twin)
+        import torch
 
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch or NumPy dtype; got {dtype!r}.") from None
+            raise TypeError(f"dtype must be a floating torch or NumPy dtype; got {dtype!r}.")
         eps = float(torch.finfo(dtype).eps)
+    else:
+        try:  # np.finfo would read a number (2.5) or a complex dtype as a float dtype; np.dtype(None) is float64
+            dt = None if dtype is None else np.dtype(dtype)
+        except (TypeError, ValueError):
+            dt = None
+        if dt is None or dt.kind != "f":
+            raise TypeError(f"dtype must be a floating torch or NumPy dtype; got {dtype!r:.80}.")
+        eps = float(np.finfo(dt).eps)
     return 8 * eps + 1000 * float(np.finfo(np.float32).eps)
 
 
@@ -181,10 +188,14 @@ def _chosen(family: Family, model, layer_map, layers) -> tuple:
     recurrent = [e.index for e in layer_map if e.role == "recurrent"]
     if layers is None:
         return tuple(recurrent)
-    try:
-        wanted = sorted({int(i) for i in ([layers] if np.ndim(layers) == 0 else layers)})
-    except (TypeError, ValueError):
-        raise TypeError(f"layers must be a recurrent layer index or a list of them; got {layers!r}.") from None
+    if isinstance(layers, np.ndarray) and layers.ndim <= 1:
+        items = layers.reshape(-1).tolist() if layers.dtype.kind in "iu" else [layers]
+    else:
+        items = list(layers) if isinstance(layers, (list, tuple, range)) else [layers]
+    if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (numbers.Integral, np.integer)) for i in items):
+        # int() would read 2.5 as 2, True as 1 and "1" as 1
+        raise TypeError(f"layers must be a recurrent layer index (an int) or a list of them; got {layers!r:.80}.")
+    wanted = sorted({int(i) for i in items})
     bad = [i for i in wanted if i not in recurrent]
     if bad or not wanted:
         roles = {e.index: e.role for e in layer_map}
@@ -221,9 +232,10 @@ def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
     ------
     TypeError, ValueError
         ``model`` of no registered family (:func:`~hiddenstate.interop.families.registry.family_of`);
-        ``layers`` not recurrent layers.
+        ``layers`` not recurrent layers; ``T`` or ``N`` not a non-negative int.
     """
     family = family_of(model)
+    T, N = nonnegative_int("T", T), nonnegative_int("N", N)
     layer_map = family.layer_map(model)
     chosen = _chosen(family, model, layer_map, layers)
     mixers = family.mixers(model)
@@ -272,9 +284,10 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         The recurrent layers to record (model indices; default all).
     max_bytes : int or None, default MAX_BYTES (4 GiB)
         Refuse, before the model runs, a request whose :func:`estimate_bytes` total exceeds this
-        (None: no cap).
+        (None: no cap); a finite number >= 0.
     tol : float, optional
-        The largest relative error a layer may have; default :func:`tolerance` of the model's dtype.
+        The largest relative error a layer may have (a finite number >= 0); default
+        :func:`tolerance` of the model's dtype.
 
     Returns
     -------
@@ -284,9 +297,10 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
     ------
     TypeError
         ``model`` of no registered family (one line naming the registered ones); ids that are
-        not integers.
+        not integers; ``layers`` that are not ints; ``max_bytes`` or ``tol`` that is not a number.
     ValueError
-        ids not (N, T) in [0, V); ``layers`` that are not recurrent layers; a request over
+        ids not (N, T) in [0, V); ``layers`` that are not recurrent layers; ``max_bytes`` or
+        ``tol`` negative, NaN or infinite; a request over
         ``max_bytes`` (one line with the bytes, and that ``layers=`` lowers them); a layer whose
         recomputed output differs from the model's own by more than the tolerance (naming the
         layer and the figure); a mixer that ran more or less than once, or hooked tensors of
@@ -295,6 +309,10 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
     import torch
 
     family = family_of(model)
+    if max_bytes is not None:
+        max_bytes = real("max_bytes", max_bytes, low=0.0)
+    if tol is not None:  # checked before the model runs
+        tol = real("tol", tol, low=0.0)
     layer_map = family.layer_map(model)
     chosen = _chosen(family, model, layer_map, layers)
     ids = _ids(model, ids)
@@ -323,7 +341,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
             h.remove()
         model.train(training)
     dtype = next(mixers[chosen[0]].parameters()).dtype
-    tol = tolerance(dtype) if tol is None else float(tol)
+    tol = tolerance(dtype) if tol is None else tol
     names = {e.index: e.class_name for e in layer_map}
     records, errors = [], []
     for i in chosen:

@@ -9,9 +9,12 @@ its ``config.model_type``, and the family functions only walk the model's attrib
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from hiddenstate.kinds import BLOCKS, get_kind
 
@@ -213,8 +216,11 @@ class Family:
         ValueError
             ``index`` is not a recurrent layer; what the block does not compute (from ``to_block``).
         TypeError
-            ``to_block`` returned another type than ``BLOCKS[kind]``.
+            ``index`` is not an int; ``to_block`` returned another type than ``BLOCKS[kind]``.
         """
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (numbers.Integral, np.integer)):
+            raise TypeError(f"index must be a recurrent layer's index (an int); got {type(index).__name__} "
+                            f"{index!r:.80}.")  # True would be read as layer 1, 0.0 as layer 0
         mixers = self.mixers(model)
         if index not in mixers:
             raise ValueError(f"index must be a recurrent layer of this {self.name} model ({sorted(mixers)}); got "
