@@ -429,59 +429,81 @@ def test_family_block_and_tolerance(tiny, name, index, dtype):
     attempt("tolerance", lambda: tolerance(dtype), lambda t: 0 < t < 1)
 
 
-IDS = st.one_of(JUNK, st.sampled_from(["ok", "row", "big", "neg", "float", "ragged", "empty", "3d", "i8"]))
-
-
 def ids_of(which, V=50):
     return {"ok": np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]]), "row": np.arange(6) % V, "big": np.array([[V, 1]]),
             "neg": np.array([[-1, 2]]), "float": np.ones((1, 4)) * 0.5, "ragged": [[1, 2], [3]],
-            "empty": np.zeros((1, 0), int), "3d": np.ones((1, 3, 2), int),
+            "empty": np.zeros((1, 0), int), "3d": np.ones((1, 3, 2), int), "huge": [[2**70, 1]],
             "i8": np.ones((1, 4), np.int8)}.get(which, which) if isinstance(which, str) else which
 
 
-LAYERS = st.one_of(st.none(), st.none(), JUNK, st.integers(-1, 3), st.sampled_from([[0], [0, 0], [1], (0, 2), [0.5],
-                                                                                     [True], np.array([0]),
-                                                                                     [[0, 1], [2]], "0"]))
-BYTES = st.one_of(st.none(), JUNK, st.sampled_from([1, 2**40, -5, 0.5, 1e300]))
+GOOD_IDS = st.sampled_from(["ok", "row", "i8"])
+BAD_IDS = st.one_of(JUNK, st.sampled_from(["big", "neg", "float", "ragged", "empty", "3d", "huge"]))
+BAD_LAYERS = st.one_of(JUNK, st.integers(-1, 3), st.sampled_from([[0.5], [True], [[0, 1], [2]], "0", [], [0, 7], 0.0,
+                                                                  np.array([0.0]), np.ones((1, 1), int), range(3)]))
+BAD_BYTES = st.one_of(JUNK, st.sampled_from([1, -5, "4GiB", 1e300]))
+
+
+def good_layers(model_layers):
+    return st.one_of(st.none(), st.sampled_from(model_layers), st.just(list(model_layers)),
+                     st.just(np.array(model_layers[:1])), st.just(tuple(model_layers[::-1])))
 
 
 @SWEEP
-@given(name=st.sampled_from(FAMILIES), ids=IDS, layers=LAYERS, max_bytes=BYTES,
-       tol=st.one_of(st.none(), st.none(), JUNK, st.sampled_from([0.5, 1e-30, -1.0])))
-def test_recompute_layers(tiny, name, ids, layers, max_bytes, tol):
-    from hiddenstate.interop.families import Recomputed, recompute_layers
+@given(data=st.data(), name=st.sampled_from(FAMILIES))
+def test_recompute_layers(tiny, data, name):
+    from hiddenstate.interop.families import Recomputed, family_of, recompute_layers
     model = tiny[name]
+    recurrent = [e.index for e in family_of(model).layer_map(model) if e.role == "recurrent"]
+    kw = drawn(data, dict(ids=GOOD_IDS, layers=good_layers(recurrent), max_bytes=st.sampled_from([None, 2**30]),
+                          tol=st.sampled_from([None, 1e-3])),
+               dict(ids=BAD_IDS, layers=BAD_LAYERS, max_bytes=BAD_BYTES,
+                    tol=st.one_of(JUNK, st.sampled_from([-1.0, "1e-3"]))))
+    layers = kw["layers"]
 
     def check(rc):
         assert isinstance(rc, Recomputed)
         finite(rc.records)
         assert all(0 <= e <= rc.tolerance for e in rc.errors)
         assert len(rc.records) == len(rc.layers) >= 1
-        if layers is not None:
-            assert set(rc.layers) == {int(i) for i in np.atleast_1d(layers)}
-    attempt("recompute_layers", lambda: recompute_layers(model, ids_of(ids), layers=layers, max_bytes=max_bytes,
-                                                         tol=tol), check)
+        want = recurrent if layers is None else sorted({int(i) for i in np.atleast_1d(layers)})
+        assert list(rc.layers) == want
+    attempt("recompute_layers", lambda: recompute_layers(model, ids_of(kw["ids"]), layers=layers,
+                                                         max_bytes=kw["max_bytes"], tol=kw["tol"]), check)
 
 
-@SWEEP
-@given(name=st.sampled_from(FAMILIES), T=SIZES, N=SIZES, layers=LAYERS)
-def test_estimate_bytes(tiny, name, T, N, layers):
-    from hiddenstate.interop.families import estimate_bytes
+@CHEAP
+@given(data=st.data(), name=st.sampled_from(FAMILIES))
+def test_estimate_bytes(tiny, data, name):
+    from hiddenstate.interop.families import estimate_bytes, family_of
+    model = tiny[name]
+    recurrent = [e.index for e in family_of(model).layer_map(model) if e.role == "recurrent"]
+    kw = drawn(data, dict(T=st.integers(0, 10**6), N=st.integers(0, 9), layers=good_layers(recurrent)),
+               dict(T=SIZES, N=SIZES, layers=BAD_LAYERS))
 
     def check(per):
         assert isinstance(per, dict) and per
         assert all(isinstance(v, int) and v >= 0 for v in per.values())
-    attempt("estimate_bytes", lambda: estimate_bytes(tiny[name], T, N, layers=layers), check)
+        assert all(v == 0 for v in per.values()) == (kw["T"] * kw["N"] == 0)
+    attempt("estimate_bytes", lambda: estimate_bytes(model, kw["T"], kw["N"], layers=kw["layers"]), check)
 
 
-@settings(SWEEP, max_examples=min(SWEEP.max_examples, 12))
-@given(name=st.sampled_from(FAMILIES + ("ours",)), ids=IDS, layers=LAYERS, max_bytes=BYTES,
-       max_lag=st.one_of(JUNK, st.integers(-1, 4)), text=st.one_of(st.none(), JUNK, st.text("ab \n", max_size=7)),
-       tokens=st.one_of(st.none(), JUNK, st.just(np.ones((5, 2), int))),
-       extra=st.sampled_from([{}, {"h0": np.zeros(3)}, {"lengths": [5, 5]}, {"vocab": "abc"}, {"title": 3},
-                              {"source": b"x"}, {"n_fixed_point_starts": -1}]))
-def test_inspect_model(tiny, name, ids, layers, max_bytes, max_lag, text, tokens, extra):
+@SWEEP
+@given(data=st.data(), name=st.sampled_from(FAMILIES + ("ours",)))
+def test_inspect_model(tiny, data, name):
+    from hiddenstate.interop.families import family_of
     model = BLOCKS["GatedDeltaNet"] if name == "ours" else tiny[name]
-    attempt("inspect_model", lambda: hs.inspect_model(model, ids_of(ids), layers=layers, max_bytes=max_bytes,
-                                                      max_lag=max_lag, text=text, tokens=tokens, **extra),
-            lambda an: finite([la.record for la in an.layers]))
+    recurrent = [0] if name == "ours" else [e.index for e in family_of(model).layer_map(model) if e.role == "recurrent"]
+    kw = drawn(data, dict(ids=GOOD_IDS, layers=good_layers(recurrent), max_bytes=st.just(2**30),
+                          max_lag=st.integers(1, 4), text=st.one_of(st.none(), st.text("ab \n", min_size=1, max_size=5)),
+                          tokens=st.none()),
+               dict(ids=BAD_IDS, layers=BAD_LAYERS, max_bytes=BAD_BYTES, max_lag=st.one_of(JUNK, st.integers(-1, 0)),
+                    text=st.one_of(JUNK, st.text("ab", min_size=7, max_size=9)),
+                    tokens=st.one_of(JUNK, st.just(np.ones((5, 2), int)), st.just(np.ones((2, 5), int)))))
+    extra = data.draw(st.sampled_from([{}, {}, {}, {"h0": np.zeros(3)}, {"lengths": [5, 5]}, {"vocab": "abc"},
+                                       {"title": 3}, {"source": b"x"}]), label="extra")
+
+    def check(an):
+        finite([la.record for la in an.layers])
+        assert len(an.layers) >= 1
+    args = {k: v for k, v in kw.items() if k != "ids"}
+    attempt("inspect_model", lambda: hs.inspect_model(model, ids_of(kw["ids"]), **args, **extra), check)

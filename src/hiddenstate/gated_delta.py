@@ -216,7 +216,7 @@ class _DeltaLayer:
             check_memory(f"{name}.forward with {what} over T={T}, N={N}: the states (T, N, Hv, Dk, Dv) "
                          f"({nbytes} bytes)", nbytes, "Split the sequence into calls that carry the state.")
         chunk = None if self.chunk is None else min(self.chunk, max(T, 1))  # one chunk of T steps is the same
-        if chunk is not None:  # a chunk's (Q, Q) matrices: the decays, the keys' Gram, its inverse, the attention
+        if chunk is not None and chunk > DELTA_CHUNK:  # a chunk's (Q, Q) matrices: decays, Gram, inverse, attention
             sp, C = self.spec, -(-T // chunk)
             nbytes = 4.0 * N * sp.Hv * C * chunk * chunk * self.dtype.itemsize
             check_memory(f"{name}.forward with chunk={self.chunk} over T={T}, N={N}: the chunks' (N, Hv, T/Q, Q, Q) "

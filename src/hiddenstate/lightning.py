@@ -195,8 +195,8 @@ class LightningAttention(SequenceBlock):
             a *= keep[:, :, None, None]
             g = g * keep[:, :, None]  # (T, N, H): 0 (the state carried) at padded steps
         q, k, v = a[..., :D], a[..., D:2 * D], a[..., 2 * D:]
-        if self.form == "chunked":  # one chunk's (N, H, Q, Q) products and decay factors at a time
-            Q = min(self.chunk, T)
+        Q = min(self.chunk, T)
+        if self.form == "chunked" and Q > 64:  # one chunk's (N, H, Q, Q) products and decay factors at a time
             check_memory(f"LightningAttention.forward with chunk={self.chunk} over T={T}, N={N}: a chunk's (N, H, Q, Q) "
                          f"matrices", 3.0 * N * H * Q * Q * u.itemsize, "Pass a smaller chunk (64 is transformers' own).")
         o, S_T, ac = kernel.attention_forward(q, k, v, g, s[0], form=self.form, chunk=self.chunk)
