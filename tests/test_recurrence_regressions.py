@@ -7,6 +7,7 @@ fix against values computed independently (the other form of the same kernel, ha
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -88,6 +89,16 @@ def test_mlstm_dim_factor_that_overflows():
         MLSTMLayer(2, 1, qk_dim_factor=1e308)
 
 
+def test_mlstm_soft_cap_beyond_the_dtype():
+    """gate_soft_cap=1e308 in float32: cap * tanh(g / cap) overflowed (every forward refused); 1e-320: divide by 0."""
+    for cap, dtype in ((1e308, np.float32), (1e-320, np.float32), (1e-320, np.float64)):
+        with pytest.raises(ValueError, match=rf"gate_soft_cap must lie in {np.dtype(dtype)}'s normal range .* got {re.escape(f'{cap:g}')}\."):
+            MLSTMLayer(2, 1, gate_soft_cap=cap, dtype=dtype)
+    u = np.random.default_rng(3).normal(size=(4, 2, 2))
+    big, none = (MLSTMLayer(2, 1, gate_soft_cap=c, rng=np.random.default_rng(0)) for c in (1e300, None))
+    assert rel(big(u)[0], none(u)[0]) < 1e-12  # a cap far beyond the gates is no cap
+
+
 def test_record_underflow_is_not_an_error():
     """LightningAttention.forward(record=True) of tiny inputs raised FloatingPointError under np.seterr(all='raise').
 
@@ -167,6 +178,16 @@ def test_recompute_layers_checks_its_numbers_before_running(rwkv, kw, error, wor
     from hiddenstate.interop.families import recompute_layers
     with pytest.raises(error, match=words):
         recompute_layers(rwkv, IDS, **kw)
+
+
+def test_recompute_layers_with_a_tol_below_round_off(rwkv):
+    """tol=0 was refused as if the family's to_block were wrong ("misses part of what the mixer computes")."""
+    from hiddenstate.interop.families import recompute_layers, tolerance
+    err = recompute_layers(rwkv, IDS, layers=0).errors[0]
+    assert 0 < err <= tolerance(np.float32)  # float32 round-off: not exact
+    with pytest.raises(ValueError, match=rf"above the tolerance 0 for a float32 model: not analysed. tol=0 was passed: it "
+                                         rf"must be at least the model's round-off \(the default for this model is "):
+        recompute_layers(rwkv, IDS, layers=0, tol=0)
 
 
 def test_recompute_layers_reads_integer_layers(rwkv):

@@ -483,7 +483,7 @@ def test_estimate_bytes(tiny, data, name):
     def check(per):
         assert isinstance(per, dict) and per
         assert all(isinstance(v, int) and v >= 0 for v in per.values())
-        assert all(v == 0 for v in per.values()) == (kw["T"] * kw["N"] == 0)
+        assert all(v == 0 for v in per.values()) == (int(kw["T"]) * int(kw["N"]) == 0)
     attempt("estimate_bytes", lambda: estimate_bytes(model, kw["T"], kw["N"], layers=kw["layers"]), check)
 
 

@@ -101,8 +101,8 @@ class MLSTMLayer(SequenceBlock):
     ------
     TypeError, ValueError
         A size that is not a positive integer, dimensions not divisible by ``num_heads``, an
-        unknown ``weight_mode`` or ``scan``, a non-positive epsilon or cap, a dtype other than
-        float32/float64.
+        unknown ``weight_mode`` or ``scan``, a non-positive epsilon or cap (or a cap beyond the
+        dtype's range), a dtype other than float32/float64.
     """
 
     state_type = MLSTMState
@@ -133,6 +133,10 @@ class MLSTMLayer(SequenceBlock):
         self.scan = choice("scan", scan, kernel.SCANS)
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
+        info = np.finfo(self.dtype)  # cap * tanh(g / cap) would overflow, or divide by a cap that is 0 in the dtype
+        if self.gate_soft_cap is not None and not float(info.tiny) <= self.gate_soft_cap <= float(info.max):
+            raise ValueError(f"gate_soft_cap must lie in {self.dtype}'s normal range [{info.tiny:.3g}, {info.max:.3g}], "
+                             f"or be None for no cap; got {self.gate_soft_cap:g}.")
         rng = generator(rng)
         self._check_sizes(hidden_size=self.hidden_size, qk_dim=self.qk_dim, v_dim=self.v_dim)
         M, H = self.hidden_size, self.num_heads

@@ -341,7 +341,11 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
             h.remove()
         model.train(training)
     dtype = next(mixers[chosen[0]].parameters()).dtype
-    tol = tolerance(dtype) if tol is None else tol
+    default = tolerance(dtype)
+    why = (f"The {family.name} family's to_block misses part of what the mixer computes." if tol is None else
+           f"tol={tol:g} was passed: it must be at least the model's round-off (the default for this model is "
+           f"{default:.3g}).")
+    tol = default if tol is None else tol
     names = {e.index: e.class_name for e in layer_map}
     records, errors = [], []
     for i in chosen:
@@ -360,8 +364,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         if not err <= tol:
             raise ValueError(f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the "
                              f"model's own output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
-                             f"for a {str(dtype).replace('torch.', '')} model: not analysed. The {family.name} "
-                             f"family's to_block misses part of what the mixer computes.")
+                             f"for a {str(dtype).replace('torch.', '')} model: not analysed. {why}")
         records.append(rec)
         errors.append(err)
     return Recomputed(family=family, layer_map=layer_map, layers=chosen, records=tuple(records), errors=tuple(errors),
