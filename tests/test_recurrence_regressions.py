@@ -185,8 +185,8 @@ def test_recompute_layers_with_a_tol_below_round_off(rwkv):
     from hiddenstate.interop.families import recompute_layers, tolerance
     err = recompute_layers(rwkv, IDS, layers=0).errors[0]
     assert 0 < err <= tolerance(np.float32)  # float32 round-off: not exact
-    with pytest.raises(ValueError, match=rf"above the tolerance 0 for a float32 model: not analysed. tol=0 was passed: it "
-                                         rf"must be at least the model's round-off \(the default for this model is "):
+    with pytest.raises(ValueError, match=r"above the tolerance 0 for a float32 model: not analysed. tol=0 was passed: it "
+                                         r"must be at least the model's round-off \(the default for this model is "):
         recompute_layers(rwkv, IDS, layers=0, tol=0)
 
 
@@ -218,6 +218,25 @@ def test_family_block_index_must_be_an_int(rwkv, index):
     with pytest.raises(TypeError, match=r"index must be a recurrent layer's index \(an int\); got "):
         family_of(rwkv).block(rwkv, index)
     assert isinstance(family_of(rwkv).block(rwkv, np.int64(1)), RWKVTimeMix)
+
+
+@pytest.mark.parametrize("model", ["rwkv", "config", "lfm2-model", None])
+def test_family_methods_on_what_is_not_its_model(rwkv, model):
+    """estimate_bytes("rwkv", ...), Family.block(config, 0), Family.mixers(None) raised AttributeError ('named_modules')."""
+    import transformers
+
+    from hiddenstate.interop.families import estimate_bytes, family_of, recompute_layers
+    other = {"rwkv": "rwkv", "config": rwkv.config, None: None,
+             "lfm2-model": transformers.Lfm2ForCausalLM(family_of("lfm2").tiny_config())}[model]
+    fam = family_of("rwkv")
+    words = r"model must be a transformers RwkvForCausalLM or RwkvModel \(model_type 'rwkv'\); got "
+    for call in (lambda: fam.block(other, 0), lambda: fam.mixers(other), lambda: fam.layer_map(other)):
+        with pytest.raises(TypeError, match=words):
+            call()
+    if model in ("rwkv", "config"):  # family_of reads a model type or a config; the model's layers need a model
+        for call in (lambda: estimate_bytes(other, 3, 1), lambda: recompute_layers(other, IDS)):
+            with pytest.raises(TypeError, match=words):
+                call()
 
 
 @pytest.mark.parametrize("dtype", [2.5, None, complex, np.int32, "bfloat16", object()])

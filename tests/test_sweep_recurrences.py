@@ -415,17 +415,24 @@ def test_family_of(tiny, obj):
 
 @SWEEP
 @given(name=st.sampled_from(FAMILIES), index=st.one_of(JUNK, st.integers(-1, 4)),
-       dtype=st.one_of(JUNK, st.sampled_from([np.float32, "float64", np.int32, complex, "bfloat16"])))
-def test_family_block_and_tolerance(tiny, name, index, dtype):
+       dtype=st.one_of(JUNK, st.sampled_from([np.float32, "float64", np.int32, complex, "bfloat16"])),
+       model=st.sampled_from(["own", "own", "own", "type", "config", "other", None]))
+def test_family_block_and_tolerance(tiny, name, index, dtype, model):
     from hiddenstate.interop.families import family_of
     from hiddenstate.interop.families.hooks import tolerance
     fam = family_of(name)
+    other = {"own": tiny[name], "type": name, "config": tiny[name].config, None: None,
+             "other": tiny["rwkv" if name != "rwkv" else "lfm2"]}[model]
+
+    def own(mixers):
+        assert model == "own" and mixers, model
+    attempt("Family.mixers", lambda: fam.mixers(other), own)
 
     def is_block(blk):
-        assert isinstance(blk, get_kind(fam.kind).block)
+        assert isinstance(blk, get_kind(fam.kind).block) and model == "own"
         assert isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_))
         finite(blk.params)
-    attempt("Family.block", lambda: fam.block(tiny[name], index), is_block)
+    attempt("Family.block", lambda: fam.block(other, index), is_block)
     attempt("tolerance", lambda: tolerance(dtype), lambda t: 0 < t < 1)
 
 

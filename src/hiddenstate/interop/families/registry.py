@@ -172,9 +172,16 @@ class Family:
 
         Raises
         ------
+        TypeError
+            ``model`` is not one of this family's models (:meth:`recognises`): a model type, a
+            config, another model.
         ValueError
             The family's ``layers`` gave no recurrent layer or indices out of order.
         """
+        if not self.recognises(model):  # a model_type string, a config, anything else: no layers to read
+            kind = getattr(getattr(model, "config", None), "model_type", None)
+            raise TypeError(f"model must be a {self.package} {' or '.join(self.classes)} (model_type {self.name!r}); "
+                            f"got {type(model).__name__}" + (f" of model_type {kind!r}." if kind else "."))
         entries = tuple(LayerInfo(*e) for e in self.layers(model))
         if [e.index for e in entries] != list(range(len(entries))):
             raise ValueError(f"the {self.name} family's layer map must list layers 0 .. L-1 in order; got indices "
@@ -194,6 +201,11 @@ class Family:
         Returns
         -------
         dict of int to torch.nn.Module
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`layer_map`.
         """
         return {e.index: model.get_submodule(e.path) for e in self.layer_map(model) if e.role == "recurrent"}
 
