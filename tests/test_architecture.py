@@ -36,7 +36,8 @@ LAYERS = {
     "family_inspection": {CORE, "probe", "report", "interop", "family_inspection"},  # Mamba models, ours and transformers'
     "inspection": {CORE, "probe", "report", "train", "interop", "app", "family_inspection", "inspection"},  # foreign models -> report
     "export": {CORE, "train", "interop", "export"},  # trained models -> ONNX / torch.export files
-    "inspect_command": {CORE, "train", "app", "inspection", "inspect_command"},  # which model a path names
+    "inspect_command": {CORE, "train", "app", "inspection", "inspect_command",  # which model a path names
+                        "interop.families", "family_inspection"},  # a model directory: its config, then its report
     "cli": {CORE, "probe", "report", "train", "interop", "experiments", "app", "family_inspection", "inspection", "export",
             "inspect_command", "cli"},
 }

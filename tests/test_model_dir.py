@@ -283,8 +283,8 @@ def test_the_cli_inspects_a_directory_with_ids_and_layers(mamba_dir, tmp_path, c
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--layers", "0,x"], "argument --layers: must be layer indices separated by commas"),
-    (["--layers", "5"], r"--layers must be recurrent layers of this mamba model, \[0, 1\]; got 5 \(no such layer\)"),
+    (["--layers", "0,x"], r"--layers must be comma-separated layer indices, e.g. 0,3; got '0,x'\."),
+    (["--layers", "5"], r"--layers must be layer indices with 0 <= i < num_hidden_layers=2 \(from .*\); got 5\."),
     ([], r"--ids FILE.npy .* or --text FILE .* must give the model directory .* its input; got neither"),
     (["--text", "T"], "has no tokenizer.json to tokenise the text with; pass token ids instead"),
     (["--kind", "gru"], "--kind applies to a .safetensors state dict only; got the model directory"),
@@ -303,11 +303,6 @@ def test_the_cli_refuses_in_one_line_with_exit_status_2(mamba_dir, tmp_path, cap
     flags = [os.fspath(subst.get(f, f)) for f in flags]
     if "--ids" not in flags and "--text" not in flags and flags[:1] != []:
         flags += ["--ids", os.fspath(tmp_path / "ids.npy")]
-    if flags[:1] == ["--layers"] and flags[1] == "0,x":
-        with pytest.raises(SystemExit) as stop:
-            main(["inspect", os.fspath(path), *flags, "--out", os.fspath(tmp_path / "r.html")])
-        assert stop.value.code == 2 and message in capsys.readouterr().err
-        return
     assert main(["inspect", os.fspath(path), *flags, "--out", os.fspath(tmp_path / "r.html")]) == 2
     import re
 

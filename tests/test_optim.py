@@ -135,6 +135,29 @@ def test_adam_updates_in_place_and_leaves_grads_alone(rng):
         np.testing.assert_array_equal(grads[k], grads_before[k])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adam_is_bit_for_bit_the_formula_in_torchs_order(rng, dtype, weight_decay):
+    # in-place moments and update: every number must be the one the textbook expression in torch's
+    # order of operations gives, in float32 as in float64 (the float32 runs are not held to torch)
+    params = make_params(rng, dtype)
+    ours = {k: v.copy() for k, v in params.items()}
+    opt = Adam(ours, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=weight_decay)
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for t in range(1, 6):
+        grads = {k: g.astype(dtype) for k, g in make_grads(rng, scale=10.0 ** rng.integers(-4, 2)).items()}
+        opt.step(grads)
+        for k, p in params.items():
+            g = grads[k] + weight_decay * p if weight_decay else grads[k]
+            m[k] = 0.8 * m[k] + (1 - 0.8) * g
+            v2[k] = 0.99 * v2[k] + (1 - 0.99) * g * g
+            p -= 0.01 / (1 - 0.8**t) * m[k] / (np.sqrt(v2[k]) / (1 - 0.99**t) ** 0.5 + 1e-6)
+    for k in params:
+        assert ours[k].dtype == dtype
+        np.testing.assert_array_equal(ours[k], params[k], err_msg=k)
+
+
 def test_adam_float32_stays_float32(rng):
     params = make_params(rng, np.float32)
     opt = Adam(params)

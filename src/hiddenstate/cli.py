@@ -81,7 +81,6 @@ def _config_flag(parser, field: str, convert, **kwargs) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from hiddenstate.inspect_command import layer_list
     from hiddenstate.train.config import DTYPES, PRESETS
     from hiddenstate.train.model import CELLS, SAMPLE_RULES
     from hiddenstate.validation import nonnegative_int, positive_int
@@ -204,7 +203,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sd.add_argument("--seed", type=_typed("--seed", int, nonnegative_int), default=0, help="seed of the random input (default 0)")
     md = ins.add_argument_group("a save_pretrained directory (config.json, safetensors) of a recurrent transformers family")
     md.add_argument("--ids", metavar="FILE.npy", help="token ids (T,) or (N, T); or --text FILE with its tokenizer.json")
-    md.add_argument("--layers", type=_typed("--layers", str, layer_list), metavar="I,J,...",
+    md.add_argument("--layers", metavar="I,J,...",  # read by the command: its errors are the command's one line
                     help="the recurrent layers to record (default all; fewer take less memory)")
 
     # -- export ----------------------------------------------------------------------------------

@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layers
@@ -30,7 +32,7 @@ from hiddenstate.mamba_lm import Mamba2LM, MambaLM
 from hiddenstate.probe.delta import GATED_DELTA, KDA
 from hiddenstate.probe.mamba import MAMBA, MambaAnalysis, analyze_mamba
 from hiddenstate.probe.mamba2 import MAMBA2, analyze_mamba2
-from hiddenstate.probe.mamba_layers import analyze_records
+from hiddenstate.probe.mamba_layers import NEEDS_TEXT_KEY, analyze_records
 from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
 from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
 from hiddenstate.report.mamba_page import build_mamba_report
@@ -118,7 +120,7 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
 
 
 def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
-                  source=None, layers=None, max_bytes=MAX_BYTES) -> MambaAnalysis:
+                  source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None) -> MambaAnalysis:
     """:func:`hiddenstate.inspect_model` of a Mamba model: measure it and optionally write the Mamba report.
 
     Parameters
@@ -145,6 +147,10 @@ def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int =
         A transformers model's recurrent layers to record (default all); None for ours.
     max_bytes : int or None, default 4 GiB
         A transformers model's cap on the records (see :func:`analyze_family_model`).
+    needs_text : str, optional
+        Why the unit features and the explorer are missing when there is no ``text``, in the
+        caller's words (the command line names its flag); default the analyses' own, which name
+        ``text=``. Used by the summary and the report's "Not measured" card alike.
 
     Returns
     -------
@@ -183,6 +189,8 @@ def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int =
                     "step.")
         if title is None and (n_rec < len(an.layer_map) or family.kind not in ("mamba", "mamba2")):
             title = f"Inside the recurrent layers of a {type(model).__name__}"
+    if needs_text is not None and NEEDS_TEXT_KEY in an.not_measured:
+        an = dataclasses.replace(an, not_measured={**an.not_measured, NEEDS_TEXT_KEY: needs_text})
     if out is not None:
         build_mamba_report(out, an, title=title or "Inside a Mamba model", subtitle=subtitle)
     return an

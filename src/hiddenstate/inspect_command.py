@@ -11,8 +11,10 @@ noise instead of characters). Any other ``.safetensors`` file is a torch RNN/GRU
 ``--fixed-point-starts N`` with N > 0, which only the other kinds have, is refused. A directory
 holding ``config.json`` (and no checkpoint) is a ``save_pretrained`` model directory of a
 registered transformers family: its input is ``--ids FILE.npy`` or ``--text FILE`` (tokenised by
-the directory's ``tokenizer.json``), ``--layers`` chooses the recorded layers, and it gets the
-Mamba report (:func:`model_dir_inspect`). Errors are
+the directory's ``tokenizer.json``), ``--layers`` chooses the recorded layers, both held to its
+``config.json`` before a weight is read, and it gets the Mamba report (:func:`model_dir_inspect`).
+A directory that holds neither a run's ``meta.json`` nor a ``config.json`` is refused naming
+both kinds. Errors are
 ValueError/OSError with one-line messages naming the flag; the CLI prints them as
 ``hiddenstate: error: ...`` with exit status 2.
 """
@@ -167,11 +169,11 @@ def layer_list(name: str, text) -> list:
     Raises
     ------
     ValueError
-        Not comma-separated non-negative integers.
+        Not comma-separated non-negative integers (one line naming ``name``, the rule and ``text``).
     """
     parts = str(text).split(",")
-    if not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"{name} must be layer indices separated by commas (0,3,5); got {text!r}.")
+    if not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+        raise ValueError(f"{name} must be comma-separated layer indices, e.g. 0,3; got {text!r}.")
     return [int(p) for p in parts]
 
 
@@ -233,6 +235,12 @@ def read_ids(path, *, name: str = "--ids"):
 def model_dir_inspect(args, path: str) -> int:
     """``hiddenstate inspect DIR``: a ``save_pretrained`` directory of a registered family, its Mamba report.
 
+    ``--layers`` and then the token ids (of ``--ids``, or the tokens of ``--text``) are held to
+    the directory's ``config.json`` (``num_hidden_layers``, ``vocab_size``) before a weight is
+    read or a model is built. With ``--text`` and a tokenizer that makes one token per character,
+    those characters give the unit features and the explorer; otherwise the "not measured" line
+    says so in terms of the flags.
+
     Parameters
     ----------
     args : argparse.Namespace
@@ -249,13 +257,17 @@ def model_dir_inspect(args, path: str) -> int:
     ------
     ValueError, OSError
         One line naming the flag: no input or both inputs, a state-dict flag, ``--fixed-point-starts``
-        > 0, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
+        > 0, ``--layers`` not indices below ``num_hidden_layers``, ids outside ``0 <= id <
+        vocab_size``, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
         model type, custom code, a damaged shard, records over the cap: ``--layers`` lowers them).
     """
     from hiddenstate.app import check_report_path
-    from hiddenstate.inspection import inspect_model
+    from hiddenstate.family_inspection import inspect_mamba
+    from hiddenstate.interop.families.config_file import check_ids, check_layers
+    from hiddenstate.interop.families.directory import TOKENIZER_FILE, open_model_dir, token_strings, tokenize
     from hiddenstate.train.corpus import load_text
 
+    layers = None if args.layers is None else layer_list("--layers", args.layers)
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
              "prefix": args.prefix, "inputs": args.inputs}
     _check_no_state_dict_flags(args, flags, f"the model directory '{path}'")
@@ -268,11 +280,44 @@ def model_dir_inspect(args, path: str) -> int:
                          f"tokenizer.json) must give the model directory '{path}' its input; got "
                          f"{'both' if args.ids is not None else 'neither'}.")
     check_report_out(args.out)  # before the work, not after it
-    x = read_ids(args.ids) if args.ids is not None else load_text(args.text, name="--text")
-    analysis = inspect_model(path, x, out=args.out, layers=args.layers)
+    check_layers(path, layers, name="--layers")  # config.json's num_hidden_layers: before any weight is read
+    tokenizer = os.path.join(path, TOKENIZER_FILE)
+    text = None
+    if args.ids is not None:
+        ids = check_ids(path, read_ids(args.ids), name=f"--ids '{args.ids}'")
+        needs = ("they need the characters behind the steps, one per step: give --text FILE instead of --ids, "
+                 "tokenised by the model directory's tokenizer.json" + ("" if os.path.lexists(tokenizer) else
+                                                                        " (this one has none)")
+                 + ", with a tokenizer that makes one token per character")
+    else:
+        ids = tokenize(path, load_text(args.text, name="--text"))
+        ids = check_ids(path, ids, name=f"--text '{args.text}', tokenised by '{tokenizer}',")
+        pieces = token_strings(path, ids)
+        step = next((t for t, piece in enumerate(pieces) if len(piece) != 1), None)
+        text = "".join(pieces) if step is None else None
+        needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
+                 f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
+                 "--text gives them with a tokenizer that makes one token per character")
+    model, ids, source = open_model_dir(path, ids, layers=layers)
+    out = check_report_path(args.out)
+    analysis = inspect_mamba(model, ids, out=out, text=text, source=source, layers=layers, needs_text=needs)
     print(analysis.summary())
-    print(f"report: {check_report_path(args.out)}")
+    print(f"report: {out}")
     return 0
+
+
+def _run_checkpoint(path: str) -> Path:
+    """The checkpoint of the run ``path`` names; a directory that is no run nor model directory says both in one line."""
+    from hiddenstate import train as _train
+
+    try:
+        return _train.resolve_checkpoint(path)  # one-line errors for bad paths
+    except ValueError:
+        if not os.path.isdir(path):
+            raise
+    raise ValueError(f"CKPT must be a training run directory (meta.json in it or in its checkpoint/, as `hiddenstate "
+                     "train --out` writes it) or a transformers model directory (config.json and model.safetensors, "
+                     f"as save_pretrained writes them); got '{path}', which holds neither.") from None
 
 
 def _check_no_state_dict_flags(args, flags: dict, what: str) -> None:
@@ -310,7 +355,8 @@ def run_inspect(args) -> int:
     path = os.fspath(checkpoint_or_pretrained(args))
     if is_model_directory(path):
         return model_dir_inspect(args, path)
-    given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None))) if v]
+    given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None)))
+             if v is not None]
     if given:
         raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a save_pretrained model "
                          f"directory (config.json and safetensors weights) only; got '{path}'.")
@@ -330,7 +376,7 @@ def run_inspect(args) -> int:
         print(f"model: '{path}' is the model file of the checkpoint '{ckpt}': inspected as that run")
     else:
         _check_no_state_dict_flags(args, flags, f"the run '{path}'")
-        ckpt = _train.resolve_checkpoint(path)  # one-line errors for bad paths
+        ckpt = _run_checkpoint(path)
     check_report_out(args.out)  # before the work, not after it
     if args.text is not None:
         load_text(args.text, name="--text")

@@ -33,7 +33,7 @@ import numpy as np
 from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.kinds.delta import delta_view
 from hiddenstate.probe.gatestats import GateStats
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, recomputed_phrase
+from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -150,7 +150,7 @@ class DeltaAnalysis(MambaAnalysis):
         str
         """
         m = self.meta
-        lines = [f"{m.get('model', 'delta rule')}: {len(self.layers)} layer(s), matrix state (Hv={m.get('num_heads')}, "
+        lines = [f"{m.get('model', 'delta rule')}: {layers_phrase(self)}, matrix state (Hv={m.get('num_heads')}, "
                  f"Dk={m.get('head_k_dim')}, Dv={m.get('head_v_dim')}) per sequence, {m.get('T')} steps of "
                  f"{m.get('N')} sequence(s)"]
         for la in self.layers:

@@ -38,7 +38,7 @@ from hiddenstate.probe.pca import PCAResult
 from hiddenstate.validation import positive_int
 
 __all__ = ["MAMBA", "NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids",
-           "decay_flow", "is_mamba_char_model", "recomputed_phrase", "trace_mamba"]
+           "decay_flow", "is_mamba_char_model", "layers_phrase", "recomputed_phrase", "trace_mamba"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on Mamba, and why.
 NOT_MEASURED = {
@@ -269,7 +269,7 @@ class MambaAnalysis:
         -------
         str
         """
-        lines = [f"{self.meta.get('model', 'Mamba')}: {len(self.layers)} layer(s), state (Di={self.meta.get('d_inner')}, "
+        lines = [f"{self.meta.get('model', 'Mamba')}: {layers_phrase(self)}, state (Di={self.meta.get('d_inner')}, "
                  f"S={self.meta.get('d_state')}) per sequence, {self.meta.get('T')} steps of {self.meta.get('N')} "
                  f"sequence(s)"]
         for la in self.layers:
@@ -333,6 +333,28 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     return analyze_records(MAMBA, records, x=char_ids(x, model.vocab_size) if char else x, tokens=tokens,
                            ids=char or isinstance(model, MambaLM), batch_first=not char and model.batch_first,
                            max_lag=max_lag, text=text, model_name=name)
+
+
+def layers_phrase(analysis) -> str:
+    """How many layers a summary's first line says were measured: of all, or of a transformers model's recurrent ones.
+
+    Parameters
+    ----------
+    analysis : MambaAnalysis
+        Any kind's analysis (``layers``, ``layer_map``).
+
+    Returns
+    -------
+    str
+        ``"2 layer(s)"`` without a layer map; with one, ``"2 of 4 recurrent layers"`` and, for a
+        hybrid, ``" (6 layers in all)"``.
+    """
+    n, layer_map = len(analysis.layers), getattr(analysis, "layer_map", None)
+    if not layer_map:
+        return f"{n} layer(s)"
+    recurrent = sum(e.role == "recurrent" for e in layer_map)
+    return (f"{n} of {recurrent} recurrent layer{'' if recurrent == 1 else 's'}"
+            + (f" ({len(layer_map)} layers in all)" if len(layer_map) > recurrent else ""))
 
 
 def recomputed_phrase(error) -> str:

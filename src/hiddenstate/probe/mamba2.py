@@ -42,7 +42,7 @@ from hiddenstate.kinds.ssm import mamba2_view
 from hiddenstate.mamba2 import Mamba2
 from hiddenstate.mamba_lm import Mamba2LM
 from hiddenstate.probe.gatestats import GateStats
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, recomputed_phrase
+from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -204,7 +204,7 @@ class Mamba2Analysis(MambaAnalysis):
         """
         m = self.meta
         P = m.get("head_dim", 1)
-        lines = [f"{m.get('model', 'Mamba-2')}: {len(self.layers)} layer(s), state (H={m.get('num_heads')}, "
+        lines = [f"{m.get('model', 'Mamba-2')}: {layers_phrase(self)}, state (H={m.get('num_heads')}, "
                  f"P={m.get('head_dim')}, S={m.get('d_state')}) per sequence, {m.get('T')} steps of {m.get('N')} "
                  f"sequence(s)"]
         for la in self.layers:

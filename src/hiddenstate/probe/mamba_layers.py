@@ -44,7 +44,10 @@ from hiddenstate.probe.textfeatures import usable_text_features
 from hiddenstate.probe.unitfeatures import best_units
 from hiddenstate.validation import positive_int
 
-__all__ = ["LayerKind", "analyze_records", "view_measures"]
+__all__ = ["NEEDS_TEXT_KEY", "LayerKind", "analyze_records", "view_measures"]
+
+#: The entry of ``not_measured`` that an analysis made without a text has (its value: the kind's ``needs_text``).
+NEEDS_TEXT_KEY = "unit features and the explorer"
 
 
 class LayerKind(NamedTuple):
@@ -224,7 +227,7 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
     else:
         meta["memory target"] = what
     if text is None:
-        not_measured["unit features and the explorer"] = kind.needs_text
+        not_measured[NEEDS_TEXT_KEY] = kind.needs_text
     else:
         not_measured.update(skipped)
         if not feats:

@@ -49,7 +49,7 @@ from hiddenstate.kinds.mlstm import mlstm_view
 from hiddenstate.kinds.rwkv import rwkv_view
 from hiddenstate.mlstm import MLSTMLayer
 from hiddenstate.probe.gatestats import GateStats
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, recomputed_phrase
+from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -214,7 +214,7 @@ class MLSTMAnalysis(MambaAnalysis):
         str
         """
         m = self.meta
-        lines = [f"{m.get('model', 'mLSTM')}: {len(self.layers)} layer(s), matrix memory (H={m.get('num_heads')}, "
+        lines = [f"{m.get('model', 'mLSTM')}: {layers_phrase(self)}, matrix memory (H={m.get('num_heads')}, "
                  f"Dk={m.get('head_k_dim')}, Dv={m.get('head_v_dim')}) per sequence, {m.get('T')} steps of "
                  f"{m.get('N')} sequence(s)"]
         full = min(m.get("head_k_dim", 0), m.get("head_v_dim", 0))
@@ -263,7 +263,7 @@ class RWKVAnalysis(MambaAnalysis):
         str
         """
         m = self.meta
-        lines = [f"{m.get('model', 'RWKV')}: {len(self.layers)} layer(s), WKV state (A={m.get('attention_hidden_size')}"
+        lines = [f"{m.get('model', 'RWKV')}: {layers_phrase(self)}, WKV state (A={m.get('attention_hidden_size')}"
                  f" numerators and denominators) per sequence, {m.get('T')} steps of {m.get('N')} sequence(s)"]
         for la in self.layers:
             lines.append(f"layer {la.layer}: mean channel decay {float(np.mean(la.decay.mean)):.3f}; channel time "

@@ -34,7 +34,7 @@ import numpy as np
 from hiddenstate.kinds.recurrences import lightning_view, rglru_view, shortconv_view
 from hiddenstate.lightning import LightningAttention
 from hiddenstate.probe.gatestats import GateStats
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, recomputed_phrase
+from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -198,7 +198,7 @@ class RecurrenceAnalysis(MambaAnalysis):
         str
         """
         m = self.meta
-        lines = [f"{m.get('model', m.get('kind'))}: {len(self.layers)} layer(s), {m.get('state')} per sequence, "
+        lines = [f"{m.get('model', m.get('kind'))}: {layers_phrase(self)}, {m.get('state')} per sequence, "
                  f"{m.get('T')} steps of {m.get('N')} sequence(s)"]
         for la in self.layers:
             rows = dict(la.card_rows())

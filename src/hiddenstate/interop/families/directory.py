@@ -10,6 +10,9 @@ before a byte of a weight is read:
    ``model_type`` of no registered family (one line naming the registered ones) and an
    ``architectures`` entry that is not one of the family's transformers classes. The model class
    is transformers' own (``getattr(transformers, name)``): no code from the directory ever runs.
+   The layers asked for and the token ids are held to its ``num_hidden_layers`` and
+   ``vocab_size`` (:mod:`~hiddenstate.interop.families.config_file`), before transformers is
+   imported; the later checks below stay as a backstop.
 2. Every shard's header is read and checked (:func:`~hiddenstate.interop.safetensors_header.read_header`:
    a regular file, a symbolic link only to one (a dangling link, a loop, a FIFO or a device is
    refused unopened, as every reader of the package does), offsets that tile the file exactly);
@@ -33,7 +36,6 @@ without one, token ids are needed.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -41,21 +43,27 @@ from pathlib import Path
 import numpy as np
 
 from hiddenstate.files import open_regular
+from hiddenstate.interop.families.config_file import (
+    CONFIG_FILE,
+    MAX_JSON_BYTES,
+    check_ids,
+    check_layers,
+    config_family,
+    offline_transformers,
+    read_json,
+    special_floats,
+    token_ids,
+)
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes
-from hiddenstate.interop.families.registry import find_family, registered
 from hiddenstate.interop.safetensors_header import read_header
 from hiddenstate.resources import check_memory, format_bytes
 
 __all__ = ["CONFIG_FILE", "INDEX_FILE", "MAX_JSON_BYTES", "TOKENIZER_FILE", "WEIGHTS_FILE", "is_model_dir",
-           "load_model_dir", "open_model_dir", "tokenize", "weight_headers"]
+           "load_model_dir", "open_model_dir", "token_strings", "tokenize", "weight_headers"]
 
-CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILE = "tokenizer.json"
-#: The largest ``config.json`` or index read.
-MAX_JSON_BYTES = 50_000_000
-_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
 _TORCH_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64", "I64": "int64",
                  "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
@@ -73,64 +81,6 @@ def is_model_dir(path) -> bool:
     """
     return isinstance(path, (str, os.PathLike)) and os.path.isdir(path) and os.path.lexists(
         os.path.join(path, CONFIG_FILE))
-
-
-def _offline():
-    """Transformers and the hub client never reach a network: set before transformers is imported."""
-    os.environ.update(_OFFLINE)
-    import transformers
-
-    return transformers
-
-
-def _json(path: Path, what: str) -> dict:
-    """A JSON object from a regular file of at most MAX_JSON_BYTES, with one-line errors."""
-    with open_regular(path, name=what) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_JSON_BYTES:
-            raise ValueError(f"{what} must be at most {format_bytes(MAX_JSON_BYTES)}; got '{path}' of "
-                             f"{format_bytes(size)}.")
-        raw = f.read()
-    try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise ValueError(f"{what} must be a JSON object; got '{path}', which is not JSON "
-                         f"({' '.join(str(error).split())[:200]}).") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{what} must be a JSON object; got '{path}', a JSON {type(obj).__name__}.")
-    return obj
-
-
-def _special_floats(obj):
-    """transformers' JSON spelling of inf and NaN in a config (``{"__float__": "Infinity"}``) read back as floats."""
-    if isinstance(obj, dict):
-        if set(obj) == {"__float__"} and obj["__float__"] in ("Infinity", "-Infinity", "NaN"):
-            return float(obj["__float__"].replace("Infinity", "inf"))
-        return {k: _special_floats(v) for k, v in obj.items()}
-    return [_special_floats(v) for v in obj] if isinstance(obj, list) else obj
-
-
-def _family(directory: Path, cfg: dict):
-    """The family of a config.json and the transformers class to build, or a one-line refusal."""
-    where = f"'{directory / CONFIG_FILE}'"
-    if "auto_map" in cfg:
-        raise ValueError(f"{where} asks for custom code (auto_map {cfg['auto_map']!r}"[:300] + "); hiddenstate builds "
-                         "transformers' own classes only and never runs code from a model directory "
-                         "(trust_remote_code stays off).")
-    kind = cfg.get("model_type")
-    names = ", ".join(f.name for f in registered())
-    family = find_family(kind) if isinstance(kind, str) else None
-    if family is None:
-        raise ValueError(f"{where} must have the model_type of a registered recurrent family ({names}); got "
-                         f"{kind!r}.")
-    archs = cfg.get("architectures") or [family.classes[0]]
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise ValueError(f"{where} must list its architectures as class names; got {archs!r}"[:300] + ".")
-    cls = next((a for a in archs if a in family.classes), None)
-    if cls is None:
-        raise ValueError(f"{where} must name one of the {family.name} family's classes "
-                         f"({', '.join(family.classes)}) in its architectures; got {archs}.")
-    return family, cls
 
 
 def _shard_name(index: Path, name) -> str:
@@ -172,7 +122,7 @@ def weight_headers(directory) -> dict:
     if not os.path.lexists(index):
         raise FileNotFoundError(f"'{d}' must hold {WEIGHTS_FILE} or {INDEX_FILE} with its shards (as save_pretrained "
                                 "writes them); it has neither (pickled pytorch_model.bin files are never read).")
-    wmap = _json(index, "the shard index").get("weight_map")
+    wmap = read_json(index, "the shard index").get("weight_map")
     if not isinstance(wmap, dict) or not wmap:
         raise ValueError(f"'{index}' must map tensor names to shard files under 'weight_map'; got {wmap!r}"[:300] + ".")
     out = {}
@@ -290,18 +240,40 @@ def _state_dict(model, forms: dict, ties: dict, headers: dict, source: str, torc
     return out
 
 
-def _ids(x, vocab):
-    """Token ids (N, T) from ``x``, checked: integers in [0, vocab)."""
-    arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-    if arr.dtype == bool or arr.dtype.kind not in "iu":
-        raise TypeError(f"x must be integer token ids (T,) or (N, T) (or a str, with a {TOKENIZER_FILE} in the model "
-                        f"directory); got dtype {arr.dtype}.")
-    arr = arr[None] if arr.ndim == 1 else arr
-    if arr.ndim != 2 or 0 in arr.shape:
-        raise ValueError(f"x must be token ids of shape (T,) or (N, T), T, N >= 1; got shape {np.shape(x)}.")
-    if isinstance(vocab, int) and (arr.min() < 0 or arr.max() >= vocab):
-        raise ValueError(f"x must hold token ids in [0, vocab_size={vocab}); got values in [{arr.min()}, {arr.max()}].")
-    return arr.astype(np.int64)
+def _tokenizer(directory):
+    """The directory's tokenizer.json as transformers' fast tokenizer, offline (a one-line refusal without one)."""
+    path = Path(directory) / TOKENIZER_FILE
+    if not os.path.lexists(path):
+        raise ValueError(f"'{directory}' has no {TOKENIZER_FILE} to tokenise the text with; pass token ids instead "
+                         "(--ids FILE.npy of shape (T,) or (N, T) on the command line, an int array in Python).")
+    with open_regular(path, name="the tokenizer"):
+        pass  # a FIFO or device is refused before the tokenizers library opens it
+    return offline_transformers().PreTrainedTokenizerFast(tokenizer_file=os.fspath(path))
+
+
+def token_strings(directory, ids) -> list:
+    """What the directory's ``tokenizer.json`` decodes each token of sequence 0 to, one by one.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A model directory with a ``tokenizer.json``.
+    ids : ndarray of int, shape (N, T)
+        Token ids.
+
+    Returns
+    -------
+    list of str
+        T strings: a character-level tokenizer gives one character each (the characters behind
+        the steps, which the unit features need).
+
+    Raises
+    ------
+    ValueError
+        As :func:`tokenize`: no ``tokenizer.json``, or not a regular file.
+    """
+    tok = _tokenizer(directory)
+    return [tok.decode([int(i)]) for i in np.asarray(ids)[0]]
 
 
 def tokenize(directory, text: str) -> np.ndarray:
@@ -324,13 +296,7 @@ def tokenize(directory, text: str) -> np.ndarray:
         command line), or it is not a regular file, or the text gives no token.
     """
     path = Path(directory) / TOKENIZER_FILE
-    if not os.path.lexists(path):
-        raise ValueError(f"'{directory}' has no {TOKENIZER_FILE} to tokenise the text with; pass token ids instead "
-                         "(--ids FILE.npy of shape (T,) or (N, T) on the command line, an int array in Python).")
-    with open_regular(path, name="the tokenizer"):
-        pass  # a FIFO or device is refused before the tokenizers library opens it
-    tok = _offline().PreTrainedTokenizerFast(tokenizer_file=os.fspath(path))
-    ids = np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    ids = np.asarray(_tokenizer(directory)(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
     if ids.size == 0:
         raise ValueError(f"the text must give at least one token; '{path}' made none of {len(text)} characters.")
     return ids[None]
@@ -395,23 +361,26 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
     ------
     FileNotFoundError, ValueError, TypeError
         One line each: what :func:`weight_headers` and the module docstring's checks refuse,
-        ids out of the vocabulary, records over ``max_bytes`` or weights over this machine's
-        memory (with the flag that lowers them).
+        ``layers`` outside ``config.json``'s ``num_hidden_layers`` and ids outside its
+        ``vocab_size`` (both before a header is read), records over ``max_bytes`` or weights over
+        this machine's memory (with the flag that lowers them).
     """
     d = Path(directory)
     if not is_model_dir(d):
         raise FileNotFoundError(f"model must be a save_pretrained directory holding {CONFIG_FILE}; got '{d}'.")
-    cfg = _json(d / CONFIG_FILE, "config.json")
-    family, cls_name = _family(d, cfg)
+    cfg = read_json(d / CONFIG_FILE, "config.json")
+    family, cls_name = config_family(d, cfg)
+    check_layers(d, layers)  # from config.json: before a header is read or transformers imported
+    if ids is not None:
+        ids = check_ids(d, ids, name="ids")
     headers = weight_headers(d)
-    transformers = _offline()
     import torch
 
-    cls = getattr(transformers, cls_name)
-    config = cls.config_class.from_dict(_special_floats(cfg))
+    cls = getattr(offline_transformers(), cls_name)
+    config = cls.config_class.from_dict(special_floats(cfg))
     source = f"the {cls_name} in '{d}'"
-    if ids is not None:
-        ids = _ids(ids, getattr(config, "vocab_size", None))
+    if ids is not None:  # again, with the built config's vocab_size
+        ids = token_ids(ids, getattr(config, "vocab_size", None), name="ids", where=f"the {cls_name}'s config")
     with torch.device("meta"):
         shell = cls._from_config(config)
     forms, ties = _expected(shell, headers, f"'{d}'")
@@ -453,13 +422,23 @@ def open_model_dir(directory, x, *, layers=None, max_bytes=MAX_BYTES):
     Raises
     ------
     FileNotFoundError, ValueError, TypeError
-        As :func:`load_model_dir` and :func:`tokenize`.
+        ``directory`` has no ``config.json`` (one line that says so, and what a training run
+        directory takes instead); ``layers`` and then the ids (``x``, or the tokens of the text)
+        held to ``config.json`` before the model is built; and as :func:`load_model_dir` and
+        :func:`tokenize`.
     """
+    shown = os.fsdecode(os.fspath(directory)) if isinstance(directory, (str, os.PathLike)) else repr(directory)
     if not is_model_dir(directory):
-        raise FileNotFoundError(f"model must be a model object or a save_pretrained directory holding {CONFIG_FILE}; "
-                                f"got '{os.fsdecode(os.fspath(directory))}'.")
-    _family(Path(directory), _json(Path(directory) / CONFIG_FILE, "config.json"))  # refusals before tokenising
-    ids = tokenize(directory, x) if isinstance(x, str) else x
+        run = any(os.path.isfile(os.path.join(shown, *p)) for p in (("meta.json",), ("checkpoint", "meta.json")))
+        raise FileNotFoundError(f"model must be a model object or a transformers model directory ({CONFIG_FILE} and "
+                                f"safetensors weights, as save_pretrained writes them); got '{shown}', which has no "
+                                f"{CONFIG_FILE}" + (": it is a training run directory (meta.json): pass "
+                                                    f"hiddenstate.train.load('{shown}').model" if run else "") + ".")
+    check_layers(directory, layers)  # config.json's refusals and num_hidden_layers before tokenising
+    name = "x"
+    if isinstance(x, str):
+        x = tokenize(directory, x)
+        name = f"x, tokenised by '{Path(directory) / TOKENIZER_FILE}',"
+    ids = check_ids(directory, x, name=name)  # vocab_size before the model is built
     model = load_model_dir(directory, ids, layers=layers, max_bytes=max_bytes)
-    ids = _ids(ids, getattr(model.config, "vocab_size", None))
-    return model, ids, f"transformers {type(model).__name__} from '{os.fsdecode(os.fspath(directory))}'"
+    return model, ids, f"transformers {type(model).__name__} from '{shown}'"
