@@ -43,6 +43,8 @@ autodoc_typehints = "none"
 autosummary_generate = False
 numpydoc_show_class_members = False
 numpydoc_validation_checks = set()  # the docstrings are linted by tests/test_lint.py
+# numpydoc turns a References section into citations that the text need not cite
+suppress_warnings = ["ref.citation"]
 
 # Figures: the code of each ```{plot} block runs at build time; the page shows it above its figure
 plot_include_source = True

@@ -3,14 +3,14 @@
 The layers take ``lengths`` (N,) directly (see :mod:`hiddenstate.layers`): no sorting, no
 ``pack_padded_sequence``. This module holds the helpers around that contract:
 
-======================  =====================================================================
-:func:`pad_sequences`   list of (T_n, ...) arrays -> padded (T, N, ...) and lengths (N,)
-:func:`mask_from_lengths`  lengths (N,) -> bool mask (T, N), True on valid steps
-:func:`lengths_from_mask`  right-padded bool mask (T, N) -> lengths (N,)
-:func:`last_valid`      output (T, N, F) -> each row's output at its own last valid step (N, F)
-:func:`last_valid_backward`  its adjoint: (N, F) -> (T, N, F), for training a head on it
-:func:`reverse_padded`  reverse each row within its length (padding stays in place)
-======================  =====================================================================
+=============================  =====================================================================
+:func:`pad_sequences`          list of (T_n, ...) arrays -> padded (T, N, ...) and lengths (N,)
+:func:`mask_from_lengths`      lengths (N,) -> bool mask (T, N), True on valid steps
+:func:`lengths_from_mask`      right-padded bool mask (T, N) -> lengths (N,)
+:func:`last_valid`             output (T, N, F) -> each row's output at its own last valid step (N, F)
+:func:`last_valid_backward`    its adjoint: (N, F) -> (T, N, F), for training a head on it
+:func:`reverse_padded`         reverse each row within its length (padding stays in place)
+=============================  =====================================================================
 
 Examples
 --------
