@@ -5,7 +5,9 @@
 # A stamp file in .venv records what was installed; it is older than pyproject.toml after the
 # dependencies change, and the next run reinstalls. `demo` installs the runtime only (no torch);
 # `test` adds the [test] extra (pytest, hypothesis, torch, keras, onnx, onnxruntime, ruff, numpydoc),
-# which also satisfies `demo`.
+# which also satisfies `demo`. `docs` adds the [docs] extra (Sphinx, myst-parser, numpydoc, furo) to
+# the test extra and builds the documentation site from docs/ into $(DOCS_OUT) (default build/docs),
+# offline, with every warning an error; the Learn pages' figures are drawn by running their code.
 # Extra pytest options: make test PYTEST_ARGS="-k corpus -x". Extra pip options: PIP_FLAGS=...
 
 PYTHON ?= python3
@@ -14,14 +16,19 @@ PIP_FLAGS ?=
 PYTEST_ARGS ?=
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
+DOCS_OUT ?= build/docs
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 demo: $(RUNTIME_STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/hiddenstate demo
 
 test: $(TEST_STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+docs: $(DOCS_STAMP)
+	OMP_NUM_THREADS=1 MPLBACKEND=Agg $(VENV)/bin/python -m sphinx -W --keep-going -b html -d build/doctrees docs $(DOCS_OUT)
 
 # `bench`: the layers against torch.nn (with our GEMM floor), then the main job's training step and
 # validation pass against its torch equivalent; process CPU time (the machine may be shared), ~5 min.
@@ -39,6 +46,10 @@ $(RUNTIME_STAMP): pyproject.toml | $(VENV)/bin/python
 $(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[test]'
 	touch $@ $(RUNTIME_STAMP)
+
+$(DOCS_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[test,docs]'
+	touch $@ $(TEST_STAMP) $(RUNTIME_STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

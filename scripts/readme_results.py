@@ -1,6 +1,7 @@
-"""Run the experiments whose figures the README shows, keep the numbers, and write the README's tables.
+"""Run the experiments whose figures the documentation shows, keep the numbers, and write its tables.
 
-The README's generated tables sit between markers::
+The generated tables of the documentation (the README and the pages of docs/, :data:`DOCUMENTS`)
+sit between markers, each name in one place::
 
     <!-- results:NAME -->
     ...the table, as render() writes it from docs/results.json...
@@ -15,7 +16,7 @@ figure cannot drift from its measurement. Usage::
     python scripts/readme_results.py run --all           # also every train:NAME (recorded times: 7.5 hours)
     python scripts/readme_results.py run --only demo reproduce:copy
     python scripts/readme_results.py run --quick         # the reproductions at their quick settings
-    python scripts/readme_results.py render              # rewrite the README's tables from the file
+    python scripts/readme_results.py render              # rewrite the pages' tables from the file
     python scripts/readme_results.py check               # exit 1 when a table differs from the file
 
 Entries: ``reproduce:NAME`` (``hiddenstate reproduce NAME``, seed 0), ``demo`` (the demo preset's
@@ -55,6 +56,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results.json"
 README = ROOT / "README.md"
+
+
+def documents() -> list:
+    """The files whose marked tables and figures this script writes: the README and every page of docs/."""
+    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+#: Same as :func:`documents` at import time (the pages may move; the function looks again).
+DOCUMENTS = documents()
 EXPERIMENTS = ("elman-xor", "elman-letters", "elman-sentences", "adding", "copy", "flipflop")
 #: Training runs the README's tables quote: name -> (row label, configuration). ``preset`` names the
 #: base of :data:`hiddenstate.train.PRESETS`; the other keys are TrainConfig fields (``--field-name``).
@@ -685,6 +695,56 @@ def rewrite(text: str, tables: dict, figures: dict | None = None) -> str:
     return FIGURES.sub(put_figure, MARKERS.sub(put, text))
 
 
+def marked(texts: dict) -> tuple:
+    """``(tables, figures, places)``: every marked table and figure of the documents, by name, and
+    ``places[(kind, name)]``, the documents that mark it (one, where all is well).
+
+    Parameters
+    ----------
+    texts : dict of Path to str
+        The documents' texts (:func:`documents`).
+
+    Returns
+    -------
+    tuple of (dict, dict, dict)
+        Tables ``{name: body}``, figures ``{name: text}`` (the first place's, where a name is marked
+        twice) and ``{(kind, name): [path, ...]}`` with kind ``"table"`` or ``"figure"``.
+    """
+    tables, figures, places = {}, {}, {}
+    for path, text in texts.items():
+        for kind, found, into in (("table", readme_tables(text), tables), ("figure", readme_figures(text), figures)):
+            for name, body in found.items():
+                into.setdefault(name, body)
+                places.setdefault((kind, name), []).append(path)
+    return tables, figures, places
+
+
+def _shown(path) -> str:
+    """A document's path as the messages give it: relative to the checkout where it lies inside."""
+    path = Path(path)
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def problems(texts: dict, tables: dict, figures: dict) -> list:
+    """``[(where, problem), ...]``: each marked table or figure that differs from what :func:`render`
+    and :func:`render_figures` make of docs/results.json, is marked in more than one place, or is
+    not marked anywhere although its entries have been measured."""
+    found_tables, found_figures, places = marked(texts)
+    out = []
+    for (kind, name), paths in sorted(places.items()):
+        for path in paths:
+            text = texts[path]
+            body = (readme_tables if kind == "table" else readme_figures)(text)[name]
+            want = (tables if kind == "table" else figures).get(name)
+            if body != want:
+                out.append((_shown(path), f"{kind} {name!r} differs from docs/results.json"))
+        if len(paths) > 1:
+            out.append((", ".join(_shown(p) for p in paths), f"{kind} {name!r} is marked in {len(paths)} places"))
+    for kind, want, found in (("table", tables, found_tables), ("figure", figures, found_figures)):
+        out += [("nowhere", f"{kind} {name!r} is measured but no page marks it") for name in sorted(set(want) - set(found))]
+    return out
+
+
 def _write(path: Path, text: str) -> None:
     """Replace ``path`` atomically (a temporary file beside it, then ``os.replace``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -719,24 +779,23 @@ def main(argv=None) -> int:
                 RESULTS.parent.mkdir(exist_ok=True)
                 _write(RESULTS, json.dumps(stored, indent=1, sort_keys=True) + "\n")
                 bar.write(f"{entry}: {stored['results'][entry]['wall_s']} s", file=sys.stderr)
-    text = README.read_text(encoding="utf-8")
     results = load_results()
     tables, figures = render(results), render_figures(results)
+    texts = {path: path.read_text(encoding="utf-8") for path in documents()}
     if args.action == "check":
-        found, found_figures = readme_tables(text), readme_figures(text)
-        bad = sorted(f"table {n!r}" for n in set(found) | set(tables) if found.get(n) != tables.get(n))
-        bad += sorted(f"figure {n!r}" for n in set(found_figures) | set(figures)
-                      if found_figures.get(n) != figures.get(n))
-        for name in bad:
-            print(f"README {name} differs from docs/results.json (run: python scripts/readme_results.py "
-                  "render)", file=sys.stderr)
+        bad = [f"{where}: {problem}" for where, problem in problems(texts, tables, figures)]
+        for line in bad:
+            print(f"{line} (run: python scripts/readme_results.py render)", file=sys.stderr)
         return 1 if bad else 0
-    new = rewrite(text, tables, figures)
-    if new != text:
-        _write(README, new)
-        print(f"rewrote {README.relative_to(ROOT)}")
+    for path, text in texts.items():
+        new = rewrite(text, tables, figures)
+        if new != text:
+            _write(path, new)
+            print(f"rewrote {path.relative_to(ROOT)}")
+    missing = [p for w, p in problems({p: rewrite(t, tables, figures) for p, t in texts.items()}, tables, figures)]
+    for line in missing:  # a table or figure that no page marks: rendering cannot place it
+        print(f"not placed: {line}", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     try:

@@ -464,12 +464,12 @@ def test_train_sample_and_inspect_a_model_of_linear_recurrences(cell, text_file,
 
 
 def test_readme_examples_never_write_where_another_examples_results_live():
-    import pathlib
     import re
 
     from hiddenstate.train import PRESETS, TrainConfig
+    from tests import _docs
 
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = _docs.text()  # the README and the docs pages
     written = []  # (destination, the example that writes it)
     for line in re.findall(r"^hiddenstate (?:train|demo|inspect)\b.*$", readme, flags=re.M):
         line = line.split("  #")[0].strip()

@@ -2,7 +2,6 @@
 
 import base64
 import json
-import pathlib
 import re
 import subprocess
 
@@ -279,7 +278,9 @@ def test_bad_text_and_tokens_are_refused_and_short_inputs_skip_the_curve():
 
 
 def test_the_readme_example_of_the_tools_prints_what_it_says(tmp_path, monkeypatch, capsys):
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    from tests import _docs
+
+    readme = _docs.text()  # the README and the docs pages
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "an.layers[0].memory" in b)
     said = [line.split("# ", 1)[1] for line in block.splitlines() if line.startswith("print(")]
     monkeypatch.chdir(tmp_path)
