@@ -55,3 +55,18 @@ def test_inspect_help_says_what_costs_time_and_the_seed_default(capsys):
 def test_export_help_names_the_extras(capsys):
     text = help_text(["export"], capsys)
     assert "pip install 'hiddenstate[onnx]'" in text and "pip install 'hiddenstate[torch]'" in text
+
+
+def test_the_readme_and_the_docs_name_each_subcommand_as_its_help_does():
+    import argparse
+    import re
+
+    from tests import _docs
+
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: " ".join(c.help.split()) for c in sub._choices_actions}
+    readme = _docs.README.read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `hiddenstate (\w+)` \| ([^|]+?) \|", readme, flags=re.M))
+    assert rows == helps  # the README's table of commands is the top-level --help, word for word
+    install = (_docs.DOCS / "install.md").read_text(encoding="utf-8")
+    assert all(f"`{name}`" in install for name in helps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -73,3 +74,15 @@ def test_documentation_example_runs(page, index, kind, code, tmp_path):
                          text=True, env=env, timeout=300)
     where = page.relative_to(_docs.ROOT)
     assert out.returncode == 0, f"{where} example {index} ({kind}) failed:\n{code}\n{out.stderr[-3000:]}"
+
+
+def test_the_readme_is_a_front_page_whose_links_and_picture_exist():
+    text = _docs.README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    for command in ("make demo", "make test", "make docs"):
+        assert command in text
+    links = re.findall(r"\]\(((?:docs/)[^)#]+)(?:#[^)]*)?\)", text)
+    assert len(links) >= 20 and all((_docs.ROOT / link).is_file() for link in links), links
+    picture = re.search(r"!\[[^\]]+\]\((docs/images/[\w.-]+\.png)\)", text)[1]
+    assert (_docs.ROOT / picture).is_file()
+    assert f'plt.savefig("{pathlib.Path(picture).name}"' in README_BLOCKS[0]  # the tour draws the picture it shows

@@ -1,12 +1,12 @@
-"""The README's result tables are generated: each table between markers equals what
-scripts/readme_results.py renders from docs/results.json (nothing is run here)."""
+"""The documentation's result tables are generated: each table between markers, in the README or
+in a page of docs/, equals what scripts/readme_results.py renders from docs/results.json (nothing is
+run here), and each is marked in exactly one place."""
 import importlib.util
 import json
 import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def load_script():
@@ -17,45 +17,75 @@ def load_script():
 
 
 script = load_script()
+TEXTS = {path: path.read_text(encoding="utf-8") for path in script.documents()}
 
 
-def test_every_marked_readme_table_equals_the_stored_results():
+def test_the_documents_are_the_readme_and_every_docs_page():
+    assert script.documents()[0] == ROOT / "README.md"
+    assert set(script.documents()[1:]) == set((ROOT / "docs").rglob("*.md")) and len(TEXTS) >= 10
+
+
+def test_every_marked_table_equals_the_stored_results():
     tables = script.render(script.load_results())
-    found = script.readme_tables(README)
+    found, _, _ = script.marked(TEXTS)
     assert set(found) == set(tables), "run: python scripts/readme_results.py render"
     for name, body in found.items():
-        assert body == tables[name], f"README table {name!r} differs from docs/results.json; run: " \
+        assert body == tables[name], f"table {name!r} differs from docs/results.json; run: " \
                                      "python scripts/readme_results.py render"
 
 
-def test_every_marked_readme_figure_equals_the_stored_results():
+def test_every_marked_figure_equals_the_stored_results():
     figures = script.render_figures(script.load_results())
-    found = script.readme_figures(README)
+    _, found, _ = script.marked(TEXTS)
     assert set(found) == set(figures), "run: python scripts/readme_results.py render"
     for name, body in found.items():
-        assert body == figures[name], f"README figure {name!r} differs from docs/results.json"
+        assert body == figures[name], f"figure {name!r} differs from docs/results.json"
 
 
-def test_markers_are_paired_and_unique():
-    for kind in ("results", "figure"):
-        opened = re.findall(rf"<!-- {kind}:([\w-]+) -->", README)
-        assert sorted(opened) == sorted(set(opened)) and opened
-        assert README.count(f"<!-- /{kind} -->") == len(opened)
+def test_markers_are_paired_and_each_name_is_marked_in_one_place():
+    opened_anywhere = []
+    for text in TEXTS.values():
+        for kind in ("results", "figure"):
+            opened = re.findall(rf"<!-- {kind}:([\w-]+) -->", text)
+            assert sorted(opened) == sorted(set(opened))
+            assert text.count(f"<!-- /{kind} -->") == len(opened)
+            opened_anywhere += [(kind, name) for name in opened]
+    assert opened_anywhere and len(opened_anywhere) == len(set(opened_anywhere))
+    _, _, places = script.marked(TEXTS)
+    assert all(len(paths) == 1 for paths in places.values())
+    assert script.problems(TEXTS, script.render(script.load_results()),
+                           script.render_figures(script.load_results())) == []
 
 
-def _generated(text):
-    return script.render(script.load_results()) == script.readme_tables(text) and \
-        script.render_figures(script.load_results()) == script.readme_figures(text)
+def _generated(texts):
+    results = script.load_results()
+    return script.problems(texts, script.render(results), script.render_figures(results)) == []
 
 
 def test_a_changed_digit_in_any_generated_table_or_figure_is_caught():
-    assert _generated(README)
-    spans = [m.span("body") for m in [*script.MARKERS.finditer(README), *script.FIGURES.finditer(README)]]
-    assert len(spans) >= 10
-    for start, end in spans:
-        k = start + re.search(r"\d", README[start:end]).start()
-        edited = README[:k] + str((int(README[k]) + 1) % 10) + README[k + 1:]
-        assert not _generated(edited), README[start:end][:80]
+    assert _generated(TEXTS)
+    n = 0
+    for path, text in TEXTS.items():
+        spans = [m.span("body") for m in [*script.MARKERS.finditer(text), *script.FIGURES.finditer(text)]]
+        n += len(spans)
+        for start, end in spans:
+            k = start + re.search(r"\d", text[start:end]).start()
+            edited = text[:k] + str((int(text[k]) + 1) % 10) + text[k + 1:]
+            assert not _generated({**TEXTS, path: edited}), (path, text[start:end][:80])
+    assert n >= 10
+
+
+def test_a_table_marked_twice_or_nowhere_is_a_problem(tmp_path):
+    tables = {"demo": "new\n", "other": "x\n"}
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    texts = {a: "<!-- results:demo -->\nnew\n<!-- /results -->\n", b: "<!-- results:demo -->\nnew\n<!-- /results -->\n"}
+    found = script.problems(texts, tables, {})
+    assert any("'demo' is marked in 2 places" in p for _, p in found)
+    assert ("nowhere", "table 'other' is measured but no page marks it") in found
+    assert script.problems({a: texts[a], b: "<!-- results:other -->\nx\n<!-- /results -->\n"}, tables, {}) == []
+    stale = script.problems({a: texts[a].replace("new", "old"), b: "<!-- results:other -->\nx\n<!-- /results -->\n"},
+                            tables, {})
+    assert stale == [(str(a), "table 'demo' differs from docs/results.json")]
 
 
 def test_the_results_file_says_where_when_and_how_each_figure_was_measured():
