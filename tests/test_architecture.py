@@ -6,7 +6,7 @@ function-local ones included, and resolved to the module it loads. The test fail
 * a cycle among the package's modules;
 * ``from hiddenstate.x import _name`` (or an import of a module whose own name is private) from
   another module: private names stay inside their module;
-* an import that crosses the layering below (the README's map of the code says the same).
+* an import that crosses the layering below (the map of the code in docs/development.md says the same).
 """
 
 from __future__ import annotations
