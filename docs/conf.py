@@ -5,8 +5,11 @@ figures of the Learn pages are drawn at build time by matplotlib's plot directiv
 shown on the page. Nothing is fetched: the build runs offline.
 """
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +55,9 @@ plot_html_show_source_link = False
 plot_html_show_formats = False
 plot_formats = [("png", 90)]
 plot_rcparams = {"figure.figsize": (6.4, 3.6), "savefig.bbox": "tight"}
+# the figures' code runs in an empty folder of its own, removed after the build, never in the checkout
+plot_working_directory = tempfile.mkdtemp(prefix="hiddenstate-docs-")
+atexit.register(shutil.rmtree, plot_working_directory, ignore_errors=True)
 
 html_theme = "furo"
 html_title = f"hiddenstate {release}"
