@@ -70,3 +70,13 @@ def test_the_readme_and_the_docs_name_each_subcommand_as_its_help_does():
     assert rows == helps  # the README's table of commands is the top-level --help, word for word
     install = (_docs.DOCS / "install.md").read_text(encoding="utf-8")
     assert all(f"`{name}`" in install for name in helps)
+
+
+def test_the_train_guide_names_every_preset_that_train_help_offers(capsys):
+    from hiddenstate.train import PRESETS
+    from tests import _docs
+
+    text = help_text(["train"], capsys)
+    assert "see docs/guides/train.md" in text
+    guide = (_docs.DOCS / "guides" / "train.md").read_text(encoding="utf-8")
+    assert PRESETS and all(f"`{name}`" in guide and name in text for name in PRESETS)

@@ -116,7 +116,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="replace a previous run in --out (its checkpoint, log and plot; never other files)")
     tr.add_argument("--preset", choices=tuple(PRESETS),
                     help="named configuration: demo (the defaults with 1000 steps, at most 3 minutes), long, mingru (minGRU blocks, "
-                         "at most 3 minutes), mingru-long or mamba (Mamba blocks, at most 3 minutes; see README)")
+                         "at most 3 minutes), mingru-long or mamba (Mamba blocks, at most 3 minutes; see docs/guides/train.md)")
     _config_flag(tr, "max_minutes", float, metavar="M",
                  help="wall-clock limit: stop (with a last evaluation and checkpoint) when reached")
     _config_flag(tr, "eval_every", int, metavar="K", help="steps between validation passes")
