@@ -2,7 +2,7 @@
 
 One random layer module of transformers per kind (no download: ``Qwen3NextGatedDeltaNet``,
 ``OlmoHybridGatedDeltaNet``, ``KimiLinearDeltaAttention`` from tiny configs) and our
-:class:`hiddenstate.gated_delta.GatedDeltaNet` / :class:`~hiddenstate.gated_delta.KimiDeltaAttention`
+:class:`hiddenstate.kinds.delta.block.GatedDeltaNet` / :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention`
 with the same weights, side by side in one process, per sequence length T:
 
 * ``fwd``: the layer's output for a batch (transformers: ``torch.no_grad()``, no cache, its
@@ -63,7 +63,7 @@ def build(kind, args):
     import torch
     import transformers
 
-    from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
+    from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
 
     M, Hk, D = args.hidden, args.heads, args.head_dim
     Hv = 2 * Hk

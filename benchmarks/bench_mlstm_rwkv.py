@@ -5,9 +5,9 @@ weights, per sequence length T:
 
 * ``mlstm``: transformers' ``xLSTMLayer`` (its native torch kernels: the chunkwise form for the
   multiple of ``chunk_size`` = 64 steps, the recurrent step for the rest) against
-  :class:`hiddenstate.mlstm.MLSTMLayer` with ``scan="chunkwise"`` and ``scan="parallel"``;
+  :class:`hiddenstate.kinds.mlstm.block.MLSTMLayer` with ``scan="chunkwise"`` and ``scan="parallel"``;
 * ``rwkv``: transformers' ``RwkvSelfAttention`` (``rwkv_linear_attention_cpu``, its per-step loop,
-  the CPU path whenever the CUDA kernel is not loaded) against :class:`hiddenstate.rwkv.RWKVTimeMix`.
+  the CPU path whenever the CUDA kernel is not loaded) against :class:`hiddenstate.kinds.rwkv.block.RWKVTimeMix`.
 
 Modes: ``fwd`` (transformers under ``torch.no_grad()``), ``fwd+bwd`` (the gradient of
 ``(out * g).sum()`` for every parameter and the input: autograd against our exact backward).
@@ -93,7 +93,7 @@ def mlstm_timers(args, T):
     from transformers import xLSTMConfig
     from transformers.models.xlstm.modeling_xlstm import xLSTMLayer
 
-    from hiddenstate.mlstm import MLSTMLayer
+    from hiddenstate.kinds.mlstm.block import MLSTMLayer
 
     rng = np.random.default_rng(0)
     ours = {f"ours {s}": MLSTMLayer(args.hidden, args.heads, scan=s, dtype=args.dtype, rng=np.random.default_rng(0))
@@ -117,7 +117,7 @@ def rwkv_timers(args, T):
     from transformers import RwkvConfig
     from transformers.models.rwkv.modeling_rwkv import RwkvSelfAttention
 
-    from hiddenstate.rwkv import RWKVTimeMix
+    from hiddenstate.kinds.rwkv.block import RWKVTimeMix
 
     rng = np.random.default_rng(0)
     ours = {"ours": RWKVTimeMix(args.hidden, dtype=args.dtype, rng=np.random.default_rng(0))}

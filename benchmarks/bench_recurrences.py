@@ -56,7 +56,7 @@ def _rglru(args, torch):
     import transformers
     from transformers.models.recurrent_gemma import modeling_recurrent_gemma as mrg
 
-    from hiddenstate.rglru import RGLRUBlock
+    from hiddenstate.kinds.rglru.block import RGLRUBlock
 
     M = args.hidden
     ours = RGLRUBlock(M, M, num_heads=args.heads, conv_width=4, dtype=args.dtype, rng=np.random.default_rng(0))
@@ -146,7 +146,7 @@ def _lightning(args, torch):
     import transformers
     from transformers.models.minimax import modeling_minimax as mm
 
-    from hiddenstate.lightning import LightningAttention, slope_rates
+    from hiddenstate.kinds.lightning.block import LightningAttention, slope_rates
 
     M, H = args.hidden, args.heads
     ours = LightningAttention(M, H, slope_rate=slope_rates(H, 0, 2), chunk=args.chunk, dtype=args.dtype,
@@ -163,7 +163,7 @@ def _shortconv(args, torch):
     import transformers
     from transformers.models.lfm2 import modeling_lfm2 as ml
 
-    from hiddenstate.shortconv import ShortConv
+    from hiddenstate.kinds.shortconv.block import ShortConv
 
     M = args.hidden
     ours = ShortConv(M, kernel_size=3, dtype=args.dtype, rng=np.random.default_rng(0))

@@ -33,7 +33,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import hiddenstate as hs
-from hiddenstate.cells import rnn as _rnn
+from hiddenstate.classic.cells import rnn as _rnn
 
 _HAS_SIGMOID = "sigmoid" in getattr(_rnn, "NONLINEARITIES", ())
 KINDS = ("rnn_tanh", "rnn_relu", "gru", "gru_after", "lstm") + (("rnn_sigmoid",) if _HAS_SIGMOID else ())

@@ -66,7 +66,7 @@ def test_memory_sweep_capacity_grows_with_hidden_size():
 
 
 def test_inspect_checkpoint_writes_the_report(tmp_path):
-    from hiddenstate.app import inspect_checkpoint
+    from hiddenstate.pipelines.app import inspect_checkpoint
     from hiddenstate.train import train
 
     run = tmp_path / "run"
@@ -92,7 +92,7 @@ def test_inspect_checkpoint_writes_the_report(tmp_path):
 
 
 def test_loss_history_reads_the_log(tmp_path):
-    from hiddenstate.app import loss_history
+    from hiddenstate.pipelines.app import loss_history
 
     assert loss_history(tmp_path) is None  # no log
     lines = [
@@ -121,7 +121,7 @@ def test_loss_history_reads_the_log(tmp_path):
 
 
 def test_inspect_checkpoint_checks_its_options(tmp_path):
-    from hiddenstate.app import inspect_checkpoint
+    from hiddenstate.pipelines.app import inspect_checkpoint
 
     # checked before the checkpoint is read: no run needed
     with pytest.raises(ValueError, match="n_chars must be a positive integer; got 0"):

@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate import functional as F
-from hiddenstate import gradcheck, ragged
+from hiddenstate.classic import gradcheck
+from hiddenstate.classic.textbook import candidate, elman_step, gru_step, reset_gate, update_gate
+from hiddenstate.core import functional as F
+from hiddenstate.core import ragged
+from hiddenstate.core.validation import float_array
 from hiddenstate.probe.analysis import analyze_model, memory_sweep
 from hiddenstate.probe.fixedpoints import classify_point, find_fixed_points, layer_map
 from hiddenstate.probe.gatestats import gate_statistics, time_constant
@@ -22,8 +25,6 @@ from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import bracket_depth, inside_quotes
 from hiddenstate.probe.trace import trace
 from hiddenstate.probe.unitfeatures import best_units, unit_feature_correlation
-from hiddenstate.textbook import candidate, elman_step, gru_step, reset_gate, update_gate
-from hiddenstate.validation import float_array
 from tests.strategies import KINDS, make_cell, make_layer
 
 LAYER_KINDS = [k for k in KINDS if k != "rnn_relu"] + ["rnn_relu"]

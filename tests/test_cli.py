@@ -412,7 +412,7 @@ def test_inspect_fixed_point_starts_reaches_the_search_of_a_run(run_dir, tmp_pat
 def test_inspect_of_an_old_run_with_a_relative_data_path_says_what_to_do(run_dir, tmp_path, monkeypatch):
     import dataclasses
 
-    from hiddenstate.app import inspected_text
+    from hiddenstate.pipelines.app import inspected_text
     from hiddenstate.train import load
 
     trained = load(run_dir)

@@ -9,8 +9,8 @@ held to it at 1e-10 relative: outputs, final state, every step's state, every gr
 import numpy as np
 import pytest
 
-from hiddenstate.cells.delta import delta_backward, delta_forward, delta_states
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
 from tests._torch import require_torch
 
 RTOL = 1e-10
@@ -92,7 +92,7 @@ def test_chunked_equals_sequential_to_round_off_across_chunk_boundaries(rng, per
 def test_a_strong_per_channel_decay_neither_overflows_nor_loses_agreement(rng, monkeypatch, limit):
     # decays down to exp(-30) per step: spans of hundreds inside a chunk, products that must not overflow;
     # limit=1: every diagonal sub-block takes the exact (n, n, Dk) sum instead of the product
-    from hiddenstate.cells import delta_chunk
+    from hiddenstate.kinds.delta import chunked as delta_chunk
 
     if limit is not None:
         monkeypatch.setitem(delta_chunk.SPAN_LIMIT, np.dtype(np.float64), limit)
@@ -163,7 +163,7 @@ def test_float32_runs_in_float32(rng):
 @pytest.mark.parametrize("library", ["numpy", "torch"])
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_the_array_api_reference_step_equals_the_kernels(rng, library, per_channel):
-    from hiddenstate.xp import delta as ref
+    from hiddenstate.kinds.delta import reference as ref
     from hiddenstate.xp.arrays import namespace
 
     args = inputs(rng, T=9, per_channel=per_channel)

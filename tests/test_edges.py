@@ -83,7 +83,7 @@ def test_tensors_that_cannot_fit_in_memory_are_refused_before_reading(tmp_path, 
     _, tensors = gru_tensors(rng)
     path = write_safetensors(tmp_path / "gru.safetensors", tensors)
     import hiddenstate.interop.safetensors_header as header_module
-    from hiddenstate.resources import check_memory
+    from hiddenstate.core.resources import check_memory
 
     # the reader's own rule, on a machine of 100 bytes (the layer of 864 bytes is built, its tensors not read)
     monkeypatch.setattr(header_module, "check_memory", functools.partial(check_memory, limit=100))
@@ -159,7 +159,7 @@ def test_the_cli_refuses_a_fifo_at_once(tmp_path, argv, message):
 
 def test_python_functions_refuse_a_fifo_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "pipe.safetensors")
-    code = ("import sys\nfrom hiddenstate.interop import load_safetensors\nfrom hiddenstate.inspection import inspect_file\n"
+    code = ("import sys\nfrom hiddenstate.interop import load_safetensors\nfrom hiddenstate.pipelines.inspection import inspect_file\n"
             "from hiddenstate.train.corpus import load_text\n"
             "for f in (lambda: load_safetensors('pipe.safetensors'), lambda: inspect_file('pipe.safetensors', 'r.html'),"
             " lambda: load_text('pipe.safetensors')):\n"

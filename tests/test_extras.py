@@ -7,7 +7,7 @@ import pytest
 
 import hiddenstate as hs
 from hiddenstate.cli import main
-from hiddenstate.extras import EXTRAS, MissingExtra, missing_extra, require
+from hiddenstate.core.extras import EXTRAS, MissingExtra, missing_extra, require
 from hiddenstate.train.corpus import load_text
 
 TINY = ["--hidden-size", "8", "--seq-len", "8", "--batch-size", "4", "--eval-every", "2", "--quiet"]

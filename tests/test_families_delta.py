@@ -25,7 +25,7 @@ transformers = pytest.importorskip("transformers")
 import hiddenstate as hs  # noqa: E402
 from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families.hooks import estimate_bytes, recompute_layers, tolerance  # noqa: E402
-from hiddenstate.probe.delta import DeltaAnalysis  # noqa: E402
+from hiddenstate.kinds.delta.analysis import DeltaAnalysis  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50

@@ -24,10 +24,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import hiddenstate as hs  # noqa: E402
-from hiddenstate.cells.lightning import slope_rates  # noqa: E402
 from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families import minimax, recurrent_gemma, registry  # noqa: E402
 from hiddenstate.interop.families.hooks import recompute_layers, tolerance  # noqa: E402
+from hiddenstate.kinds.lightning.kernel import slope_rates  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50

@@ -32,8 +32,8 @@ from hiddenstate import kinds  # noqa: E402
 from hiddenstate.interop import families  # noqa: E402
 from hiddenstate.interop.families import registry  # noqa: E402
 from hiddenstate.interop.families.hooks import recompute_layers, tolerance  # noqa: E402
-from hiddenstate.mlstm import MLSTMLayer  # noqa: E402
-from hiddenstate.rwkv import RWKVTimeMix  # noqa: E402
+from hiddenstate.kinds.mlstm.block import MLSTMLayer  # noqa: E402
+from hiddenstate.kinds.rwkv.block import RWKVTimeMix  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 V = 50
@@ -313,7 +313,7 @@ def test_inspect_model_measures_each_family_and_writes_its_report(name, tmp_path
 @pytest.mark.parametrize("kind", ["mlstm", "rwkv"])
 def test_analyze_layer_of_our_own_layers(kind, tmp_path):
     from hiddenstate.probe.mlstm_rwkv import MLSTMAnalysis, RWKVAnalysis, analyze_layer
-    from hiddenstate.report.mamba_page import build_mamba_report
+    from hiddenstate.report.family_page import build_mamba_report
 
     blk = random_gates_mlstm() if kind == "mlstm" else RWKVTimeMix(6, 5, rng=np.random.default_rng(0))
     u = np.random.default_rng(4).normal(size=(30, 2, blk.d_model))

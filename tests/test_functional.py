@@ -1,4 +1,4 @@
-"""Stable activations, softmax and cross-entropy (hiddenstate.functional)."""
+"""Stable activations, softmax and cross-entropy (hiddenstate.core.functional)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from hiddenstate import functional as F
+from hiddenstate.core import functional as F
 from tests.strategies import finite_floats
 
 

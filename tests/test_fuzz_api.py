@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hiddenstate as hs
-from hiddenstate import gradcheck, ragged, textbook
+from hiddenstate.classic import gradcheck, textbook
+from hiddenstate.core import ragged
 from hiddenstate.probe import fixedpoints, gatestats, gradflow, memory, pca, trace, unitfeatures
 from tests.strategies import make_layer
 

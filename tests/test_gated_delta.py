@@ -9,8 +9,8 @@ gradient. Our layers (both forms of the rule) are held to it at 1e-10 relative.
 import numpy as np
 import pytest
 
-from hiddenstate.gated_delta import DeltaState, GatedDeltaNet, KimiDeltaAttention
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.delta.block import DeltaState, GatedDeltaNet, KimiDeltaAttention
 from tests._torch import require_torch
 
 RTOL = 1e-10
@@ -219,7 +219,7 @@ def test_a_right_padded_batch_equals_each_row_run_alone(kind, chunk):
 
 
 def test_record_refuses_a_size_that_cannot_fit_and_says_the_bytes(monkeypatch):
-    import hiddenstate.resources as resources
+    import hiddenstate.core.resources as resources
 
     layer = make("qwen3_next")
     monkeypatch.setattr(resources, "memory_limit", lambda: 10_000)

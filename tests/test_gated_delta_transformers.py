@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 
-from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
+from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
 from tests._torch import require_torch, torch_required
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

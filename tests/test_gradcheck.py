@@ -1,4 +1,4 @@
-"""Exact BPTT against finite differences (hiddenstate.gradcheck), float64, relative error < 1e-6.
+"""Exact BPTT against finite differences (hiddenstate.classic.gradcheck), float64, relative error < 1e-6.
 
 Every cell and every layer configuration: RNN tanh/relu, GRU reset_after False/True, LSTM;
 1 and 2 layers; bidirectional; lengths; reset masks; learned initial state; batch_first;
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hiddenstate import gradcheck
-from hiddenstate.gradcheck import GradcheckError, check_grads
+from hiddenstate.classic import gradcheck
+from hiddenstate.classic.gradcheck import GradcheckError, check_grads
 from tests.strategies import ALL_KINDS, KINDS, make_cell, make_layer, random_state, seeds, state_parts
 
 RTOL = 1e-6

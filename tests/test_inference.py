@@ -4,7 +4,7 @@ It must give exactly the results of the forward that keeps its cache (the same o
 the same order: the tests compare bit for bit), for every cell kind and every input feature
 (padding, resets, both directions, stacked layers, batch_first, unbatched, no bias); torch is
 the independent oracle of the values. Its outputs, like every other result, must survive
-later calls of the same shape (hiddenstate.workspace reuses buffers only when nothing
+later calls of the same shape (hiddenstate.core.workspace reuses buffers only when nothing
 references them).
 """
 import itertools
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hiddenstate
-from hiddenstate import workspace as ws
+from hiddenstate.core import workspace as ws
 from hiddenstate.train import evaluate
 from tests._torch import require_torch
 

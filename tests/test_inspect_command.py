@@ -112,7 +112,7 @@ def test_a_torch_state_dict_is_still_inspected_as_one(tmp_path, capsys):
 
 def test_a_checkpoint_without_its_log_still_shows_its_loss_curve(run_dir, tmp_path):
     """The shipped pretrained checkpoint has no log.jsonl: the report's loss card comes from the checkpoint's history."""
-    from hiddenstate.app import _snapshot_history, inspect_checkpoint, loss_history
+    from hiddenstate.pipelines.app import _snapshot_history, inspect_checkpoint, loss_history
     from hiddenstate.train import load
 
     from_log, from_checkpoint = loss_history(run_dir), _snapshot_history(load(run_dir))

@@ -262,7 +262,7 @@ def test_safetensors_loads_that_do_not_fit_raise_and_load_nothing(tmp_path):
 
 # -- kinds come from the layers' kind attribute ----------------------------------------------------------
 def test_kind_may_be_a_name_a_layer_class_or_a_cell_kind():
-    from hiddenstate.cells import KINDS
+    from hiddenstate.classic.cells import KINDS
 
     state = our_layer("gru", 3, 4).state_dict()
     for kind in ("gru", "GRU", GRU, KINDS["gru"]):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from hiddenstate import GRU, LSTM, RNN
+from hiddenstate.core.ragged import mask_from_lengths
 from hiddenstate.interop import from_keras_weights, to_keras_weights
-from hiddenstate.ragged import mask_from_lengths
 from tests._torch import require_torch, torch_required
 
 TOL = 1e-10
@@ -257,7 +257,7 @@ def test_gru_gate_blocks_are_swapped_and_lstm_blocks_are_not():
 
 def test_keras_kind_may_be_a_layer_class_or_a_cell_kind_and_cells_raise():
     from hiddenstate import LSTMCell
-    from hiddenstate.cells import KINDS
+    from hiddenstate.classic.cells import KINDS
 
     layer = our_layer("gru", 2, 3, 2, reset_after=False, bidirectional=True)
     weights = to_keras_weights(layer)

@@ -14,11 +14,11 @@ import pytest
 
 import hiddenstate as hs
 from hiddenstate import kinds
-from hiddenstate.cells.delta import delta_backward, delta_forward
-from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
-from hiddenstate.kinds.delta import delta_lag_norms, effective_rank, numerical_rank
-from hiddenstate.probe.delta import DeltaAnalysis, analyze_delta
-from hiddenstate.report.mamba_page import build_mamba_report
+from hiddenstate.kinds.delta.analysis import DeltaAnalysis, analyze_delta
+from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
+from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward
+from hiddenstate.kinds.delta.view import delta_lag_norms, effective_rank, numerical_rank
+from hiddenstate.report.family_page import build_mamba_report
 
 
 def rule_inputs(seed, T=9, N=2, H=3, Dk=4, Dv=3, per_channel=False, beta_max=1.0):

@@ -150,7 +150,7 @@ def test_a_rank_beyond_world_size_says_so(tmp_path, monkeypatch):
 
 def test_the_fixed_point_search_lays_the_weights_out_once(rng, monkeypatch):
     """Each step of the search re-laid-out W_hh (3.4 of 3.5 ms a step at H = 256); now once per search, same points."""
-    from hiddenstate.cells import gru
+    from hiddenstate.classic.cells import gru
     from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map
 
     layer = hs.GRU(3, 6, rng=rng)

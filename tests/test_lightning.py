@@ -9,9 +9,9 @@ loop and the chunked tiling) are held to it at 1e-10 relative. transformers'
 import numpy as np
 import pytest
 
-from hiddenstate.cells import lightning as kernel
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.lightning import LightningAttention, LightningState, slope_rates
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.lightning import kernel
+from hiddenstate.kinds.lightning.block import LightningAttention, LightningState, slope_rates
 from tests._torch import require_torch
 
 TOL = 1e-10

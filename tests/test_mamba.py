@@ -2,7 +2,7 @@
 
 The references are independent of the kernels: the block's equations written again here in torch
 float64 (one loop over time, differentiated by autograd), finite differences
-(:mod:`hiddenstate.gradcheck`), and prefix re-runs for the per-step states.
+(:mod:`hiddenstate.classic.gradcheck`), and prefix re-runs for the per-step states.
 """
 
 import itertools
@@ -10,11 +10,11 @@ import itertools
 import numpy as np
 import pytest
 
-from hiddenstate.cells.mamba import MambaState
-from hiddenstate.cells.scan import CHUNK
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.ssm.lm import MambaLM
+from hiddenstate.kinds.ssm.mamba import Mamba
+from hiddenstate.kinds.ssm.mamba_kernel import MambaState
+from hiddenstate.shared.scan import CHUNK
 from tests._ssm import jittered, ssm_inputs
 from tests._torch import require_torch
 
@@ -206,7 +206,7 @@ def test_lm_gradients_equal_finite_differences_and_carry_states():
 def test_the_array_api_reference_loop_equals_the_kernels(config):
     import array_api_compat.numpy as xnp
 
-    from hiddenstate.xp import mamba as xp_mamba
+    from hiddenstate.kinds.ssm import reference as xp_mamba
 
     b = block(**config)
     u, h0, c0 = inputs(b, 8, 2)
@@ -229,7 +229,7 @@ def test_torch_tensors_run_in_torch_and_autograd_through_the_reference_equals_ou
     # autograd through the readable one-step form: the same gradients as the kernels' BPTT
     import array_api_compat.torch as xt
 
-    from hiddenstate.xp import mamba as xp_mamba
+    from hiddenstate.kinds.ssm import reference as xp_mamba
 
     P = {k: torch.tensor(v, requires_grad=True) for k, v in b.params.items()}
     ut, h0t, c0t = (torch.tensor(a, requires_grad=True) for a in (u, h0, c0))

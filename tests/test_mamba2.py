@@ -2,17 +2,17 @@
 
 The references are independent of the kernels: the block's equations written again here in torch
 float64 (one loop over time, the heads' B and C by ``repeat_interleave``, differentiated by
-autograd), finite differences (:mod:`hiddenstate.gradcheck`), and prefix re-runs for the
+autograd), finite differences (:mod:`hiddenstate.classic.gradcheck`), and prefix re-runs for the
 per-step states.
 """
 
 import numpy as np
 import pytest
 
-from hiddenstate.cells import ssd
-from hiddenstate.cells.scan import CHUNK
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.mamba2 import Mamba2
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
+from hiddenstate.shared import ssd
+from hiddenstate.shared.scan import CHUNK
 from tests._ssm import jittered, ssm_inputs
 from tests._torch import require_torch
 
@@ -197,8 +197,8 @@ def test_a_torch_tensor_is_refused_clearly():
 
 
 def test_lm_gradients_equal_finite_differences_and_carry_states():
-    from hiddenstate.cells.mamba import MambaState
-    from hiddenstate.mamba_lm import Mamba2LM, MambaLM
+    from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
+    from hiddenstate.kinds.ssm.mamba_kernel import MambaState
 
     rng = np.random.default_rng(5)
     lm = Mamba2LM(7, 4, 2, d_state=3, d_conv=3, expand=2, head_dim=2, n_groups=2, eps=1e-3, rng=rng)

@@ -2,7 +2,7 @@
 
 Each family's model is built from a tiny random config (no download), its first Mamba-2 mixer
 taken out and run alone (its pure-torch path, float32, chunk_size 4 so the chunked SSD crosses
-chunk boundaries); our :class:`hiddenstate.mamba2.Mamba2` with the options the config maps to
+chunk boundaries); our :class:`hiddenstate.kinds.ssm.mamba2.Mamba2` with the options the config maps to
 and the mixer's state dict (1:1 names) runs in float64. transformers' path computes in float32
 (``mamba2_chunk_scan`` casts x, B, C, dt and A to float32, the gated norms compute in float32),
 so outputs are held to 1e-5 relative and gradients (torch autograd through that path: every
@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 
-from hiddenstate.mamba2 import Mamba2
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
 from tests._torch import require_torch, torch_required
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

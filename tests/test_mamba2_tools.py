@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.functional import sigmoid
-from hiddenstate.mamba2 import Mamba2
-from hiddenstate.mamba_lm import Mamba2LM
-from hiddenstate.probe.mamba import MambaAnalysis
-from hiddenstate.probe.mamba2 import NOT_MEASURED2, Mamba2Analysis, analyze_mamba2, head_flow, trace_mamba2
-from hiddenstate.probe.mamba_memory import state_memory_curve
+from hiddenstate.core.functional import sigmoid
+from hiddenstate.kinds.ssm.lm import Mamba2LM
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
+from hiddenstate.kinds.ssm.mamba2_analysis import NOT_MEASURED2, Mamba2Analysis, analyze_mamba2, head_flow, trace_mamba2
+from hiddenstate.kinds.ssm.mamba_analysis import MambaAnalysis
+from hiddenstate.probe.state_memory import state_memory_curve
 from hiddenstate.probe.textfeatures import text_features
 
 TEXT = ('He said "come here", and\nshe left (quietly) for the Big house;\nthen "no" (twice).\n') * 2

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hiddenstate.interop.transformers_io import from_transformers, states_from_cache, to_transformers
-from hiddenstate.mamba_lm import Mamba2LM
+from hiddenstate.kinds.ssm.lm import Mamba2LM
 from tests._torch import require_torch, torch_required
 
 torch = require_torch()

@@ -2,7 +2,7 @@
 
 Three independent references: the variant equations written again here in torch float64 (one
 loop over time, differentiated by autograd; outputs, every step's state and every gradient at
-1e-10 across SSD chunk boundaries), finite differences (:mod:`hiddenstate.gradcheck`), and the
+1e-10 across SSD chunk boundaries), finite differences (:mod:`hiddenstate.classic.gradcheck`), and the
 five transformers mixers themselves (``BambaMixer``, ``NemotronHMamba2Mixer``,
 ``Zamba2MambaMixer``, ``FalconH1Mixer``, ``GraniteMoeHybridMambaLayer``) built from tiny random
 configs. Their CPU path computes the SSM (``mamba2_chunk_scan`` casts x, B, C, dt and A to
@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from hiddenstate.cells import ssd
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.mamba2 import Mamba2
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
+from hiddenstate.shared import ssd
 from tests._torch import require_torch
 
 TOL = 1e-10

@@ -1,19 +1,19 @@
-"""The Mamba block on torch tensors (hiddenstate.xp.mamba): forward and exact BPTT in torch, equal to the NumPy kernels.
+"""The Mamba block on torch tensors (hiddenstate.kinds.ssm.reference): forward and exact BPTT in torch, equal to the NumPy kernels.
 
 Every check is a function of the torch device, so ``tests/test_gpu.py`` runs the same checks on
 CUDA. The references are independent of the array-API adjoint: our NumPy kernels (whole-sequence
-products and the Brent-Kung scan, :mod:`hiddenstate.cells.mamba`), and torch autograd through the
-array-API forward loop (:func:`hiddenstate.xp.mamba.run`), both in float64, with lengths, resets,
+products and the Brent-Kung scan, :mod:`hiddenstate.kinds.ssm.mamba_kernel`), and torch autograd through the
+array-API forward loop (:func:`hiddenstate.kinds.ssm.reference.run`), both in float64, with lengths, resets,
 both initial states and ``batch_first``.
 """
 
 import numpy as np
 import pytest
 
-from hiddenstate.cells.mamba import MambaState
-from hiddenstate.xp import mamba as xp_mamba
+from hiddenstate.kinds.ssm import reference as xp_mamba
+from hiddenstate.kinds.ssm.mamba_kernel import MambaState
+from hiddenstate.kinds.ssm.reference import MambaXPCache
 from hiddenstate.xp import to_numpy
-from hiddenstate.xp.mamba import MambaXPCache
 from tests._torch import require_torch
 from tests.test_mamba import block, inputs, rel
 

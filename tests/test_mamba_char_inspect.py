@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.app import inspect_checkpoint, inspect_mamba_checkpoint
-from hiddenstate.cells.mamba import rms_norm
 from hiddenstate.cli import main
-from hiddenstate.probe.mamba import MambaAnalysis, analyze_mamba, trace_mamba
-from hiddenstate.probe.mamba_memory import state_memory_curve
+from hiddenstate.kinds.ssm.mamba_analysis import MambaAnalysis, analyze_mamba, trace_mamba
+from hiddenstate.kinds.ssm.mamba_kernel import rms_norm
+from hiddenstate.kinds.ssm.stack import EPS
+from hiddenstate.pipelines.app import inspect_checkpoint, inspect_mamba_checkpoint
+from hiddenstate.probe.state_memory import state_memory_curve
 from hiddenstate.train.corpus import load_text
-from hiddenstate.train.mamba_stack import EPS
 from hiddenstate.train.model import CharRNN
 
 TINY = ["--cell", "mamba", "--hidden-size", "8", "--num-layers", "2", "--seq-len", "16", "--batch-size", "4",

@@ -10,8 +10,8 @@ import itertools
 import numpy as np
 import pytest
 
-from hiddenstate.cells.mamba import MambaState
-from hiddenstate.mamba_lm import MambaLM
+from hiddenstate.kinds.ssm.lm import MambaLM
+from hiddenstate.kinds.ssm.mamba_kernel import MambaState
 
 RTOL, ATOL = 1e-11, 1e-12
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba_lm import MambaLM
-from hiddenstate.probe.mamba import NEEDS_TEXT, NOT_MEASURED, analyze_mamba, decay_flow, trace_mamba
-from hiddenstate.probe.mamba_memory import state_memory_curve
+from hiddenstate.kinds.ssm.lm import MambaLM
+from hiddenstate.kinds.ssm.mamba import Mamba
+from hiddenstate.kinds.ssm.mamba_analysis import NEEDS_TEXT, NOT_MEASURED, analyze_mamba, decay_flow, trace_mamba
 from hiddenstate.probe.memory import ridge_fit
+from hiddenstate.probe.state_memory import state_memory_curve
 from hiddenstate.probe.textfeatures import text_features
-from hiddenstate.report.mamba_page import build_mamba_report, mamba_page
+from hiddenstate.report.family_page import build_mamba_report, mamba_page
 
 TEXT = ('He said "come here", and\nshe left (quietly) for the Big house;\nthen "no" (twice).\n') * 3
 

@@ -2,7 +2,7 @@
 
 The references are independent of the kernels: the equations of each variant written again here in
 torch float64 (one loop over time, per-head einsums, differentiated by autograd), finite
-differences (:mod:`hiddenstate.gradcheck`) with lengths and resets, the array-API path, prefix
+differences (:mod:`hiddenstate.classic.gradcheck`) with lengths and resets, the array-API path, prefix
 re-runs for the per-step states, and transformers' own ``FalconMambaMixer``, ``JambaMambaMixer``,
 ``ZambaMambaMixer`` and ``FalconMambaForCausalLM`` (tiny random configurations, float32: our float64
 results are held to float32 round-off).
@@ -11,8 +11,8 @@ results are held to float32 round-off).
 import numpy as np
 import pytest
 
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.mamba import Mamba
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.ssm.mamba import Mamba
 from hiddenstate.xp import to_numpy
 from tests._torch import require_torch
 from tests.test_mamba import block, inputs, rel
@@ -303,7 +303,7 @@ def test_zamba_mamba_mixer_equals_transformers(heads):
 def test_from_transformers_falcon_mamba_gives_a_trainable_model_with_its_logits_and_states():
     torch, tr = _transformers()
     from hiddenstate.interop.transformers_io import from_transformers, states_from_cache, to_transformers
-    from hiddenstate.mamba_lm import MambaLM
+    from hiddenstate.kinds.ssm.lm import MambaLM
 
     cfg = tr.FalconMambaConfig(vocab_size=30, hidden_size=8, state_size=4, num_hidden_layers=2, time_step_rank=2,
                                mixer_rms_eps=1e-3)

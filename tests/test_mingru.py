@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.cells import mingru, minlstm
-from hiddenstate.cells.scan import linear_scan, log_space_scan
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.cells import mingru, minlstm
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.shared.scan import linear_scan, log_space_scan
 from tests._torch import require_torch
 
 KINDS = {"mingru": (hs.MinGRU, mingru), "minlstm": (hs.MinLSTM, minlstm)}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
 from hiddenstate.probe.gatestats import gate_statistics
 from hiddenstate.probe.gradflow import hidden_gradient_norms, jacobian_flow, step_jacobians
 from hiddenstate.train.blocks import MinStack

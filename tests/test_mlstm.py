@@ -2,17 +2,17 @@
 
 The references are independent of the kernels: the layer's equations written again here in torch
 float64 (one loop over time in transformers' step form, differentiated by autograd, the max of
-the stabiliser included), finite differences (:mod:`hiddenstate.gradcheck`), prefix re-runs for
+the stabiliser included), finite differences (:mod:`hiddenstate.classic.gradcheck`), prefix re-runs for
 the per-step states, and transformers' own ``xLSTMLayer`` from a tiny random config.
 """
 
 import numpy as np
 import pytest
 
-from hiddenstate import resources
-from hiddenstate.cells import ssd
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.mlstm import MLSTMLayer, MLSTMState
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.core import resources
+from hiddenstate.kinds.mlstm.block import MLSTMLayer, MLSTMState
+from hiddenstate.shared import ssd
 from tests._torch import require_torch, torch_required
 
 TOL = 1e-10

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from _torch import require_torch
-from hiddenstate.functional import cross_entropy
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.core.functional import cross_entropy
 from hiddenstate.train.model import CharRNN
 
 V, H, T, N = 7, 5, 6, 3

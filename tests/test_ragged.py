@@ -1,10 +1,10 @@
-"""hiddenstate.ragged: padding, masks, last valid step; ragged batch == rows run one by one (no torch)."""
+"""hiddenstate.core.ragged: padding, masks, last valid step; ragged batch == rows run one by one (no torch)."""
 import numpy as np
 import pytest
 
 import hiddenstate
 from hiddenstate import GRU, LSTM, RNN
-from hiddenstate.ragged import (
+from hiddenstate.core.ragged import (
     last_valid,
     last_valid_backward,
     lengths_from_mask,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hiddenstate import GRU, LSTM, RNN
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
 from tests._torch import require_torch
 
 KINDS = ["rnn", "gru", "lstm"]

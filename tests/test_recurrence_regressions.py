@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.kinds import get_kind
-from hiddenstate.lightning import LightningAttention
-from hiddenstate.mlstm import MLSTMLayer
-from hiddenstate.rglru import RGLRUBlock
-from hiddenstate.rwkv import RWKVTimeMix
-from hiddenstate.shortconv import ShortConv
+from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
+from hiddenstate.kinds.lightning.block import LightningAttention
+from hiddenstate.kinds.mlstm.block import MLSTMLayer
+from hiddenstate.kinds.rglru.block import RGLRUBlock
+from hiddenstate.kinds.rwkv.block import RWKVTimeMix
+from hiddenstate.kinds.shortconv.block import ShortConv
 
 
 def rel(a, b):

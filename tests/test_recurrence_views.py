@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hiddenstate.cells.lightning import slope_rates
-from hiddenstate.cells.rglru import RGLRUState
 from hiddenstate.kinds import get_kind
-from hiddenstate.lightning import LightningAttention, LightningState
+from hiddenstate.kinds.lightning.block import LightningAttention, LightningState
+from hiddenstate.kinds.lightning.kernel import slope_rates
+from hiddenstate.kinds.rglru.block import RGLRUBlock
+from hiddenstate.kinds.rglru.kernel import RGLRUState
+from hiddenstate.kinds.shortconv.block import ShortConv, ShortConvState
 from hiddenstate.probe.recurrences import analyze_recurrence
-from hiddenstate.rglru import RGLRUBlock
-from hiddenstate.shortconv import ShortConv, ShortConvState
 
 T, N, MAX_LAG = 12, 2, 12
 

@@ -6,7 +6,7 @@ Each test names the input, what went wrong, and where.
 import numpy as np
 import pytest
 
-from hiddenstate import functional as F
+from hiddenstate.core import functional as F
 from tests.strategies import KINDS, make_layer, random_state, state_parts
 
 

@@ -142,7 +142,7 @@ def test_package_data_ships_the_static_files():
 
 
 def test_report_imports_no_probe_train_or_app():
-    forbidden = ("hiddenstate.probe", "hiddenstate.train", "hiddenstate.app", "hiddenstate.cli",
+    forbidden = ("hiddenstate.probe", "hiddenstate.train", "hiddenstate.pipelines.app", "hiddenstate.cli",
                  "hiddenstate.experiments")
     package = pathlib.Path(hiddenstate.report.__file__).parent
     seen = set()

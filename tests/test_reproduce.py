@@ -11,8 +11,8 @@ import matplotlib
 import numpy as np
 import pytest
 
+from hiddenstate.classic.gradcheck import check_grads
 from hiddenstate.experiments import flipflop, harness, reproduce, tasks, training
-from hiddenstate.gradcheck import check_grads
 from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map
 from hiddenstate.report.figures import figure
 from hiddenstate.train.optim import Adam

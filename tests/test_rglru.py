@@ -10,9 +10,9 @@ is held to float32 round-off.
 import numpy as np
 import pytest
 
-from hiddenstate.cells.scan import CHUNK
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.rglru import RGLRUBlock, RGLRUState
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.rglru.block import RGLRUBlock, RGLRUState
+from hiddenstate.shared.scan import CHUNK
 from tests._torch import require_torch
 
 TOL = 1e-10

@@ -2,15 +2,15 @@
 
 The references are independent of the kernels: the layer's equations written again here in torch
 float64 (transformers' per-step WKV loop, differentiated by autograd, the maxima included),
-finite differences (:mod:`hiddenstate.gradcheck`), prefix re-runs for the per-step states, and
+finite differences (:mod:`hiddenstate.classic.gradcheck`), prefix re-runs for the per-step states, and
 transformers' own ``RwkvSelfAttention`` from a tiny random config.
 """
 
 import numpy as np
 import pytest
 
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.rwkv import RWKVState, RWKVTimeMix
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.rwkv.block import RWKVState, RWKVTimeMix
 from tests._torch import require_torch, torch_required
 
 TOL = 1e-10

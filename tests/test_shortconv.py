@@ -8,9 +8,9 @@ an explicit window and differentiates it with autograd (1e-10 relative). transfo
 import numpy as np
 import pytest
 
-from hiddenstate.cells import shortconv as kernel
-from hiddenstate.gradcheck import check_grads
-from hiddenstate.shortconv import ShortConv, ShortConvState
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.kinds.shortconv import kernel
+from hiddenstate.kinds.shortconv.block import ShortConv, ShortConvState
 from tests._torch import require_torch
 
 TOL = 1e-10

@@ -1,4 +1,4 @@
-"""What Mamba and Mamba-2 share through :class:`hiddenstate.ssm_block.SelectiveSSMBlock`, tested once for both.
+"""What Mamba and Mamba-2 share through :class:`hiddenstate.kinds.ssm.block.SelectiveSSMBlock`, tested once for both.
 
 Carrying the states across calls (the outputs, the final states and every gradient of two calls
 equal those of one long call), and the envelope's refusals, each with the rule in its message (each block's own shapes
@@ -8,10 +8,10 @@ and options are refused in its own test file).
 import numpy as np
 import pytest
 
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba2 import Mamba2
-from hiddenstate.seqblock import BlockCache
-from hiddenstate.ssm_block import SelectiveSSMBlock
+from hiddenstate.kinds.ssm.block import SelectiveSSMBlock
+from hiddenstate.kinds.ssm.mamba import Mamba
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
+from hiddenstate.shared.seqblock import BlockCache
 from hiddenstate.state import MambaState
 from tests._ssm import jittered, ssm_inputs
 

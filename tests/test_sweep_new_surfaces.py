@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 import hiddenstate as hs
 from hiddenstate.cli import main
 from hiddenstate.interop.safetensors_header import read_header, read_tensors
-from hiddenstate.probe.mamba import analyze_mamba
-from hiddenstate.probe.mamba2 import analyze_mamba2
+from hiddenstate.kinds.ssm.mamba2_analysis import analyze_mamba2
+from hiddenstate.kinds.ssm.mamba_analysis import analyze_mamba
 from hiddenstate.probe.pca import pca
 
 COUNTS: Counter = Counter()
@@ -307,7 +307,7 @@ def out_dir(tmp_path_factory):
 @given(name=st.sampled_from(["mine.txt", "dir", "dir/", "locked/r.html", "fifo.html", "loop.html", "missing/r.html",
                              "new.html", "", 3, None]), title=st.one_of(st.just("t"), JUNK))
 def test_report_writers(analysis, out_dir, name, title):
-    from hiddenstate.report.mamba_page import build_mamba_report
+    from hiddenstate.report.family_page import build_mamba_report
     before = {p: os.lstat(out_dir / p).st_mtime_ns for p in os.listdir(out_dir)}
     out = str(out_dir / name) if isinstance(name, str) and name else name
     try:

@@ -1,10 +1,10 @@
 """A bad-input sweep (hypothesis) over issue 26's recurrences and issue 25's family registry: results or clear errors.
 
 As tests/test_sweep_edges.py and tests/test_sweep_new_surfaces.py do for the older surfaces: the
-recurrent layers of issue 26 (:class:`~hiddenstate.gated_delta.GatedDeltaNet`,
-:class:`~hiddenstate.gated_delta.KimiDeltaAttention`, :class:`~hiddenstate.rglru.RGLRUBlock`,
-:class:`~hiddenstate.mlstm.MLSTMLayer`, :class:`~hiddenstate.rwkv.RWKVTimeMix`,
-:class:`~hiddenstate.lightning.LightningAttention`, :class:`~hiddenstate.shortconv.ShortConv`):
+recurrent layers of issue 26 (:class:`~hiddenstate.kinds.delta.block.GatedDeltaNet`,
+:class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention`, :class:`~hiddenstate.kinds.rglru.block.RGLRUBlock`,
+:class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer`, :class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix`,
+:class:`~hiddenstate.kinds.lightning.block.LightningAttention`, :class:`~hiddenstate.kinds.shortconv.block.ShortConv`):
 their constructors, ``initial_state``, ``forward`` (inputs, initial states, ``lengths``,
 ``reset``, ``record``), ``backward`` and ``load_state_dict``; their kernels' two forms held
 to each other on extreme values; and the family registry (``family_of``, ``Family.block``,
@@ -29,13 +29,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hiddenstate as hs
-from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.kinds import get_kind
-from hiddenstate.lightning import LightningAttention
-from hiddenstate.mlstm import MLSTMLayer
-from hiddenstate.rglru import RGLRUBlock
-from hiddenstate.rwkv import RWKVTimeMix
-from hiddenstate.shortconv import ShortConv
+from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
+from hiddenstate.kinds.lightning.block import LightningAttention
+from hiddenstate.kinds.mlstm.block import MLSTMLayer
+from hiddenstate.kinds.rglru.block import RGLRUBlock
+from hiddenstate.kinds.rwkv.block import RWKVTimeMix
+from hiddenstate.kinds.shortconv.block import ShortConv
 
 COUNTS: Counter = Counter()
 SWEEP = settings(max_examples=int(os.environ.get("HIDDENSTATE_SWEEP_EXAMPLES", 15)), deadline=None, database=None,

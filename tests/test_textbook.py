@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import hiddenstate as hs
-from hiddenstate.state import init_hidden
-from hiddenstate.textbook import (
+from hiddenstate.classic.textbook import (
     candidate,
     elman_step,
     gru_step,
@@ -21,6 +20,7 @@ from hiddenstate.textbook import (
     reset_gate,
     update_gate,
 )
+from hiddenstate.state import init_hidden
 from tests.strategies import finite_floats, gates01, make_cell, seeds
 
 # ---------------------------------------------------------------------------- seed (a)

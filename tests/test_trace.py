@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hiddenstate as hs
-from hiddenstate.functional import sigmoid
+from hiddenstate.core.functional import sigmoid
 from hiddenstate.probe.trace import cell_kind, trace
 
 CASES = [
@@ -121,7 +121,7 @@ def test_float32_layer(rng):
 @pytest.mark.parametrize("cls,kw", CASES, ids=IDS)
 def test_trace_gates_are_the_kernels_own(cls, kw, rng):
     """The trace does not re-derive anything: its gates are the values the scan kernel computed."""
-    from hiddenstate.cells import kind_of
+    from hiddenstate.classic.cells import kind_of
 
     layer = cls(3, 4, 2, bidirectional=True, rng=rng, **kw)
     x = rng.normal(size=(6, 3, 3))

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
 from hiddenstate.train import PRESETS, TrainConfig, load, sample, train
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.generate import Stream

@@ -1,4 +1,4 @@
-"""Reused work buffers (hiddenstate.workspace) and the kernels' small-batch paths.
+"""Reused work buffers (hiddenstate.core.workspace) and the kernels' small-batch paths.
 
 The pool may hand a buffer out again only when nothing references it: outputs a caller kept,
 caches a caller holds and views of either must survive every later call of the same shape.
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import hiddenstate
-from hiddenstate import workspace as ws
-from hiddenstate.functional import previous_states
-from hiddenstate.gradcheck import check_grads
+from hiddenstate.classic.gradcheck import check_grads
+from hiddenstate.core import workspace as ws
+from hiddenstate.core.functional import previous_states
 from tests._torch import require_torch
 
 BIG = (8, 64, 128)  # 64 Ki elements: over MIN_BYTES in float32 and float64

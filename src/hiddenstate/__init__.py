@@ -1,20 +1,16 @@
 """hiddenstate: the hidden state of RNN, GRU and LSTM (and of minGRU, minLSTM) as a first-class object.
 
-Create it (:func:`init_hidden`, :func:`initial_state`), update it (:mod:`hiddenstate.textbook`,
+Create it (:func:`init_hidden`, :func:`initial_state`), update it (:mod:`hiddenstate.classic.textbook`,
 the cells), carry it and train through it (:class:`RNN`, :class:`GRU`, :class:`LSTM` with exact
-BPTT; :class:`MinGRU`, :class:`MinLSTM` with a parallel scan), check gradients (:mod:`hiddenstate.gradcheck`) and look inside it
+BPTT; :class:`MinGRU`, :class:`MinLSTM` with a parallel scan), check gradients (:mod:`hiddenstate.classic.gradcheck`) and look inside it
 (:mod:`hiddenstate.probe`, :mod:`hiddenstate.report`). ``import hiddenstate`` loads NumPy only;
 the names that need scipy, matplotlib or safetensors import them when first used.
 """
 
-from hiddenstate import functional, gradcheck, oldpaths, ragged, textbook
-from hiddenstate.cells import GRUCell, LSTMCell, MinGRUCell, MinLSTMCell, RNNCell
-from hiddenstate.layers import GRU, LSTM, RNN, DirectionalState, MinGRU, MinLSTM, reverse_padded
-from hiddenstate.lazy import attach
-from hiddenstate.probe.trace import trace
-from hiddenstate.ragged import last_valid, pad_sequences
-from hiddenstate.state import init_hidden, initial_state
-from hiddenstate.textbook import (
+from hiddenstate.classic import gradcheck, textbook
+from hiddenstate.classic.cells import GRUCell, LSTMCell, MinGRUCell, MinLSTMCell, RNNCell
+from hiddenstate.classic.layers import GRU, LSTM, RNN, DirectionalState, MinGRU, MinLSTM, reverse_padded
+from hiddenstate.classic.textbook import (
     candidate,
     elman_step,
     gru_step,
@@ -23,21 +19,26 @@ from hiddenstate.textbook import (
     reset_gate,
     update_gate,
 )
+from hiddenstate.core import functional, oldpaths, ragged
+from hiddenstate.core.lazy import attach
+from hiddenstate.core.ragged import last_valid, pad_sequences
+from hiddenstate.probe.trace import trace
+from hiddenstate.state import init_hidden, initial_state
 from hiddenstate.version import __version__ as __version__
 
 oldpaths.install()
 
 __getattr__, __dir__ = attach(__name__, {
     "CharRNN": "hiddenstate.train.model",
-    "Mamba": "hiddenstate.mamba",
-    "Mamba2": "hiddenstate.mamba2",
-    "Mamba2LM": "hiddenstate.mamba_lm",
-    "MambaLM": "hiddenstate.mamba_lm",
+    "Mamba": "hiddenstate.kinds.ssm.mamba",
+    "Mamba2": "hiddenstate.kinds.ssm.mamba2",
+    "Mamba2LM": "hiddenstate.kinds.ssm.lm",
+    "MambaLM": "hiddenstate.kinds.ssm.lm",
     "MambaState": "hiddenstate.state",
     "analyze_model": "hiddenstate.probe.analysis",
     "build_report": "hiddenstate.report.page",
     "find_fixed_points": "hiddenstate.probe.fixedpoints",
-    "inspect_model": "hiddenstate.inspection",
+    "inspect_model": "hiddenstate.pipelines.inspection",
     "load_pretrained": "hiddenstate.train.pretrained",
     "interop": "hiddenstate.interop",
     "probe": "hiddenstate.probe",

@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _convert(name: str, text: str, convert, rule):
-    """``rule(name, convert(text))``: a rule of :mod:`hiddenstate.validation` applied to a flag's text.
+    """``rule(name, convert(text))``: a rule of :mod:`hiddenstate.core.validation` applied to a flag's text.
 
     Text that ``convert`` cannot read goes to the rule as it is, so the message still states the
     rule (``"--steps must be a positive integer; got str 'ten'."``).
@@ -81,9 +81,9 @@ def _config_flag(parser, field: str, convert, **kwargs) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from hiddenstate.core.validation import nonnegative_int, positive_int
     from hiddenstate.train.config import DTYPES, PRESETS
     from hiddenstate.train.model import CELLS, SAMPLE_RULES
-    from hiddenstate.validation import nonnegative_int, positive_int
     from hiddenstate.version import __version__
 
     parser = _Parser(
@@ -266,8 +266,8 @@ def _cmd_train(args) -> int:
 
 def _cmd_sample(args) -> int:
     from hiddenstate import train as _train
-    from hiddenstate.inspect_command import checkpoint_or_pretrained
-    from hiddenstate.resources import check_memory
+    from hiddenstate.core.resources import check_memory
+    from hiddenstate.pipelines.inspect_command import checkpoint_or_pretrained
     from hiddenstate.train.guards import sampling_memory
 
     trained = _train.load(checkpoint_or_pretrained(args))
@@ -309,8 +309,8 @@ def _cmd_demo(args) -> int:
     print(result.sample(prime=prime, length=600, temperature=0.8, seed=0).rstrip("\n"))
     print("--- end of sample ---")
     print()
-    from hiddenstate.app import inspect_checkpoint
-    from hiddenstate.inspect_command import stage_lines
+    from hiddenstate.pipelines.app import inspect_checkpoint
+    from hiddenstate.pipelines.inspect_command import stage_lines
 
     print(f"report: {inspect_checkpoint(result.checkpoint, Path(args.out) / 'report.html', echo=stage_lines())}")
     _print_result(result)
@@ -328,14 +328,14 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    from hiddenstate.inspect_command import run_inspect
+    from hiddenstate.pipelines.inspect_command import run_inspect
 
     return run_inspect(args)
 
 
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
-    from hiddenstate.export import check_new_file, export_checkpoint, load_hint
+    from hiddenstate.pipelines.export import check_new_file, export_checkpoint, load_hint
 
     ckpt = _train.resolve_checkpoint(args.checkpoint, name="RUN")  # one-line errors for bad paths
     check_new_file(args.out, name="--out")  # before the work, not after it
@@ -396,7 +396,7 @@ def _report(error: BaseException, command: str) -> int:
         print(f"{PROG}: error: a required entry is missing: {_one_line(error)} (an edited or foreign file?).",
               file=sys.stderr)
         return 2
-    from hiddenstate.extras import missing_extra
+    from hiddenstate.core.extras import missing_extra
 
     if isinstance(error, ImportError) and missing_extra(error) is not None:  # an optional package: say which extra
         print(f"{PROG}: error: {missing_extra(error)}", file=sys.stderr)
@@ -441,7 +441,7 @@ def _blas_threads():
         return contextlib.nullcontext()
     from threadpoolctl import threadpool_limits
 
-    from hiddenstate.validation import positive_int
+    from hiddenstate.core.validation import positive_int
 
     n = _convert("HIDDENSTATE_NUM_THREADS", os.environ.get("HIDDENSTATE_NUM_THREADS", "1"), int, positive_int)
     if n > 1:

@@ -7,8 +7,8 @@ sequence layer of ``L`` layers and ``D`` directions; an LSTM state is an ``(h, c
 A *learned* initial state is a parameter of the layer (``learn_h0=True`` on the layers).
 
 :class:`MambaState` is the state of the selective state space blocks (:class:`hiddenstate.Mamba`,
-:class:`hiddenstate.Mamba2`), here so that their kernels (:mod:`hiddenstate.cells.mamba`) and
-their array-API reference (:mod:`hiddenstate.xp.mamba`) share it without one importing the other.
+:class:`hiddenstate.Mamba2`), here so that their kernels (:mod:`hiddenstate.kinds.ssm.mamba_kernel`) and
+their array-API reference (:mod:`hiddenstate.kinds.ssm.reference`) share it without one importing the other.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hiddenstate.resources import check_memory
-from hiddenstate.validation import float_dtype, generator, positive_int, real, shape_str
+from hiddenstate.core.resources import check_memory
+from hiddenstate.core.validation import float_dtype, generator, positive_int, real, shape_str
 
 __all__ = ["MambaState", "init_hidden", "initial_state"]
 
@@ -70,7 +70,7 @@ def init_hidden(batch_size: int, hidden_dim: int) -> np.ndarray:
         If a size is not an integer (bool and float are rejected).
     ValueError
         If a size is zero or negative, or the array cannot fit in this machine's memory
-        (:func:`hiddenstate.resources.check_memory`; the message names ``batch_size`` and
+        (:func:`hiddenstate.core.resources.check_memory`; the message names ``batch_size`` and
         ``hidden_dim`` and their values).
 
     Notes

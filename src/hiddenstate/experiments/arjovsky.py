@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from hiddenstate.core.functional import cross_entropy
 from hiddenstate.experiments import tasks
 from hiddenstate.experiments.harness import record, stream_rng
 from hiddenstate.experiments.training import (
@@ -26,7 +27,6 @@ from hiddenstate.experiments.training import (
     fit_batches,
     last_step_mse_loss,
 )
-from hiddenstate.functional import cross_entropy
 from hiddenstate.report.figures import figure
 
 __all__ = ["reproduce_adding", "reproduce_copy"]

@@ -21,10 +21,10 @@ import numpy as np
 from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 
+from hiddenstate.core.functional import sigmoid, softmax
 from hiddenstate.experiments import tasks
 from hiddenstate.experiments.harness import record, stream_rng
 from hiddenstate.experiments.training import Net, bce_loss, ce_loss, fit_stream
-from hiddenstate.functional import sigmoid, softmax
 from hiddenstate.report.figures import figure
 from hiddenstate.train.optim import Adam
 

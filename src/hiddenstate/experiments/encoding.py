@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.validation import positive_int
+from hiddenstate.core.validation import positive_int
 
 __all__ = ["one_hot"]
 

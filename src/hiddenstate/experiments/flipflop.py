@@ -21,11 +21,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hiddenstate.core.progress import progress
 from hiddenstate.experiments import tasks
 from hiddenstate.experiments.harness import record, stream_rng
 from hiddenstate.experiments.training import Net, Readout, mse_loss, train_step
 from hiddenstate.probe.fixedpoints import FixedPoint, find_fixed_points, layer_map
-from hiddenstate.progress import progress
 from hiddenstate.report.figures import figure
 from hiddenstate.train.optim import Adam
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hiddenstate.core.validation import boolean, generator, positive_int
 from hiddenstate.experiments.encoding import one_hot
-from hiddenstate.validation import boolean, generator, positive_int
 
 __all__ = [
     "ELMAN_CATEGORIES",

@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from hiddenstate.core.validation import generator, positive_int, real
 from hiddenstate.experiments.encoding import one_hot
 from hiddenstate.experiments.sentences import (
     ELMAN_CATEGORIES,
@@ -48,7 +49,6 @@ from hiddenstate.experiments.sentences import (
     SentenceCorpus,
     elman_sentences,
 )
-from hiddenstate.validation import generator, positive_int, real
 
 __all__ = [
     "ELMAN_CATEGORIES",

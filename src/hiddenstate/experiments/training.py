@@ -18,11 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hiddenstate.functional import cross_entropy, sigmoid
-from hiddenstate.layers import GRU, LSTM, RNN
-from hiddenstate.progress import progress
+from hiddenstate.classic.layers import GRU, LSTM, RNN
+from hiddenstate.core.functional import cross_entropy, sigmoid
+from hiddenstate.core.progress import progress
+from hiddenstate.core.validation import generator, positive_int
 from hiddenstate.train.optim import Adam, clip_grad_norm
-from hiddenstate.validation import generator, positive_int
 
 __all__ = [
     "CELLS",
@@ -257,7 +257,7 @@ def ce_loss(targets: np.ndarray) -> LossFn:
     Returns
     -------
     callable
-        ``y (T, N, V) -> (loss, dy)``, :func:`hiddenstate.functional.cross_entropy` over all
+        ``y (T, N, V) -> (loss, dy)``, :func:`hiddenstate.core.functional.cross_entropy` over all
         T*N rows.
     """
 
@@ -408,7 +408,7 @@ def fit_stream(net: Net, opt: Adam, x: np.ndarray, target: np.ndarray,
         Gradient-norm threshold.
     desc : str, optional
         Label of a progress bar on stderr (shown on a terminal only, see
-        :func:`hiddenstate.progress.progress`); None: no bar.
+        :func:`hiddenstate.core.progress.progress`); None: no bar.
 
     Returns
     -------
@@ -458,7 +458,7 @@ def fit_batches(net: Net, make_batch: Callable, make_loss: Callable[[np.ndarray]
         Updates between two evaluations.
     desc : str, optional
         Label of a progress bar on stderr (shown on a terminal only, see
-        :func:`hiddenstate.progress.progress`); None: no bar.
+        :func:`hiddenstate.core.progress.progress`); None: no bar.
 
     Returns
     -------

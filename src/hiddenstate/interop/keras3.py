@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells import KINDS
-from hiddenstate.cells.rnn import NONLINEARITIES
+from hiddenstate.classic.cells import KINDS
+from hiddenstate.classic.cells.rnn import NONLINEARITIES
+from hiddenstate.classic.recurrent import RecurrentLayer
+from hiddenstate.core.validation import boolean, float_dtype, shape_str
 from hiddenstate.interop.kinds import convertible_kind, gates_hint, kind_name
 from hiddenstate.interop.statedict import as_float_array, build_layer, load_strict, refuse_learned_state
-from hiddenstate.recurrent import RecurrentLayer
-from hiddenstate.validation import boolean, float_dtype, shape_str
 
 __all__ = ["from_keras", "from_keras_weights", "to_keras_weights"]
 

@@ -1,7 +1,7 @@
 """Cell kinds as the formats name them: kind names, a layer's kind, kinds told by weight shapes.
 
-A layer's kind is read from its ``kind`` attribute (:func:`hiddenstate.cells.kind_of`); the gate
-count G of each kind comes from :data:`hiddenstate.cells.KINDS`, so the kind of a recurrent
+A layer's kind is read from its ``kind`` attribute (:func:`hiddenstate.classic.cells.kind_of`); the gate
+count G of each kind comes from :data:`hiddenstate.classic.cells.KINDS`, so the kind of a recurrent
 weight (G*H, H) is its rows over its columns. The layer class of each kind is read off the
 classes' ``kind`` attributes (:data:`LAYERS`). torch, Keras and ONNX know only the kinds with
 recurrent weights (:data:`RECURRENT`); minGRU and minLSTM (``CellKind.recurrent`` False) are
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells import KINDS, CellKind, kind_of
-from hiddenstate.layers import GRU, LSTM, RNN, MinGRU, MinLSTM
-from hiddenstate.recurrent import RecurrentLayer
+from hiddenstate.classic.cells import KINDS, CellKind, kind_of
+from hiddenstate.classic.layers import GRU, LSTM, RNN, MinGRU, MinLSTM
+from hiddenstate.classic.recurrent import RecurrentLayer
 
 __all__ = ["LAYERS", "RECURRENT", "convertible_kind", "gates_hint", "kind_from_weight_hh", "kind_name", "layer_kind",
            "with_article"]
@@ -32,7 +32,7 @@ _VOWEL_SOUND = "AEFHILMNORSX"  # initial letters whose spoken name starts with a
 
 
 def kind_name(name: str, kind, *, linear: bool = False) -> str:
-    """Normalise a kind given as a string, a layer class or a :class:`~hiddenstate.cells.CellKind`.
+    """Normalise a kind given as a string, a layer class or a :class:`~hiddenstate.classic.cells.CellKind`.
 
     Parameters
     ----------
@@ -41,7 +41,7 @@ def kind_name(name: str, kind, *, linear: bool = False) -> str:
     kind : str, type or CellKind
         ``"rnn"`` (or Keras's ``"SimpleRNN"``), ``"gru"``, ``"lstm"`` in any case; one of the
         layer classes :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU`,
-        :class:`~hiddenstate.LSTM`; or a registered cell kind (``hiddenstate.cells.KINDS["gru"]``).
+        :class:`~hiddenstate.LSTM`; or a registered cell kind (``hiddenstate.classic.cells.KINDS["gru"]``).
     linear : bool, default False
         Also accept the kinds without recurrent weights (``"mingru"``, ``"minlstm"``, their
         classes and cell kinds); otherwise they raise, naming the format's limit.
@@ -49,7 +49,7 @@ def kind_name(name: str, kind, *, linear: bool = False) -> str:
     Returns
     -------
     str
-        The kind's name, a key of :data:`hiddenstate.cells.KINDS`.
+        The kind's name, a key of :data:`hiddenstate.classic.cells.KINDS`.
 
     Raises
     ------
@@ -83,12 +83,12 @@ def layer_kind(layer) -> str:
     Parameters
     ----------
     layer : RNN, GRU or LSTM
-        Any :class:`~hiddenstate.recurrent.RecurrentLayer` whose ``kind`` is registered.
+        Any :class:`~hiddenstate.classic.recurrent.RecurrentLayer` whose ``kind`` is registered.
 
     Returns
     -------
     str
-        A key of :data:`hiddenstate.cells.KINDS`.
+        A key of :data:`hiddenstate.classic.cells.KINDS`.
 
     Raises
     ------
@@ -139,7 +139,7 @@ def with_article(kind: str) -> str:
     Parameters
     ----------
     kind : str
-        A key of :data:`hiddenstate.cells.KINDS`.
+        A key of :data:`hiddenstate.classic.cells.KINDS`.
 
     Returns
     -------

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.files import output_file, write_atomically
+from hiddenstate.core.files import output_file, write_atomically
+from hiddenstate.core.validation import boolean
 from hiddenstate.interop.kinds import convertible_kind
-from hiddenstate.validation import boolean
 
 __all__ = ["OPSET", "charrnn_to_onnx", "to_onnx"]
 
@@ -42,7 +42,7 @@ _ACTIVATION = {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid"}
 
 
 def _onnx():
-    from hiddenstate.extras import require
+    from hiddenstate.core.extras import require
 
     return require("onnx", "export to ONNX")
 
@@ -183,7 +183,7 @@ def to_onnx(layer, path, *, initial_state: bool = True, lengths: bool = False) -
         str or os.PathLike.
     ValueError
         ``path`` ends in a path separator (it names a directory), or is a directory, a device, a
-        FIFO: only a regular file is replaced (:func:`hiddenstate.files.output_file`).
+        FIFO: only a regular file is replaced (:func:`hiddenstate.core.files.output_file`).
     ImportError
         The ``onnx`` package is not installed.
     """

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hiddenstate.cells.rnn import NONLINEARITIES
+from hiddenstate.classic.cells.rnn import NONLINEARITIES
+from hiddenstate.core.validation import boolean, float_dtype
 from hiddenstate.interop.kinds import convertible_kind, kind_name
 from hiddenstate.interop.statedict import as_float_array, layer_from_state, refuse_learned_state
 from hiddenstate.interop.torch_modules import cho_gru_class, torch_char_model_class
 from hiddenstate.train.model import CharRNN
-from hiddenstate.validation import boolean, float_dtype
 
 __all__ = ["charrnn_from_torch", "charrnn_to_torch", "from_torch", "to_torch"]
 
@@ -30,7 +30,7 @@ _TORCH_NONLINEARITIES = ("tanh", "relu")
 
 def _import_torch():
     """The ``torch`` module, or an ImportError that says this conversion needs it."""
-    from hiddenstate.extras import require
+    from hiddenstate.core.extras import require
 
     return require("torch", "this conversion")
 

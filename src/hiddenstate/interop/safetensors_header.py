@@ -7,7 +7,7 @@ that JSON without reading a byte of the data: a name given twice is refused (``j
 keep the last), as are offsets that do not tile the data or a size that does not match the
 shape and dtype. The caller then decides from names, dtypes and shapes which tensors it needs;
 :func:`read_tensors` checks that their total size fits in memory
-(:func:`hiddenstate.resources.check_memory`) and reads those, and no others. A file whose header
+(:func:`hiddenstate.core.resources.check_memory`) and reads those, and no others. A file whose header
 claims a 2 GiB tensor of another module costs nothing; one whose recurrent weights are 2 GiB is
 refused before they are read if the machine cannot hold them.
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiddenstate.files import open_regular
-from hiddenstate.resources import check_memory, format_bytes
+from hiddenstate.core.files import open_regular
+from hiddenstate.core.resources import check_memory, format_bytes
 
 __all__ = ["MAX_HEADER_BYTES", "SafetensorsHeader", "TensorEntry", "read_header", "read_tensors"]
 
@@ -216,7 +216,7 @@ def read_tensors(header: SafetensorsHeader, names, *, hint: str = "") -> dict:
     ------
     ValueError
         A tensor that is not float16/32/64 (named, with its dtype); tensors too large for this
-        machine's memory (:func:`hiddenstate.resources.check_memory`, before any is read); a file
+        machine's memory (:func:`hiddenstate.core.resources.check_memory`, before any is read); a file
         that changed size since its header was read.
     """
     entries = [header.tensors[n] for n in names]

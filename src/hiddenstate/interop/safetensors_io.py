@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import safetensors.numpy
 
-from hiddenstate.cells import KINDS
-from hiddenstate.files import output_file, write_atomically
+from hiddenstate.classic.cells import KINDS
+from hiddenstate.core.files import output_file, write_atomically
+from hiddenstate.core.validation import float_dtype, shape_str
 from hiddenstate.interop.kinds import kind_from_weight_hh, kind_name, layer_kind, with_article
 from hiddenstate.interop.safetensors_header import read_header, read_tensors
 from hiddenstate.interop.statedict import layer_from_state, load_strict
-from hiddenstate.validation import float_dtype, shape_str
 
 __all__ = ["load_safetensors", "save_safetensors"]
 

@@ -14,9 +14,9 @@ import re
 
 import numpy as np
 
-from hiddenstate.cells import KINDS
+from hiddenstate.classic.cells import KINDS
+from hiddenstate.core.validation import float_array, shape_str
 from hiddenstate.interop.kinds import LAYERS, RECURRENT, gates_hint, kind_from_weight_hh
-from hiddenstate.validation import float_array, shape_str
 
 __all__ = ["KEY", "as_float_array", "build_layer", "layer_from_state", "load_strict", "refuse_learned_state"]
 
@@ -34,7 +34,7 @@ def as_float_array(name: str, value) -> np.ndarray:
     value : array_like, torch.Tensor or keras.Variable
         The values. Float32/float64 are kept; torch float16/bfloat16 tensors are upcast to float64
         (exact; NumPy has no bfloat16); integer tensors and arrays are promoted to float64
-        (:func:`hiddenstate.validation.float_array`).
+        (:func:`hiddenstate.core.validation.float_array`).
 
     Returns
     -------
@@ -73,7 +73,7 @@ def build_layer(kind: str, input_size: int, hidden_size: int, num_layers: int, *
     Parameters
     ----------
     kind : str
-        A key of :data:`hiddenstate.cells.KINDS`.
+        A key of :data:`hiddenstate.classic.cells.KINDS`.
     input_size : int
         I, features of each input vector.
     hidden_size : int
@@ -82,7 +82,7 @@ def build_layer(kind: str, input_size: int, hidden_size: int, num_layers: int, *
         L, stacked layers.
     **options
         Constructor options. A kind's math options (``nonlinearity``, ``reset_after``: its
-        :attr:`~hiddenstate.cells.CellKind.options`) are passed only to the kind that has them;
+        :attr:`~hiddenstate.classic.cells.CellKind.options`) are passed only to the kind that has them;
         the placeholder weights come from ``numpy.random.default_rng(0)``.
 
     Returns

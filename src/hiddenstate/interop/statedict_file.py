@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.cells import KINDS
-from hiddenstate.files import regular_file
+from hiddenstate.classic.cells import KINDS
+from hiddenstate.core.files import regular_file
+from hiddenstate.core.validation import shape_str
 from hiddenstate.interop.kinds import kind_from_weight_hh, kind_name
 from hiddenstate.interop.safetensors_header import read_header, read_tensors
 from hiddenstate.interop.statedict import layer_from_state, load_strict
-from hiddenstate.validation import shape_str
 
 __all__ = ["PICKLE_HINT", "StateDictFile", "load_state_dict_file", "refuse_pickle"]
 

@@ -128,7 +128,7 @@ def charrnn_to_exported_program(model) -> bytes:
     if layer is None or not hasattr(model, "embed") or "decoder.weight" not in getattr(model, "params", {}):
         raise TypeError(f"model must be a hiddenstate CharRNN; got {type(model).__name__}.")
     kind = convertible_kind(layer, "a torch program")
-    from hiddenstate.extras import require
+    from hiddenstate.core.extras import require
 
     torch = require("torch", "export to torch.export")
     module = _module_class()(model).eval()

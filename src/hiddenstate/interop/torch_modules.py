@@ -21,7 +21,7 @@ _CLASSES: dict = {}
 
 
 def _torch():
-    from hiddenstate.extras import require
+    from hiddenstate.core.extras import require
 
     return require("torch", "this conversion")
 

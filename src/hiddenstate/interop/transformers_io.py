@@ -2,7 +2,7 @@
 
 A ``MambaForCausalLM`` (or a ``FalconMambaForCausalLM``: Mamba blocks with weightless RMS
 norms of dt, B, C) becomes a :class:`hiddenstate.MambaLM`, a ``Mamba2ForCausalLM`` a
-:class:`hiddenstate.mamba_lm.Mamba2LM`, with the same weights under the same names (its state
+:class:`hiddenstate.kinds.ssm.lm.Mamba2LM`, with the same weights under the same names (its state
 dict without the ``backbone.`` prefix), and back. transformers and torch are imported inside the
 functions only, so ``import hiddenstate`` loads neither.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells.mamba import MambaState
-from hiddenstate.mamba_lm import Mamba2LM, MambaLM
-from hiddenstate.validation import choice, float_dtype
+from hiddenstate.core.validation import choice, float_dtype
+from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
+from hiddenstate.kinds.ssm.mamba_kernel import MambaState
 
 __all__ = ["from_transformers", "is_transformers_falcon_mamba", "is_transformers_mamba", "is_transformers_mamba2",
            "states_from_cache", "to_transformers"]
@@ -72,7 +72,7 @@ def is_transformers_falcon_mamba(model) -> bool:
 
 
 def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> MambaLM | Mamba2LM:
-    """A :class:`~hiddenstate.MambaLM` (or :class:`~hiddenstate.mamba_lm.Mamba2LM`) with a transformers model's weights.
+    """A :class:`~hiddenstate.MambaLM` (or :class:`~hiddenstate.kinds.ssm.lm.Mamba2LM`) with a transformers model's weights.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Kinds of recurrent block and the view the analyses read of their records: :class:`Kind`, :class:`RecordView`.
 
 A *kind* is one of our recurrent blocks as the family registry
-(:mod:`hiddenstate.interop.families`) and the analyses (:mod:`hiddenstate.probe.mamba_layers`)
+(:mod:`hiddenstate.interop.families`) and the analyses (:mod:`hiddenstate.probe.layer_loop`)
 use it: which block class a family's ``to_block`` returns, how the block is run with every step
 recorded, which of its record's arrays are its states, and the :class:`RecordView` of a record,
 the few arrays every analysis reads whatever the kind:
@@ -23,13 +23,13 @@ the few arrays every analysis reads whatever the kind:
 
 Registered here: ``"mamba"`` (:class:`~hiddenstate.Mamba`, a keep gate per state entry) and
 ``"mamba2"`` (:class:`~hiddenstate.Mamba2`, per head); :mod:`hiddenstate.delta_views` adds
-``"gated_delta"`` (:class:`~hiddenstate.gated_delta.GatedDeltaNet`) and ``"kda"``
-(:class:`~hiddenstate.gated_delta.KimiDeltaAttention`); :mod:`hiddenstate.kinds.recurrences` adds
-``"rglru"`` (:class:`~hiddenstate.rglru.RGLRUBlock`, a keep gate per channel), ``"lightning"``
-(:class:`~hiddenstate.lightning.LightningAttention`, a matrix state, a constant decay per head)
-and ``"shortconv"`` (:class:`~hiddenstate.shortconv.ShortConv`, a window: no keep gate);
-:mod:`hiddenstate.kinds.mlstm` adds ``"mlstm"`` (:class:`~hiddenstate.mlstm.MLSTMLayer`, a forget gate per
-head, a matrix memory) and :mod:`hiddenstate.kinds.rwkv` ``"rwkv"`` (:class:`~hiddenstate.rwkv.RWKVTimeMix`,
+``"gated_delta"`` (:class:`~hiddenstate.kinds.delta.block.GatedDeltaNet`) and ``"kda"``
+(:class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention`); :mod:`hiddenstate.kinds.recurrences` adds
+``"rglru"`` (:class:`~hiddenstate.kinds.rglru.block.RGLRUBlock`, a keep gate per channel), ``"lightning"``
+(:class:`~hiddenstate.kinds.lightning.block.LightningAttention`, a matrix state, a constant decay per head)
+and ``"shortconv"`` (:class:`~hiddenstate.kinds.shortconv.block.ShortConv`, a window: no keep gate);
+:mod:`hiddenstate.kinds.mlstm.view` adds ``"mlstm"`` (:class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer`, a forget gate per
+head, a matrix memory) and :mod:`hiddenstate.kinds.rwkv.view` ``"rwkv"`` (:class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix`,
 a fixed decay per channel). Another kind is one
 :func:`register_kind` call: its block's ``forward(u, state=None, *, record=True)`` returns
 ``(out, state_n, cache, record)`` (or give ``run``), and its ``view`` maps a record to a
@@ -38,8 +38,12 @@ a fixed decay per channel). Another kind is one
 
 from __future__ import annotations
 
-from hiddenstate.kinds import delta, mlstm, recurrences, rwkv, ssm
+from hiddenstate.kinds import recurrences
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products, record_forward
+from hiddenstate.kinds.delta import view as _delta_view
+from hiddenstate.kinds.mlstm import view as _mlstm_view
+from hiddenstate.kinds.rwkv import view as _rwkv_view
+from hiddenstate.kinds.ssm import view as _ssm_view
 
 __all__ = ["BLOCKS", "KINDS", "Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "get_kind", "head_products",
            "record_forward", "register_kind"]
@@ -101,5 +105,5 @@ def get_kind(name: str) -> Kind:
 
 
 
-for _kind in (*ssm.KINDS, *delta.KINDS, *recurrences.KINDS, *mlstm.KINDS, *rwkv.KINDS):
+for _kind in (*_ssm_view.KINDS, *_delta_view.KINDS, *recurrences.KINDS, *_mlstm_view.KINDS, *_rwkv_view.KINDS):
     register_kind(_kind)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from hiddenstate.validation import positive_int
+from hiddenstate.core.validation import positive_int
 
 __all__ = ["Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "head_products", "record_forward"]
 

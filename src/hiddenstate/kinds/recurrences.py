@@ -1,6 +1,6 @@
 """The views of Griffin's RG-LRU (``"rglru"``), MiniMax's lightning attention (``"lightning"``) and LFM2's short convolution (``"shortconv"``).
 
-RG-LRU (:class:`~hiddenstate.rglru.RGLRUBlock`, :class:`~hiddenstate.cells.rglru.RGLRURecord`):
+RG-LRU (:class:`~hiddenstate.kinds.rglru.block.RGLRUBlock`, :class:`~hiddenstate.kinds.rglru.kernel.RGLRURecord`):
 ``h_t = a_t h_{t-1} + sqrt(1 - a_t^2) (i_t c_t)``, a diagonal recurrence of W channels. The state
 ``h`` (T, N, W) is its own readout, so a unit is a channel and its activation is ``h_t``; the
 keep gate is ``a_t = exp(-8 r_t softplus(Lambda))`` per channel (``keep_shape`` (W,)). At a
@@ -10,8 +10,8 @@ and time constants leave those steps out, the lag curve does not (the exact Jaco
 ``dh_T/dh_{T-k} = diag(a_T ... a_{T-k+1})``, :func:`~hiddenstate.kinds.base.diagonal_lag_norms`,
 is 0 through a reset). The output gate ``gelu_tanh(linear_y(u))`` is not a (0, 1) gate.
 
-Lightning attention (:class:`~hiddenstate.lightning.LightningAttention`,
-:class:`~hiddenstate.lightning.LightningRecord`): ``S_t = exp(-lambda_h) S_{t-1} + k_t^T v_t``, a
+Lightning attention (:class:`~hiddenstate.kinds.lightning.block.LightningAttention`,
+:class:`~hiddenstate.kinds.lightning.block.LightningRecord`): ``S_t = exp(-lambda_h) S_{t-1} + k_t^T v_t``, a
 matrix state (N, H, D, D) per head with one constant decay per head (``keep_shape`` (H,)), the
 same at every step; ``dS_T/dS_{T-k} = exp(-k lambda_h) I`` on head h (``heads``: each head's
 product). Units are the head-channels ``d = h * D + j`` of the readout ``o_t = q_t S_t`` (before
@@ -19,8 +19,8 @@ the RMS norm), the output gate ``sigmoid(output_gate(u))``; ``matrix`` the state
 effective rank per step. (A padded step of a ragged call carries the state, decay 1 there; the
 registry's recomputation never pads.)
 
-Short convolution (:class:`~hiddenstate.shortconv.ShortConv`,
-:class:`~hiddenstate.shortconv.ShortConvRecord`): the state is a window, the last K - 1 values
+Short convolution (:class:`~hiddenstate.kinds.shortconv.block.ShortConv`,
+:class:`~hiddenstate.kinds.shortconv.block.ShortConvRecord`): the state is a window, the last K - 1 values
 of ``z_t = B_t x_t`` per channel, shifted by one each step. Nothing in it is kept by a gate, so
 the view has **no keep gate** (``keep`` None: no decay statistics, no time constants); its
 memory is exactly K - 1 steps: ``dS_T/dS_{T-k}`` is the shift by k, whose spectral norm is 1
@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.core.validation import positive_int
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products
-from hiddenstate.lightning import LightningAttention
-from hiddenstate.rglru import RGLRUBlock
-from hiddenstate.shortconv import ShortConv
-from hiddenstate.validation import positive_int
+from hiddenstate.kinds.lightning.block import LightningAttention
+from hiddenstate.kinds.rglru.block import RGLRUBlock
+from hiddenstate.kinds.shortconv.block import ShortConv
 
 __all__ = ["KINDS", "lightning_view", "rglru_view", "shift_lag_norms", "shortconv_view"]
 

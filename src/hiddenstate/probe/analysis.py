@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from hiddenstate import layers
-from hiddenstate.cells import kind_of
+from hiddenstate.classic import layers
+from hiddenstate.classic.cells import kind_of
+from hiddenstate.core.progress import progress
+from hiddenstate.core.validation import float_array, generator, nonnegative_int, positive_int, shape_str
 from hiddenstate.probe.explore import explore_data, varying_memory_unit
 from hiddenstate.probe.fixedpoints import find_fixed_points, layer_map, reachable_box
 from hiddenstate.probe.gatestats import gate_statistics
@@ -47,8 +49,6 @@ from hiddenstate.probe.pca import pca
 from hiddenstate.probe.textfeatures import usable_text_features
 from hiddenstate.probe.trace import Trace, sequence_layer, trace
 from hiddenstate.probe.unitfeatures import best_units, featured_units
-from hiddenstate.progress import progress
-from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, shape_str
 
 __all__ = ["Analysis", "analyze_model", "memory_sweep"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells import kind_of
+from hiddenstate.classic.cells import kind_of
 from hiddenstate.probe.trace import sequence_layer
 
 __all__ = ["VANISHING_BOUND", "spectral_bounds"]

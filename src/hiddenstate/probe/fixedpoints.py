@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
+from hiddenstate.core.validation import choice, float_array, nonnegative_int, positive_int, real, shape_str
 from hiddenstate.probe.layermap import layer_map, reachable_box
-from hiddenstate.validation import choice, float_array, nonnegative_int, positive_int, real, shape_str
 
 __all__ = ["FixedPoint", "FixedPoints", "classify_point", "find_fixed_points", "layer_map", "reachable_box"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import bool_mask, float_array, real
+from hiddenstate.core.validation import bool_mask, float_array, real
 
 __all__ = ["GateStats", "gate_statistics", "time_constant"]
 

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.cells.base import Record
+from hiddenstate.classic.cells.base import Record
+from hiddenstate.core.validation import choice, float_array, index, nonnegative_int, shape_str
 from hiddenstate.probe.bounds import spectral_bounds
 from hiddenstate.probe.trace import LayerTrace, layer_trace, sequence_layer, trace
-from hiddenstate.validation import choice, float_array, index, nonnegative_int, shape_str
 
 __all__ = [
     "GradientNorms",
@@ -67,7 +67,7 @@ def _gather(a, t_idx):
 def jacobians_at(lt: LayerTrace, t_idx: np.ndarray) -> np.ndarray:
     """Step Jacobians ``d state_t / d state_{t-1}`` of a trace in processing order, at chosen times.
 
-    The per-step math is the cell kind's (:attr:`hiddenstate.cells.base.CellKind.jacobian`);
+    The per-step math is the cell kind's (:attr:`hiddenstate.classic.cells.base.CellKind.jacobian`);
     this function adds what a ragged, reset batch needs.
 
     Parameters

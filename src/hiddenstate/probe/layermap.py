@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.cells import kind_of
+from hiddenstate.classic.cells import kind_of
+from hiddenstate.core.validation import float_array, index, shape_str
 from hiddenstate.probe.trace import sequence_layer
-from hiddenstate.validation import float_array, index, shape_str
 
 __all__ = ["layer_map", "reachable_box"]
 
@@ -37,7 +37,7 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
     jac : callable
         ``jac(s) -> ndarray (S, S)``, the analytic Jacobian ``dF/ds`` (the same step Jacobian as
         :func:`hiddenstate.probe.gradflow.step_jacobians`). Both run the cell kind's scan kernel
-        for one step (:meth:`hiddenstate.cells.base.CellKind.step`): the layers' own map.
+        for one step (:meth:`hiddenstate.classic.cells.base.CellKind.step`): the layers' own map.
         ``F(s)`` right after ``jac(s)`` for the same ``s`` returns the state that step computed
         (the search asks for both at every point). Both use a copy of the layer's weights taken
         now: changing the layer's parameters later does not change them.
@@ -50,7 +50,7 @@ def layer_map(layer, x=None, *, layer_index: int = 0, direction: int = 0):
     ValueError
         If the indices are out of range (``layer_index`` in ``[-L, L)``, negative counting from
         the top; ``direction`` in ``[-D, D)``), ``x`` has the wrong shape or NaN/Inf, or a
-        parameter of the layer does not fit (:meth:`~hiddenstate.recurrent.RecurrentLayer.check_params`).
+        parameter of the layer does not fit (:meth:`~hiddenstate.classic.recurrent.RecurrentLayer.check_params`).
     """
     kind = kind_of(sequence_layer(layer))
     L, D = layer.num_layers, layer.num_directions

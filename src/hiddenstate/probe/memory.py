@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import bool_mask, float_array, nonnegative_int, real, shape_str
+from hiddenstate.core.validation import bool_mask, float_array, nonnegative_int, real, shape_str
 
 __all__ = ["MemoryCurve", "check_lags", "memory_curve", "ridge_fit", "ridge_predict"]
 

@@ -1,10 +1,10 @@
 """The hidden-state tools on xLSTM's mLSTM and RWKV-4's time mixing: the Mamba analyses' loop, through each kind's view.
 
 Both records go through the same layer loop as Mamba's
-(:func:`hiddenstate.probe.mamba_layers.analyze_records`) through their kind's view
-(:mod:`hiddenstate.kinds.mlstm`, :mod:`hiddenstate.kinds.rwkv`).
+(:func:`hiddenstate.probe.layer_loop.analyze_records`) through their kind's view
+(:mod:`hiddenstate.kinds.mlstm.view`, :mod:`hiddenstate.kinds.rwkv.view`).
 
-**mLSTM** (:class:`~hiddenstate.mlstm.MLSTMLayer`, transformers' ``xLSTMLayer``): a matrix memory
+**mLSTM** (:class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer`, transformers' ``xLSTMLayer``): a matrix memory
 ``C`` (Dk, Dv), a normaliser ``n`` and a stabiliser ``m`` per head. A layer's analysis has
 
 * the forget gate ``sigmoid(f_t)`` per head as the keep gate, its statistics and each head's
@@ -20,7 +20,7 @@ Both records go through the same layer loop as Mamba's
 * PCA and the memory curve of the stored ``(C, n)`` flattened; the head-channels of the readout
   ``h`` as units.
 
-**RWKV-4** (:class:`~hiddenstate.rwkv.RWKVTimeMix`, transformers' ``RwkvSelfAttention``): the WKV
+**RWKV-4** (:class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix`, transformers' ``RwkvSelfAttention``): the WKV
 numerator and denominator per channel with a running maximum. A layer's analysis has
 
 * the decay ``exp(-exp(time_decay))`` per channel as the keep gate (the same on every step: a
@@ -44,17 +44,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hiddenstate.core.validation import positive_int
 from hiddenstate.kinds import get_kind
-from hiddenstate.kinds.mlstm import mlstm_view
-from hiddenstate.kinds.rwkv import rwkv_view
-from hiddenstate.mlstm import MLSTMLayer
+from hiddenstate.kinds.mlstm.block import MLSTMLayer
+from hiddenstate.kinds.mlstm.view import mlstm_view
+from hiddenstate.kinds.rwkv.block import RWKVTimeMix
+from hiddenstate.kinds.rwkv.view import rwkv_view
+from hiddenstate.kinds.ssm.mamba_analysis import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.gatestats import GateStats
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
-from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
+from hiddenstate.probe.layer_loop import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
-from hiddenstate.rwkv import RWKVTimeMix
-from hiddenstate.validation import positive_int
 
 __all__ = ["MLSTM", "NOT_MEASURED_MLSTM", "NOT_MEASURED_RWKV", "RWKV", "MLSTMAnalysis", "MLSTMLayerAnalysis",
            "RWKVAnalysis", "RWKVLayerAnalysis", "analyze_layer"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import bool_mask, float_array, positive_int, real, shape_str
+from hiddenstate.core.validation import bool_mask, float_array, positive_int, real, shape_str
 
 __all__ = ["PCAResult", "pca"]
 

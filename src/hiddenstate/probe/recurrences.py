@@ -1,7 +1,7 @@
 """The hidden-state tools on the RG-LRU, lightning attention and the short convolution: the Mamba analyses' loop.
 
 Each record goes through the same layer loop as Mamba's
-(:func:`hiddenstate.probe.mamba_layers.analyze_records`) through its kind's view
+(:func:`hiddenstate.probe.layer_loop.analyze_records`) through its kind's view
 (:mod:`hiddenstate.kinds.recurrences`), so a layer's :class:`RecurrenceLayerAnalysis` has, as the
 kind defines them:
 
@@ -22,7 +22,7 @@ kind defines them:
 
 :func:`analyze_recurrence` traces one of our three blocks; a transformers model of the
 ``recurrent_gemma``, ``minimax`` or ``lfm2`` family goes through ``hiddenstate.inspect_model``
-(:mod:`hiddenstate.family_inspection`).
+(:mod:`hiddenstate.pipelines.family_inspection`).
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hiddenstate.core.validation import positive_int
+from hiddenstate.kinds.lightning.block import LightningAttention
 from hiddenstate.kinds.recurrences import lightning_view, rglru_view, shortconv_view
-from hiddenstate.lightning import LightningAttention
+from hiddenstate.kinds.rglru.block import RGLRUBlock
+from hiddenstate.kinds.shortconv.block import ShortConv
+from hiddenstate.kinds.ssm.mamba_analysis import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.gatestats import GateStats
-from hiddenstate.probe.mamba import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
-from hiddenstate.probe.mamba_layers import LayerKind, analyze_records
+from hiddenstate.probe.layer_loop import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
-from hiddenstate.rglru import RGLRUBlock
-from hiddenstate.shortconv import ShortConv
-from hiddenstate.validation import positive_int
 
 __all__ = ["LIGHTNING", "RGLRU", "SHORTCONV", "RecurrenceAnalysis", "RecurrenceLayerAnalysis", "analyze_recurrence"]
 

@@ -3,8 +3,8 @@
 :func:`trace` runs an :class:`~hiddenstate.RNN`, :class:`~hiddenstate.GRU` or
 :class:`~hiddenstate.LSTM` exactly as its ``forward`` does (same parameters, lengths, resets,
 directions; inference mode, no dropout), with the kernels asked to record what they compute
-(:meth:`~hiddenstate.recurrent.RecurrentLayer.run` with ``record=True``); nothing is re-derived
-here. What is recorded is named by the cell kind (:mod:`hiddenstate.cells`):
+(:meth:`~hiddenstate.classic.recurrent.RecurrentLayer.run` with ``record=True``); nothing is re-derived
+here. What is recorded is named by the cell kind (:mod:`hiddenstate.classic.cells`):
 
 * RNN: no gates (``h`` itself is the activation); pre-activation ``a``.
 * GRU: gates ``r``, ``z`` (update, ``h = z * h_prev + (1 - z) * n``) and the candidate ``n``;
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hiddenstate.cells import KINDS, kind_of
-from hiddenstate.ragged import reverse_index, reverse_time
-from hiddenstate.recurrent import RecurrentLayer
-from hiddenstate.validation import index
+from hiddenstate.classic.cells import KINDS, kind_of
+from hiddenstate.classic.recurrent import RecurrentLayer
+from hiddenstate.core.ragged import reverse_index, reverse_time
+from hiddenstate.core.validation import index
 
 __all__ = ["LayerTrace", "Trace", "cell_kind", "layer_trace", "sequence_layer", "trace"]
 
@@ -86,7 +86,7 @@ class LayerTrace:
     Attributes
     ----------
     kind : {"rnn", "gru", "lstm"}
-        The cell kind's name (``hiddenstate.cells.KINDS[kind]`` is its definition).
+        The cell kind's name (``hiddenstate.classic.cells.KINDS[kind]`` is its definition).
     layer : int
         Layer index (0 = reads the input).
     direction : int
@@ -150,7 +150,7 @@ class LayerTrace:
 
     @property
     def cell(self):
-        """The :class:`~hiddenstate.cells.base.CellKind` of this trace."""
+        """The :class:`~hiddenstate.classic.cells.base.CellKind` of this trace."""
         return KINDS[self.kind]
 
     def in_processing_order(self) -> LayerTrace:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import bool_mask, float_array, positive_int
+from hiddenstate.core.validation import bool_mask, float_array, positive_int
 
 __all__ = ["UnitCorrelation", "best_units", "featured_units", "unit_feature_correlation"]
 

@@ -1,7 +1,7 @@
 """The self-contained HTML report of hidden-state measurements (figures drawn with matplotlib).
 
 It renders the data it is given and imports nothing from :mod:`hiddenstate.probe`,
-:mod:`hiddenstate.train` or the application layer (:mod:`hiddenstate.app` joins them).
+:mod:`hiddenstate.train` or the application layer (:mod:`hiddenstate.pipelines.app` joins them).
 
 * :mod:`~hiddenstate.report.page`: :func:`build_report` and :func:`render_html`, the HTML page;
   its style sheet and script are package data in ``static/``, inlined into each page.
@@ -17,7 +17,7 @@ It renders the data it is given and imports nothing from :mod:`hiddenstate.probe
   (house style, Agg figures, PNG output).
 """
 
-from hiddenstate.lazy import attach
+from hiddenstate.core.lazy import attach
 
 __all__ = ["build_report", "render_html"]
 # lazy, so that ``hiddenstate.report.figures`` (used by training and the experiments) does not load the page

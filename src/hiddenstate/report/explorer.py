@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hiddenstate.validation import positive_int
+from hiddenstate.core.validation import positive_int
 
 __all__ = ["MAX_BYTES", "decode", "explorer_html", "quantize"]
 

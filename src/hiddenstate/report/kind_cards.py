@@ -1,6 +1,6 @@
 """The Mamba report's texts and layer cards for the kinds beyond Mamba and the delta rule: ``CARDS`` by ``meta["kind"]``.
 
-:func:`hiddenstate.report.mamba_page.mamba_page` reads an analysis by its attributes; for a kind
+:func:`hiddenstate.report.family_page.mamba_page` reads an analysis by its attributes; for a kind
 listed here (the mLSTM of xLSTM, RWKV-4's time mixing) it takes the page's opening paragraph, each
 layer's card, the sentence that says what a unit is, what the explorer's gate buttons show and
 the memory curve's count of state entries from its :class:`KindCard`. Nothing here imports the

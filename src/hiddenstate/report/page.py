@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from hiddenstate.core.validation import boolean, positive_int
 from hiddenstate.report.explorer import explorer_html
 from hiddenstate.report.figures import KIND_COLORS, png_base64, style
 from hiddenstate.report.notebook import Report
@@ -38,7 +39,6 @@ from hiddenstate.report.plots import (
 )
 from hiddenstate.report.target import check_report_path, write_report
 from hiddenstate.report.textview import text_views_html
-from hiddenstate.validation import boolean, positive_int
 from hiddenstate.version import __version__
 
 __all__ = ["build_report", "render_html"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-from hiddenstate.files import names_directory, write_atomically
+from hiddenstate.core.files import names_directory, write_atomically
 
 __all__ = ["check_report_path", "write_report"]
 

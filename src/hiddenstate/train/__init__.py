@@ -25,7 +25,7 @@ Imports flow down that list's dependencies only (loop -> rundir -> snapshot -> c
 nothing here imports ``probe``, ``report.page``, ``app`` or ``cli``.
 """
 
-from hiddenstate.lazy import attach
+from hiddenstate.core.lazy import attach
 
 _EXPORTS = {
     "PRESETS": "hiddenstate.train.config",

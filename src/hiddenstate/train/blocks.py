@@ -18,7 +18,7 @@ reparameterises it::
     output = rms(x) * n_out,     rms(v) = v / sqrt(mean(v^2) + 1e-6)
 
 ``R_k`` is a one-layer :class:`hiddenstate.MinGRU`/:class:`~hiddenstate.MinLSTM` recurrence
-(the kernels of :mod:`hiddenstate.cells.mingru`, :mod:`~hiddenstate.cells.minlstm`) and GELU is
+(the kernels of :mod:`hiddenstate.classic.cells.mingru`, :mod:`~hiddenstate.classic.cells.minlstm`) and GELU is
 the tanh approximation. Dropout (training only) acts on each branch before it is added.
 
 ``S_k h^k_{t-1}`` (a "state shift", an (H, H) matrix per layer) is ours: the analogue of the
@@ -28,7 +28,7 @@ carrying. A unit with a keep gate near 0 holds its current input, so the block s
 and the previous input apart, which a gated average alone mixes; the recurrence itself stays
 linear.
 
-The stack is a :class:`~hiddenstate.recurrent.RecurrentLayer` whose ``run`` and ``backward``
+The stack is a :class:`~hiddenstate.classic.recurrent.RecurrentLayer` whose ``run`` and ``backward``
 are the blocks', so the probe tools (:func:`hiddenstate.trace`, gradient flow, memory, the
 report) see every layer's gates and the input each layer really read; its state is the layers'
 states ``(L, N, H)``, carried across chunks like any layer's.
@@ -40,13 +40,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.cells import KINDS
-from hiddenstate.cells.mingru import SCANS
-from hiddenstate.cells.scan import previous_states
-from hiddenstate.params import check_params, uniform_init
-from hiddenstate.prepared import DirectionCache
-from hiddenstate.recurrent import RecurrentLayer
-from hiddenstate.validation import boolean, choice, float_array, generator, shape_str
+from hiddenstate.classic.cells import KINDS
+from hiddenstate.classic.cells.mingru import SCANS
+from hiddenstate.classic.prepared import DirectionCache
+from hiddenstate.classic.recurrent import RecurrentLayer
+from hiddenstate.core.params import check_params, uniform_init
+from hiddenstate.core.validation import boolean, choice, float_array, generator, shape_str
+from hiddenstate.shared.scan import previous_states
 
 __all__ = ["EPS", "FF_MULT", "LINEAR_CELLS", "MinStack"]
 
@@ -199,7 +199,7 @@ class MinStack(RecurrentLayer):
         check_params(self.params, self._shapes, self.dtype, type(self).__name__)
 
     def run(self, prepared, *, training=False, rng=None, record=False):
-        """The blocks over a :class:`~hiddenstate.prepared.Prepared` input (the body of :meth:`forward`).
+        """The blocks over a :class:`~hiddenstate.classic.prepared.Prepared` input (the body of :meth:`forward`).
 
         Parameters
         ----------

@@ -1,7 +1,7 @@
 """What defines a training run: :class:`TrainConfig`, its rules, the named presets, the schedule.
 
 Every field of :class:`TrainConfig` has one rule in :data:`RULES` (from
-:mod:`hiddenstate.validation`); :func:`check_config` applies them and the CLI's flags of
+:mod:`hiddenstate.core.validation`); :func:`check_config` applies them and the CLI's flags of
 ``hiddenstate train`` convert their text with the very same rules. :func:`make_config` turns what
 a caller gives (a TrainConfig, a dict of fields, or nothing; a checkpoint's configuration when
 resuming) into the checked configuration of the run, and :func:`lr_at` is the learning-rate
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hiddenstate.core.validation import choice, drop_probability, nonnegative_int, positive_int, real
 from hiddenstate.train.model import CELLS
-from hiddenstate.validation import choice, drop_probability, nonnegative_int, positive_int, real
 
 __all__ = ["DTYPES", "PRESETS", "RESUMABLE", "RULES", "TrainConfig", "check_config", "lr_at", "make_config"]
 
@@ -47,7 +47,7 @@ class TrainConfig:
     cell : {"gru", "lstm", "mingru", "minlstm", "rnn", "mamba"}, default "gru"
         ``"mingru"``/``"minlstm"``: the linear recurrences of Feng et al. (2024) in residual blocks
         (:class:`~hiddenstate.train.blocks.MinStack`); ``"mamba"``: Mamba blocks with RMS norms
-        on a residual stream (:class:`~hiddenstate.train.mamba_stack.MambaStack`, ``hidden_size``
+        on a residual stream (:class:`~hiddenstate.kinds.ssm.stack.MambaStack`, ``hidden_size``
         as ``d_model``, ``d_state`` 16, ``d_conv`` 4, ``expand`` 2); ``weight_drop`` must then be 0.
     hidden_size : int, default 256
         H, units per recurrent layer (positive).
@@ -145,7 +145,7 @@ class TrainConfig:
 #:   steps and the 3-minute limit: a step costs 1.25-1.6x a demo step (0.055 s against 0.044 s at load
 #:   3.8), so 800 steps end well inside the limit on a busy machine too (80 s at load 5, when the demo's
 #:   1000 took 61 s; 1500 steps took 152 s of the 180). README, "A character model of linear recurrences".
-#: * ``mamba`` -- two Mamba blocks of d_model 64 (:class:`~hiddenstate.train.mamba_stack.MambaStack`:
+#: * ``mamba`` -- two Mamba blocks of d_model 64 (:class:`~hiddenstate.kinds.ssm.stack.MambaStack`:
 #:   d_state 16, d_conv 4, expand 2), lr 4e-3, 600 steps and the 3-minute limit. A Mamba step is far
 #:   dearer than a GRU's at equal width (its state is (Di, S) = (128, 16) per layer and row): measured
 #:   at T=64, N=32, float32, load 2.2, 0.40 s for 2 x 128, 0.21 s for 2 x 64 (0.18 s for 1 x 128), so

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.files import open_regular
-from hiddenstate.validation import nonnegative_int, positive_int, real
+from hiddenstate.core.files import open_regular
+from hiddenstate.core.validation import nonnegative_int, positive_int, real
 
 __all__ = ["StreamBatcher", "Vocabulary", "load_text", "train_val_split"]
 

@@ -36,16 +36,16 @@ import functools
 
 import numpy as np
 
-from hiddenstate.functional import softmax
-from hiddenstate.nesting import where_ragged
-from hiddenstate.resources import check_memory
+from hiddenstate.core.functional import softmax
+from hiddenstate.core.nesting import where_ragged
+from hiddenstate.core.resources import check_memory
+from hiddenstate.core.validation import float_array, generator, nonnegative_int, positive_int, real, state_array
 from hiddenstate.train.guards import sampling_memory
-from hiddenstate.validation import float_array, generator, nonnegative_int, positive_int, real, state_array
 
 __all__ = ["SAMPLE_RULES", "Stream", "check_sampling", "draw", "next_distribution"]
 
 #: The rules of the sampling options (``SAMPLE_RULES[name](name, value)``, see
-#: :mod:`hiddenstate.validation`), shared by :meth:`~hiddenstate.train.model.CharRNN.sample`,
+#: :mod:`hiddenstate.core.validation`), shared by :meth:`~hiddenstate.train.model.CharRNN.sample`,
 #: :func:`hiddenstate.train.sample` and the flags of ``hiddenstate sample``. ``top_k`` and
 #: ``top_p`` also accept None (no truncation).
 SAMPLE_RULES = {
@@ -346,7 +346,7 @@ class Stream:
             If nothing has been read yet (no distribution to draw from).
         TypeError, ValueError
             Options outside :data:`SAMPLE_RULES`; a length whose ids cannot fit in memory
-            (:func:`hiddenstate.resources.check_memory`, the rule of ``hiddenstate sample --length``).
+            (:func:`hiddenstate.core.resources.check_memory`, the rule of ``hiddenstate sample --length``).
         """
         length = SAMPLE_RULES["length"]("length", length)
         temperature, top_k, top_p = check_sampling(temperature, top_k, top_p)

@@ -9,7 +9,7 @@
 * :class:`RunWriteError` is a failed write (a full disk) that names the file and says whether the
   previous checkpoint survived.
 * :func:`training_memory` and :func:`sampling_memory` estimate the memory of a run and of a sample
-  up front, so a size that cannot fit is refused in one line (:mod:`hiddenstate.resources`).
+  up front, so a size that cannot fit is refused in one line (:mod:`hiddenstate.core.resources`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import signal
 import threading
 import time
 
-from hiddenstate.layers import BY_KIND
-from hiddenstate.train.mamba_stack import D_CONV, D_STATE, EXPAND
+from hiddenstate.classic.layers import BY_KIND
+from hiddenstate.kinds.ssm.stack import D_CONV, D_STATE, EXPAND
 
 __all__ = ["EXPLODED_NATS", "DeferredSignals", "RunWriteError", "TrainingDiverged", "TrainingInterrupted",
            "divergence", "sampling_memory", "training_memory"]

@@ -40,8 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.files import write_atomically
-from hiddenstate.resources import check_memory
+from hiddenstate.core.files import write_atomically
+from hiddenstate.core.resources import check_memory
+from hiddenstate.core.validation import boolean
 from hiddenstate.train.config import TrainConfig, make_config
 from hiddenstate.train.corpus import Vocabulary
 from hiddenstate.train.device import DeviceTrainer, resolve_device
@@ -66,7 +67,6 @@ from hiddenstate.train.rundir import (
 )
 from hiddenstate.train.rundir.ownership import check_not_in_use, checkpoint_step, claim, describe
 from hiddenstate.train.steps import Corpus, Progress, StepLoop, Trainer, evaluate
-from hiddenstate.validation import boolean
 
 __all__ = ["TrainResult", "evaluate", "train"]
 

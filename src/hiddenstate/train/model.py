@@ -20,7 +20,7 @@ Feng et al. (2024) in residual blocks with RMS normalisation and an MLP
 (:class:`hiddenstate.train.blocks.MinStack`, which explains why a plain stack does not train as
 well); its parameters are ``rnn.weight_ih_l{k}``, ``rnn.ff_*``, ``rnn.norm_*``. ``cell="mamba"``
 stacks Mamba blocks (Gu & Dao 2023) on a residual stream with RMS norms as the reference models
-do (:class:`hiddenstate.train.mamba_stack.MambaStack`: ``d_state`` 16, ``d_conv`` 4, ``expand`` 2);
+do (:class:`hiddenstate.kinds.ssm.stack.MambaStack`: ``d_state`` 16, ``d_conv`` 4, ``expand`` 2);
 its state is a pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``.
 
 Examples
@@ -37,16 +37,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.functional import cross_entropy
-from hiddenstate.layers import BY_KIND
-from hiddenstate.nesting import as_array, where_ragged
-from hiddenstate.params import uniform_init
-from hiddenstate.resources import check_memory
+from hiddenstate.classic.layers import BY_KIND
+from hiddenstate.core.functional import cross_entropy
+from hiddenstate.core.nesting import as_array, where_ragged
+from hiddenstate.core.params import uniform_init
+from hiddenstate.core.resources import check_memory
+from hiddenstate.core.validation import choice, drop_probability, float_array, float_dtype, generator, positive_int
+from hiddenstate.kinds.ssm.stack import MambaStack
 from hiddenstate.train.blocks import LINEAR_CELLS, MinStack
 from hiddenstate.train.generate import SAMPLE_RULES, Stream, check_sampling
 from hiddenstate.train.guards import sampling_memory
-from hiddenstate.train.mamba_stack import MambaStack
-from hiddenstate.validation import choice, drop_probability, float_array, float_dtype, generator, positive_int
 
 __all__ = ["CELLS", "SAMPLE_RULES", "CharRNN"]
 
@@ -89,7 +89,7 @@ class CharRNN:
         ``RNN``, or minGRU / minLSTM layers (plain form, per-step loop: the faster mode on a CPU
         at these sizes) in residual blocks (:class:`~hiddenstate.train.blocks.MinStack`;
         ``hidden_size`` is then also the width of the residual stream), or Mamba blocks
-        (:class:`~hiddenstate.train.mamba_stack.MambaStack`; ``hidden_size`` is ``d_model``).
+        (:class:`~hiddenstate.kinds.ssm.stack.MambaStack`; ``hidden_size`` is ``d_model``).
     embedding_dim : int, optional
         E. None (default): one-hot inputs, so ``rnn.weight_ih_l0`` (G*H, V) is the input map.
         Otherwise a learned table ``encoder.weight`` (V, E) (``torch.nn.Embedding``) feeds the
@@ -488,7 +488,7 @@ class CharRNN:
         ValueError
             An empty or out-of-range prime, a negative length, a negative or non-finite
             temperature, ``top_k`` < 1, ``top_p`` outside (0, 1]; a length whose ids cannot fit in
-            memory (:func:`hiddenstate.resources.check_memory`, as ``hiddenstate sample --length``).
+            memory (:func:`hiddenstate.core.resources.check_memory`, as ``hiddenstate sample --length``).
         """
         prime = _check_ids("prime", prime, self.vocab_size, 1)
         if prime.size == 0:

@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from hiddenstate.nesting import as_array
-from hiddenstate.validation import real
+from hiddenstate.core.nesting import as_array
+from hiddenstate.core.validation import real
 
 __all__ = ["SGD", "Adam", "ExponentialMovingAverage", "clip_grad_norm"]
 

@@ -17,10 +17,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from hiddenstate.core.validation import positive_int
 from hiddenstate.train.config import PRESETS
 from hiddenstate.train.rundir import Trained, load
 from hiddenstate.train.rundir.snapshot import Snapshot
-from hiddenstate.validation import positive_int
 
 __all__ = ["PRETRAINED", "PRETRAINED_CONFIG", "load_pretrained", "make_pretrained", "pretrained_path"]
 
@@ -75,7 +75,7 @@ def load_pretrained(name: str = "demo-gru") -> Trained:
     Trained
         As :func:`hiddenstate.train.load`: ``trained.model`` (a :class:`~hiddenstate.CharRNN`),
         ``trained.vocab``, ``trained.sample(prime, length, ...)``; pass it to
-        :func:`hiddenstate.app.inspect_checkpoint` for the report.
+        :func:`hiddenstate.pipelines.app.inspect_checkpoint` for the report.
 
     Raises
     ------

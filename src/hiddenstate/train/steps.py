@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.functional import log_softmax
+from hiddenstate.core.functional import log_softmax
 from hiddenstate.train.config import TrainConfig, lr_at
 from hiddenstate.train.corpus import StreamBatcher, Vocabulary, load_text, train_val_split
 from hiddenstate.train.distributed.world import LOCAL, World

@@ -20,7 +20,7 @@ import hashlib
 
 import numpy as np
 
-from hiddenstate.validation import float_array, shape_str
+from hiddenstate.core.validation import float_array, shape_str
 
 __all__ = ["converted", "float_input", "is_foreign", "namespace", "state_input", "to_namespace", "to_numpy"]
 
@@ -183,7 +183,7 @@ def float_input(name: str, value, xp, device, dtype: np.dtype):
         Argument name used in messages.
     value : array
         An array of ``xp`` (on ``device``), or host data (a NumPy array, nested lists), which is
-        checked by :func:`hiddenstate.validation.float_array` and copied over.
+        checked by :func:`hiddenstate.core.validation.float_array` and copied over.
     xp : module
         The namespace of the computation.
     device : object

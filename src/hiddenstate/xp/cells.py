@@ -13,8 +13,8 @@ Each kind is a pair of plain functions on arrays of any array-API namespace ``xp
     ``bias_hh`` (None for a kind without recurrent weights).
 
 :func:`scan` and :func:`scan_backward` run a kind over T steps with padding (``keep``) and resets,
-exactly as the NumPy kernels of :mod:`hiddenstate.cells` do (the equations are in their module
-docstrings and in :mod:`hiddenstate.layers`); the tests hold the two equal to float64 round-off.
+exactly as the NumPy kernels of :mod:`hiddenstate.classic.cells` do (the equations are in their module
+docstrings and in :mod:`hiddenstate.classic.layers`); the tests hold the two equal to float64 round-off.
 This is the readable form: one Python loop over time, one step of the equations per iteration.
 """
 
@@ -213,7 +213,7 @@ class Reference(NamedTuple):
     backward: object
 
 
-#: The reference step of every cell kind, by :attr:`hiddenstate.cells.base.CellKind.name`.
+#: The reference step of every cell kind, by :attr:`hiddenstate.classic.cells.base.CellKind.name`.
 KINDS = {
     "rnn": Reference(_rnn_forward, _rnn_backward),
     "gru": Reference(_gru_forward, _gru_backward),

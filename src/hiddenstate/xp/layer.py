@@ -1,8 +1,8 @@
 """A sequence layer on arrays of any array-API library: forward over layers and directions, exact BPTT.
 
-:meth:`hiddenstate.recurrent.RecurrentLayer.forward` and ``backward`` hand a torch tensor, a
+:meth:`hiddenstate.classic.recurrent.RecurrentLayer.forward` and ``backward`` hand a torch tensor, a
 CuPy array or any array-API array (:func:`hiddenstate.xp.arrays.is_foreign`) to :func:`forward`
-and :func:`backward` here. They follow :mod:`hiddenstate.unroll` step for step (input projection
+and :func:`backward` here. They follow :mod:`hiddenstate.classic.unroll` step for step (input projection
 of all T steps, the kind's scan per layer and direction, the backward direction reversed within
 each row's length, inter-layer dropout) with the reference steps of :mod:`hiddenstate.xp.cells`,
 in the input's namespace and on its device:
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.ragged import reverse_index, reverse_time
-from hiddenstate.validation import boolean, generator, shape_str
-from hiddenstate.validation import lengths as check_lengths
+from hiddenstate.core.ragged import reverse_index, reverse_time
+from hiddenstate.core.validation import boolean, generator, shape_str
+from hiddenstate.core.validation import lengths as check_lengths
 from hiddenstate.xp.arrays import converted, float_input, namespace, state_input, to_namespace
 from hiddenstate.xp.cells import scan, scan_backward
 
@@ -249,7 +249,7 @@ def run_layers(net, p, x, state0, keep, resets, flat, training, drng, xp, dev):
 
 
 def forward(net, x, h0=None, *, lengths=None, reset=None, training=False, rng=None):
-    """:meth:`RecurrentLayer.forward <hiddenstate.recurrent.RecurrentLayer.forward>` on an array-API input.
+    """:meth:`RecurrentLayer.forward <hiddenstate.classic.recurrent.RecurrentLayer.forward>` on an array-API input.
 
     Parameters
     ----------
@@ -318,7 +318,7 @@ def forward(net, x, h0=None, *, lengths=None, reset=None, training=False, rng=No
 
 
 def backward(net, cache: XPCache, d_output=None, d_h_n=None):
-    """:meth:`RecurrentLayer.backward <hiddenstate.recurrent.RecurrentLayer.backward>` through an :class:`XPCache`.
+    """:meth:`RecurrentLayer.backward <hiddenstate.classic.recurrent.RecurrentLayer.backward>` through an :class:`XPCache`.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """One step on arrays of any array-API library: the cells' forward/backward and the step map with its Jacobian.
 
-:class:`hiddenstate.cells.base.Cell` hands an array-API input to :func:`cell_forward` /
-:func:`cell_backward`, and :meth:`CellKind.step <hiddenstate.cells.base.CellKind.step>` to
+:class:`hiddenstate.classic.cells.base.Cell` hands an array-API input to :func:`cell_forward` /
+:func:`cell_backward`, and :meth:`CellKind.step <hiddenstate.classic.cells.base.CellKind.step>` to
 :func:`step_map`. They run the reference step of :mod:`hiddenstate.xp.cells` in the input's
 namespace and on its device. The Jacobian of the step map is computed exactly by the step's own
 adjoint: S backward passes at once, one per unit of the new state (the rows of the identity).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.validation import boolean, shape_str
+from hiddenstate.core.validation import boolean, shape_str
 from hiddenstate.xp.arrays import converted, float_input, is_foreign, namespace, state_input, to_namespace
 from hiddenstate.xp.cells import KINDS
 
@@ -64,7 +64,7 @@ def _projection(xp, x, w_ih, b_ih):
 
 
 def cell_forward(cell, x, h=None):
-    """:meth:`Cell.forward <hiddenstate.cells.base.Cell.forward>` on an array-API input.
+    """:meth:`Cell.forward <hiddenstate.classic.cells.base.Cell.forward>` on an array-API input.
 
     Parameters
     ----------
@@ -114,7 +114,7 @@ def cell_forward(cell, x, h=None):
 
 
 def cell_backward(cell, cache: XPCellCache, d_out):
-    """:meth:`Cell.backward <hiddenstate.cells.base.Cell.backward>` through an :class:`XPCellCache`.
+    """:meth:`Cell.backward <hiddenstate.classic.cells.base.Cell.backward>` through an :class:`XPCellCache`.
 
     Parameters
     ----------
@@ -161,7 +161,7 @@ def cell_backward(cell, cache: XPCellCache, d_out):
 
 
 def step_map(kind, weights: dict, x, state, *, jacobian: bool = True, **options):
-    """:meth:`CellKind.step <hiddenstate.cells.base.CellKind.step>` on array-API inputs: the new state and its Jacobian.
+    """:meth:`CellKind.step <hiddenstate.classic.cells.base.CellKind.step>` on array-API inputs: the new state and its Jacobian.
 
     Parameters
     ----------

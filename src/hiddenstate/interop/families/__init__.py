@@ -31,16 +31,16 @@ import and to ``_MODULES`` below. The fields:
 ``kind``
     Our block of its recurrent layers, the name of a registered :class:`hiddenstate.kinds.Kind`
     (a key of ``BLOCKS``): ``"mamba"`` (:class:`hiddenstate.Mamba`), ``"mamba2"``
-    (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.gated_delta.GatedDeltaNet`)
-    ``"kda"`` (:class:`hiddenstate.gated_delta.KimiDeltaAttention`), ``"rglru"``
-    (:class:`hiddenstate.rglru.RGLRUBlock`), ``"lightning"``
-    (:class:`hiddenstate.lightning.LightningAttention`) or ``"shortconv"``
-    (:class:`hiddenstate.shortconv.ShortConv`). The kind says how its block
+    (:class:`hiddenstate.Mamba2`), ``"gated_delta"`` (:class:`hiddenstate.kinds.delta.block.GatedDeltaNet`)
+    ``"kda"`` (:class:`hiddenstate.kinds.delta.block.KimiDeltaAttention`), ``"rglru"``
+    (:class:`hiddenstate.kinds.rglru.block.RGLRUBlock`), ``"lightning"``
+    (:class:`hiddenstate.kinds.lightning.block.LightningAttention`) or ``"shortconv"``
+    (:class:`hiddenstate.kinds.shortconv.block.ShortConv`). The kind says how its block
     runs with every step recorded (``Kind.run``), which of the record's arrays are its states
     (``Kind.states``) and what the analyses read of it (``Kind.view``, a
     :class:`~hiddenstate.kinds.RecordView`); a new kind is one
-    :func:`hiddenstate.kinds.register_kind` (and its :class:`~hiddenstate.probe.mamba_layers.LayerKind`
-    in :data:`hiddenstate.family_inspection.KINDS` for the analysis's result types).
+    :func:`hiddenstate.kinds.register_kind` (and its :class:`~hiddenstate.probe.layer_loop.LayerKind`
+    in :data:`hiddenstate.pipelines.family_inspection.KINDS` for the analysis's result types).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
     path, parts)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"``
@@ -88,7 +88,7 @@ recurrent mixer), ``convert(mixer, config)``.
 (``family``, ``layer_map``, ``layers``, ``records``, ``errors``, ``tolerance``, ``dtype``);
 ``estimate_bytes(model, T, N, *, layers=None) -> {index: bytes}``; ``tolerance(dtype)``.
 ``hiddenstate.inspect_model(model, ids, text=..., layers=..., max_bytes=..., out=...)`` and
-:func:`hiddenstate.family_inspection.analyze_family_model` run these and the Mamba analyses.
+:func:`hiddenstate.pipelines.family_inspection.analyze_family_model` run these and the Mamba analyses.
 
 Then a test builds a tiny random model of the family from a small config (CPU, float32, no
 download) and checks that ``recompute_layers(model, ids)`` passes (every recurrent layer within

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.mamba import Mamba
-from hiddenstate.mamba2 import Mamba2
+from hiddenstate.kinds.ssm.mamba import Mamba
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
 
 __all__ = ["bcdt_norm_eps", "mamba2_block", "mamba_block", "mixer_weights", "require_silu", "silu_mamba2_block"]
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.files import open_regular
+from hiddenstate.core.files import open_regular
+from hiddenstate.core.resources import format_bytes
+from hiddenstate.core.validation import shape_str
 from hiddenstate.interop.families.registry import find_family, registered
-from hiddenstate.resources import format_bytes
-from hiddenstate.validation import shape_str
 
 __all__ = ["CONFIG_FILE", "MAX_JSON_BYTES", "check_ids", "check_layers", "config_family", "model_config",
            "offline_transformers", "read_config", "read_json", "special_floats", "token_ids"]

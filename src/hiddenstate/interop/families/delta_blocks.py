@@ -5,8 +5,8 @@ transformers' ``Qwen3NextGatedDeltaNet``, ``OlmoHybridGatedDeltaNet`` and
 ``num_v_heads``, ``head_k_dim``, ``head_v_dim`` or ``num_heads``, ``head_dim``,
 ``conv_kernel_size``, ``activation``, OLMo-hybrid's ``allow_neg_eigval``, the gated norm's
 ``variance_epsilon``) and their parameters under the names our
-:class:`~hiddenstate.gated_delta.GatedDeltaNet` (``layout="qwen3_next"`` or ``"olmo_hybrid"``)
-and :class:`~hiddenstate.gated_delta.KimiDeltaAttention` use, so one function per layer reads
+:class:`~hiddenstate.kinds.delta.block.GatedDeltaNet` (``layout="qwen3_next"`` or ``"olmo_hybrid"``)
+and :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` use, so one function per layer reads
 them. The convolution's activation must be SiLU (``hidden_act``); anything else is refused with
 its value. transformers computes these layers in float32 whatever the model's dtype (its
 ``torch_chunk_gated_delta_rule`` / ``chunk_kimi_delta_attention`` cast q, k, v, g and beta to
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.gated_delta import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.interop.families.blocks import mixer_weights
+from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
 
 __all__ = ["gated_delta_block", "kda_block"]
 
@@ -30,7 +30,7 @@ def _silu(mixer) -> None:
 
 
 def gated_delta_block(mixer, layout: str) -> GatedDeltaNet:
-    """Our :class:`~hiddenstate.gated_delta.GatedDeltaNet` with the weights of a transformers gated-delta-rule mixer.
+    """Our :class:`~hiddenstate.kinds.delta.block.GatedDeltaNet` with the weights of a transformers gated-delta-rule mixer.
 
     Parameters
     ----------
@@ -63,7 +63,7 @@ def gated_delta_block(mixer, layout: str) -> GatedDeltaNet:
 
 
 def kda_block(mixer) -> KimiDeltaAttention:
-    """Our :class:`~hiddenstate.gated_delta.KimiDeltaAttention` with the weights of a ``KimiLinearDeltaAttention``.
+    """Our :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` with the weights of a ``KimiLinearDeltaAttention``.
 
     Parameters
     ----------

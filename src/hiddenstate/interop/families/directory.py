@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.files import open_regular
+from hiddenstate.core.files import open_regular
+from hiddenstate.core.resources import check_memory, format_bytes
 from hiddenstate.interop.families.config_file import (
     CONFIG_FILE,
     MAX_JSON_BYTES,
@@ -56,7 +57,6 @@ from hiddenstate.interop.families.config_file import (
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes
 from hiddenstate.interop.safetensors_header import read_header
-from hiddenstate.resources import check_memory, format_bytes
 
 __all__ = ["CONFIG_FILE", "INDEX_FILE", "MAX_JSON_BYTES", "TOKENIZER_FILE", "WEIGHTS_FILE", "is_model_dir",
            "load_model_dir", "open_model_dir", "token_strings", "tokenize", "weight_headers"]

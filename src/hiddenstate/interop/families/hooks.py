@@ -79,9 +79,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hiddenstate.core.validation import nonnegative_int, real, shape_str
 from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind
-from hiddenstate.validation import nonnegative_int, real, shape_str
 
 __all__ = ["MAX_BYTES", "Recomputed", "estimate_bytes", "recompute_layers", "tolerance"]
 

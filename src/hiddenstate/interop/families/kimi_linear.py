@@ -5,7 +5,7 @@ delta rule with one decay per key channel) where ``config.layer_types[i]`` is
 ``"linear_attention"`` and a ``KimiLinearAttention`` (multi-head latent attention) where it is
 ``"full_attention"``; the feed-forward is a MoE (``KimiLinearMoE``) where
 ``config.mlp_layer_types[i]`` is ``"sparse"``. The recurrent mixer is exactly our
-:class:`~hiddenstate.gated_delta.KimiDeltaAttention` when ``hidden_act`` is ``"silu"``.
+:class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` when ``hidden_act`` is ``"silu"``.
 """
 
 from __future__ import annotations

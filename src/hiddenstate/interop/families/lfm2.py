@@ -2,7 +2,7 @@
 
 A decoder layer holds ``conv``, an ``Lfm2ShortConv`` (``config.layer_types[i] == "conv"``), or
 ``self_attn``, an ``Lfm2Attention``; then a SwiGLU MLP. The short convolution is our
-:class:`~hiddenstate.shortconv.ShortConv`: ``B, C, x = in_proj(u)``, ``out = out_proj(C * conv(B * x))``
+:class:`~hiddenstate.kinds.shortconv.block.ShortConv`: ``B, C, x = in_proj(u)``, ``out = out_proj(C * conv(B * x))``
 with K = ``conv_L_cache`` taps. Its state is a finite window, the last K - 1 values of
 ``B * x`` (transformers' conv cache keeps K, the oldest of which no later step reads).
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
-from hiddenstate.shortconv import ShortConv
+from hiddenstate.kinds.shortconv.block import ShortConv
 
 __all__ = ["FAMILY", "shortconv_block", "tiny_config"]
 
@@ -34,7 +34,7 @@ def tiny_config():
 
 
 def shortconv_block(mixer, config) -> ShortConv:
-    """Our :class:`~hiddenstate.shortconv.ShortConv` with the weights of a transformers ``Lfm2ShortConv``.
+    """Our :class:`~hiddenstate.kinds.shortconv.block.ShortConv` with the weights of a transformers ``Lfm2ShortConv``.
 
     Parameters
     ----------

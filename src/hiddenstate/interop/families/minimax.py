@@ -3,7 +3,7 @@
 ``model.layers[i].self_attn`` is a ``MiniMaxLightningAttention`` where ``config.layer_types[i]``
 is ``"linear_attention"`` (the checkpoints' ``attn_type_list`` 0) and a ``MiniMaxAttention``
 where it is ``"full_attention"``; every layer's MLP is a sparse mixture of experts. The lightning
-layer is our :class:`~hiddenstate.lightning.LightningAttention`: its decay rates differ per layer
+layer is our :class:`~hiddenstate.kinds.lightning.block.LightningAttention`: its decay rates differ per layer
 (``slope_rates(H, i, L)``, smaller in deeper layers) and are read from the layer's own
 ``slope_rate`` buffer, what the model computes with; transformers' other decay buffers
 (``query_decay``, ``key_decay``, ``diagonal_decay``, the chunked form's tiles of the same
@@ -16,7 +16,7 @@ import numpy as np
 
 from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
-from hiddenstate.lightning import LightningAttention
+from hiddenstate.kinds.lightning.block import LightningAttention
 
 __all__ = ["BUFFERS", "FAMILY", "lightning_block", "tiny_config"]
 
@@ -44,7 +44,7 @@ def tiny_config():
 
 
 def lightning_block(mixer, config) -> LightningAttention:
-    """Our :class:`~hiddenstate.lightning.LightningAttention` with the weights and slopes of a ``MiniMaxLightningAttention``.
+    """Our :class:`~hiddenstate.kinds.lightning.block.LightningAttention` with the weights and slopes of a ``MiniMaxLightningAttention``.
 
     Parameters
     ----------

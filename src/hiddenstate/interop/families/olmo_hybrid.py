@@ -3,7 +3,7 @@
 ``model.layers[i]`` is an ``OlmoHybridLinearAttentionDecoderLayer`` whose ``linear_attn`` is an
 ``OlmoHybridGatedDeltaNet`` where ``config.layer_types[i]`` is ``"linear_attention"``, and an
 ``OlmoHybridAttentionDecoderLayer`` (``self_attn``) elsewhere; transformers needs at least one
-attention layer. The recurrent mixer is exactly our :class:`~hiddenstate.gated_delta.GatedDeltaNet`
+attention layer. The recurrent mixer is exactly our :class:`~hiddenstate.kinds.delta.block.GatedDeltaNet`
 (``layout="olmo_hybrid"``, ``allow_neg_eigval`` as configured, the gated norm's epsilon fixed at
 1e-5 as fla's) when ``hidden_act`` is ``"silu"``.
 """

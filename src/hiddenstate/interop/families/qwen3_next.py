@@ -4,7 +4,7 @@
 Yang et al. 2024) where ``config.layer_types[i]`` is ``"linear_attention"``, and ``self_attn``
 (gated full attention) where it is ``"full_attention"``; every layer's feed-forward is a sparse
 MoE block (``Qwen3NextSparseMoeBlock``) or an MLP. The recurrent mixer is exactly our
-:class:`~hiddenstate.gated_delta.GatedDeltaNet` (``layout="qwen3_next"``) when ``hidden_act`` is
+:class:`~hiddenstate.kinds.delta.block.GatedDeltaNet` (``layout="qwen3_next"``) when ``hidden_act`` is
 ``"silu"`` (:func:`~hiddenstate.interop.families.delta_blocks.gated_delta_block`).
 """
 

@@ -3,7 +3,7 @@
 ``model.layers[i].temporal_block`` is a ``RecurrentGemmaRecurrentBlock`` where
 ``config.layers_block_type[i]`` is ``"linear_attention"`` (``block_types`` "recurrent", repeated
 over the layers) and a ``RecurrentGemmaAttention`` (sliding-window) where it is
-``"sliding_attention"``. The recurrent block is our :class:`~hiddenstate.rglru.RGLRUBlock` (De et al.
+``"sliding_attention"``. The recurrent block is our :class:`~hiddenstate.kinds.rglru.block.RGLRUBlock` (De et al.
 2024, Fig. 2), parameter for parameter.
 
 **Document starts.** The block reads ``position_ids``: at ``position_ids == 0`` the RG-LRU drops
@@ -24,7 +24,7 @@ import numpy as np
 
 from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
-from hiddenstate.rglru import RGLRUBlock
+from hiddenstate.kinds.rglru.block import RGLRUBlock
 
 __all__ = ["FAMILY", "hooked", "rglru_block", "tiny_config"]
 
@@ -49,13 +49,13 @@ def tiny_config():
 
 
 def rglru_block(mixer, config) -> RGLRUBlock:
-    """Our :class:`~hiddenstate.rglru.RGLRUBlock` with the weights of a transformers ``RecurrentGemmaRecurrentBlock``.
+    """Our :class:`~hiddenstate.kinds.rglru.block.RGLRUBlock` with the weights of a transformers ``RecurrentGemmaRecurrentBlock``.
 
     Parameters
     ----------
     mixer : transformers RecurrentGemmaRecurrentBlock
         ``hidden_size`` M, ``lru_width`` W, ``conv1d_width`` K, ``rg_lru.num_attention_heads``
-        Hh, and the parameters of :attr:`hiddenstate.rglru.RGLRUBlock.params` under the same names.
+        Hh, and the parameters of :attr:`hiddenstate.kinds.rglru.block.RGLRUBlock.params` under the same names.
     config : transformers RecurrentGemmaConfig
         Its ``hidden_activation`` (the y branch's activation).
 

@@ -8,7 +8,7 @@ MLP), the residual. The layer map lists one entry per block, its ``attention`` (
 model's own. The hook reads the time mixing's input (after ``ln1``) and its output (it returns
 ``(output, state)``).
 
-``RwkvSelfAttention`` is our :class:`~hiddenstate.rwkv.RWKVTimeMix` under the same parameter
+``RwkvSelfAttention`` is our :class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix` under the same parameter
 names (:func:`time_mix_block`). transformers' CPU path rounds every key to float32 and keeps the
 WKV state in float32 whatever the model's dtype; ours runs in float64.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
-from hiddenstate.rwkv import RWKVTimeMix
+from hiddenstate.kinds.rwkv.block import RWKVTimeMix
 
 __all__ = ["FAMILY", "time_mix_block", "tiny_config"]
 
@@ -43,13 +43,13 @@ def tiny_config():
 
 
 def time_mix_block(attention, config=None) -> RWKVTimeMix:
-    """Our :class:`~hiddenstate.rwkv.RWKVTimeMix` with the weights of a transformers ``RwkvSelfAttention``.
+    """Our :class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix` with the weights of a transformers ``RwkvSelfAttention``.
 
     Parameters
     ----------
     attention : transformers RwkvSelfAttention
         ``config.hidden_size`` M, ``attention_hidden_size`` A and the parameters of
-        :attr:`~hiddenstate.rwkv.RWKVTimeMix.params` under the same names.
+        :attr:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix.params` under the same names.
     config : transformers RwkvConfig, optional
         The model's config (unused: the module carries its own).
 

@@ -6,7 +6,7 @@ layer map lists one entry per block, its ``mlstm_layer`` (role ``"recurrent"``);
 the feed-forward stay the model's own. The hook reads the layer's input (after ``norm_mlstm``)
 and its output ``y`` (it returns ``(y, state)``).
 
-The ``xLSTMLayer`` is our :class:`~hiddenstate.mlstm.MLSTMLayer` with the layer's own sizes
+The ``xLSTMLayer`` is our :class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer` with the layer's own sizes
 (``qk_dim = int(hidden_size * qk_dim_factor)``, ``v_dim``), ``weight_mode``, ``use_bias``,
 ``gate_soft_cap``, the multi-head norm's ``eps`` and the backend's ``eps``
 (:func:`mlstm_layer_block`). transformers keeps the recurrent state in
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.interop.families.registry import Family, decoder_layer_map
-from hiddenstate.mlstm import MLSTMLayer
+from hiddenstate.kinds.mlstm.block import MLSTMLayer
 
 __all__ = ["FAMILY", "mlstm_layer_block", "tiny_config"]
 
@@ -45,14 +45,14 @@ def tiny_config():
 
 
 def mlstm_layer_block(layer, config=None) -> MLSTMLayer:
-    """Our :class:`~hiddenstate.mlstm.MLSTMLayer` with the weights and sizes of a transformers ``xLSTMLayer``.
+    """Our :class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer` with the weights and sizes of a transformers ``xLSTMLayer``.
 
     Parameters
     ----------
     layer : transformers xLSTMLayer
         Its ``config`` (``hidden_size``, ``num_heads``, ``weight_mode``, ``use_bias``,
         ``gate_soft_cap``, ``eps``), ``qk_dim``, ``v_dim``, ``multihead_norm.eps`` and parameters
-        under the names of :attr:`~hiddenstate.mlstm.MLSTMLayer.params`.
+        under the names of :attr:`~hiddenstate.kinds.mlstm.block.MLSTMLayer.params`.
     config : transformers xLSTMConfig, optional
         The model's config (unused: the layer carries its own).
 

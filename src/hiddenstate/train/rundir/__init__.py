@@ -25,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.resources import check_memory
+from hiddenstate.core.resources import check_memory
+from hiddenstate.core.validation import nonnegative_int
 from hiddenstate.train.config import TrainConfig
 from hiddenstate.train.corpus import Vocabulary
 from hiddenstate.train.guards import sampling_memory
 from hiddenstate.train.model import CharRNN
 from hiddenstate.train.rundir.checkpoint import META_FILE
 from hiddenstate.train.rundir.snapshot import Snapshot
-from hiddenstate.validation import nonnegative_int
 
 __all__ = ["CHECKPOINT_DIR", "LOG_FILE", "PLOT_FILE", "Trained", "load", "resolve_checkpoint", "run_dir_of", "sample",
            "training_text_path"]

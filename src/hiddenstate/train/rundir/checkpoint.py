@@ -65,7 +65,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from hiddenstate.files import fsync_dir, write_new
+from hiddenstate.core.files import fsync_dir, write_new
 from hiddenstate.train.rundir.checkpoint_record import (
     MAX_META_BYTES,
     check_record,

@@ -30,7 +30,7 @@ import json
 import math
 import re
 
-from hiddenstate.validation import nonnegative_int
+from hiddenstate.core.validation import nonnegative_int
 
 __all__ = [
     "FORMAT",
@@ -187,7 +187,7 @@ def record_digest(record: dict) -> str:
 
 
 def check_field(where: str, field: str, rule, value):
-    """Apply a rule of :mod:`hiddenstate.validation` to an entry of a file; errors are ValueErrors.
+    """Apply a rule of :mod:`hiddenstate.core.validation` to an entry of a file; errors are ValueErrors.
 
     Parameters
     ----------

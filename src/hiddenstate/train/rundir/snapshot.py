@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hiddenstate.layers import BY_KIND
+from hiddenstate.classic.layers import BY_KIND
 from hiddenstate.train.rundir.checkpoint import META_FILE, MODEL_FILE, OPTIMIZER_FILE, load_checkpoint, save_checkpoint
 from hiddenstate.train.rundir.snapshot_schema import check_mamba_carry, check_meta, check_weights
 
@@ -166,7 +166,7 @@ class Snapshot:
         m = self.model
         input_size = m["embedding_dim"] if m.get("embedding_dim") else m["vocab_size"]
         if m["cell"] == "mamba":
-            return ("no torch.nn module loads the 'rnn.' weights of a mamba model (hiddenstate.train.mamba_stack."
+            return ("no torch.nn module loads the 'rnn.' weights of a mamba model (hiddenstate.kinds.ssm.stack."
                     "MambaStack); its 'rnn.layers.{l}.mixer.' weights are named as in transformers' MambaMixer")
         if not BY_KIND[m["cell"]].kind.recurrent:  # minGRU/minLSTM blocks: torch.nn has no such module
             return (f"no torch.nn module loads the 'rnn.' weights of a {m['cell']} model (residual blocks of "

@@ -22,12 +22,12 @@ import re
 
 import numpy as np
 
+from hiddenstate.core.validation import choice, drop_probability, nonnegative_int, positive_int, real
+from hiddenstate.kinds.ssm.stack import D_CONV, D_STATE, EXPAND
 from hiddenstate.train.config import DTYPES, RULES, TrainConfig
 from hiddenstate.train.corpus import Vocabulary
-from hiddenstate.train.mamba_stack import D_CONV, D_STATE, EXPAND
 from hiddenstate.train.model import CELLS
 from hiddenstate.train.rundir.checkpoint_record import check_field
-from hiddenstate.validation import choice, drop_probability, nonnegative_int, positive_int, real
 
 __all__ = ["BATCHER", "INT64_MAX", "MODEL", "RNG", "TEXT", "check_mamba_carry", "check_meta",
            "check_weights"]

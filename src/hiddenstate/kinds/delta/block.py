@@ -1,0 +1,525 @@
+"""Gated DeltaNet and Kimi Delta Attention as recurrent layers with their matrix state in the open.
+
+:class:`GatedDeltaNet` is the gated delta rule's block (Yang et al. 2024) in the parameter names
+and layouts of transformers' ``Qwen3NextGatedDeltaNet`` (``layout="qwen3_next"``) or
+``OlmoHybridGatedDeltaNet`` (``layout="olmo_hybrid"``); :class:`KimiDeltaAttention` is
+``KimiLinearDeltaAttention`` (the same rule with one decay per key channel). A state dict maps
+1:1 both ways. The equations are in :mod:`hiddenstate.kinds.delta.block_kernel` and
+:mod:`hiddenstate.kinds.delta.kernel`.
+
+==============  ===========================================================================
+state           a :class:`~hiddenstate.kinds.delta.block_kernel.DeltaState` ``(recurrent (N, Hv, Dk, Dv),
+                conv (N, Dc, K-1))``; both are inputs (None: zeros) and both final states outputs
+every step      ``forward(..., record=True)`` returns every step's matrix state and conv window,
+                the decay, ``beta``, q, k, v, the rule's output and the gate
+                (:class:`~hiddenstate.kinds.delta.block_kernel.DeltaRecord`); its memory is checked first
+gradients       :meth:`backward`: every parameter, the input, ``d_recurrent0`` and ``d_conv0``,
+                with the final states' gradients honoured
+carry           pass the returned state to the next call: two chunks give what one long call gives
+==============  ===========================================================================
+
+Right-padded batches (``lengths``): a padded step neither decays nor writes, so both states are
+carried. Not here: ``reset`` (refused: a restart mid-chunk breaks the chunked form), inputs of
+other array libraries.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hiddenstate.core.functional import FloatGuard
+from hiddenstate.core.params import check_param_memory, check_params, load_into
+from hiddenstate.core.resources import check_memory
+from hiddenstate.core.validation import (
+    boolean,
+    choice,
+    float_array,
+    float_dtype,
+    generator,
+    positive_int,
+    real,
+    shape_str,
+)
+from hiddenstate.core.validation import lengths as valid_lengths
+from hiddenstate.kinds.delta import block_kernel as kernel
+from hiddenstate.kinds.delta.block_kernel import BlockSpec, DeltaRecord, DeltaState
+from hiddenstate.kinds.delta.kernel import DELTA_CHUNK
+from hiddenstate.xp.arrays import is_foreign
+
+__all__ = ["DeltaCache", "DeltaRecord", "DeltaState", "GatedDeltaNet", "KimiDeltaAttention"]
+
+
+class DeltaCache:
+    """What ``backward`` needs from one forward call (opaque).
+
+    Parameters
+    ----------
+    kernel_cache : tuple
+        The kernel's cache (:func:`hiddenstate.kinds.delta.block_kernel.block_forward`).
+    batch_first : bool
+        The layout of the call's input and output.
+    owner : GatedDeltaNet or KimiDeltaAttention
+        The layer that made it.
+    """
+
+    __slots__ = ("batch_first", "kernel", "owner")
+
+    def __init__(self, kernel_cache, batch_first, owner):
+        self.kernel = kernel_cache
+        self.batch_first = batch_first
+        self.owner = owner
+
+
+class _DeltaLayer:
+    """The code both layers share: state handling, forward, backward (the spec and params come from the subclass)."""
+
+    spec: BlockSpec
+    params: dict
+
+    def _init_common(self, d_model, d_conv, eps, chunk, batch_first, dtype):
+        self.d_model = positive_int("d_model", d_model)
+        self.d_conv = positive_int("d_conv", d_conv)
+        self.eps = real("eps", eps, low=0.0, low_open=True)
+        self.chunk = None if chunk is None else positive_int("chunk", chunk)
+        self.batch_first = boolean("batch_first", batch_first)
+        self.dtype = float_dtype("dtype", dtype)
+
+    @property
+    def conv_dim(self) -> int:
+        """Dc = 2 Hk Dk + Hv Dv, the channels of the convolution (q, k and v)."""
+        s = self.spec
+        return 2 * s.Hk * s.Dk + s.Hv * s.Dv
+
+    def _rand(self, rng, shape, fan_in):
+        k = 1.0 / math.sqrt(fan_in)
+        return rng.uniform(-k, k, size=shape).astype(self.dtype)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the parameters by their transformers names.
+
+        Returns
+        -------
+        dict of str to ndarray
+        """
+        return {k: v.copy() for k, v in self.params.items()}
+
+    def load_state_dict(self, state) -> None:
+        """Copy ``state`` into :attr:`params` in place (every key and shape must match).
+
+        Parameters
+        ----------
+        state : mapping of str to array_like
+            E.g. a transformers module's ``state_dict()`` converted with ``.numpy()``.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :func:`hiddenstate.core.params.load_into`.
+        """
+        load_into(self.params, state, type(self).__name__)
+
+    def _legends(self, N):
+        s, Dc = self.spec, self.conv_dim
+        return (((N, s.Hv, s.Dk, s.Dv), f"(N={N}, Hv={s.Hv}, Dk={s.Dk}, Dv={s.Dv})"),
+                ((N, Dc, s.K - 1), f"(N={N}, Dc={Dc}, K-1={s.K - 1})"))
+
+    def _check_state_memory(self, N) -> None:
+        """Refuse ``N`` rows of states that cannot fit in memory (before they are allocated)."""
+        nbytes = float(sum(math.prod(shape) for shape, _ in self._legends(N))) * self.dtype.itemsize
+        check_memory(f"{type(self).__name__} states of batch_size={N} rows", nbytes, "Use fewer rows per call.")
+
+    def initial_state(self, batch_size: int) -> DeltaState:
+        """Zero states for ``batch_size`` sequences.
+
+        Parameters
+        ----------
+        batch_size : int
+            N.
+
+        Returns
+        -------
+        DeltaState
+            ``recurrent`` (N, Hv, Dk, Dv) and ``conv`` (N, Dc, K-1), zeros of the layer's dtype.
+        """
+        N = positive_int("batch_size", batch_size)
+        self._check_state_memory(N)
+        return DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
+
+    def _part(self, name, value, N, which):
+        want, legend = self._legends(N)[which]
+        a = float_array(name, value, dtype=self.dtype)
+        if a.shape != want:
+            raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}. A state is never broadcast "
+                             f"over the batch.")
+        return np.array(a, copy=True)
+
+    def forward(self, u, state=None, *, record=False, lengths=None, reset=None):
+        """Run the block over a sequence and keep what :meth:`backward` needs.
+
+        Parameters
+        ----------
+        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
+            The input; cast to the layer's dtype.
+        state : DeltaState or pair (recurrent (N, Hv, Dk, Dv), conv (N, Dc, K-1)), optional
+            The initial states; None: zeros. Pass the previous call's ``state_n`` to carry it.
+        record : bool, default False
+            Also return every step's states and gates (refused up front when the T N Hv Dk Dv
+            matrix states would not fit in memory).
+        lengths : array_like of int, shape (N,), optional
+            Valid steps of each row of a right-padded batch, each in [0, T]: outputs past a row's
+            length are 0 and ``state_n`` is its states at its own last valid step (a length-0 row
+            keeps its initial states); the record carries both states over padded steps.
+        reset : None
+            Not supported (refused when given): a row restarting from ``S0`` mid-chunk breaks the
+            chunked form. Split the sequence at the reset instead.
+
+        Returns
+        -------
+        out : ndarray shaped like ``u``
+        state_n : DeltaState
+            The final matrix state (N, Hv, Dk, Dv) and conv window (N, Dc, K-1).
+        cache : DeltaCache
+            Pass it to :meth:`backward`.
+        record : DeltaRecord
+            Only with ``record=True``: time-major arrays (T, N, ...), whatever ``batch_first``.
+
+        Raises
+        ------
+        ValueError
+            ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, a record (or the
+            sequential form's per-step states) that cannot fit in memory, lengths out of range,
+            ``reset``.
+        TypeError
+            Non-float input, an array of another library, a state that is not a pair, a non-bool
+            ``record``.
+        """
+        record = boolean("record", record)
+        name = type(self).__name__
+        if reset is not None:
+            raise ValueError(f"reset must be None for {name} (a row restarting from its initial state mid-chunk "
+                             f"breaks the chunked form); got {type(reset).__name__}. Split the sequence at the reset "
+                             f"and pass the initial state to the second call.")
+        if is_foreign(u):
+            raise TypeError(f"u must be a NumPy array for {name}; got {type(u).__name__}. Convert it with .numpy() "
+                            f"(on the CPU) first.")
+        x = float_array("u", u, dtype=self.dtype)
+        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
+        if x.ndim != 3 or x.shape[2] != self.d_model:
+            raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
+        x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
+        T, N = x.shape[:2]
+        lengths = None if lengths is None else valid_lengths(lengths, T, N)
+        self._check_state_memory(N)
+        if state is None:
+            s = DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
+        elif isinstance(state, tuple) and len(state) == 2:
+            s = DeltaState(self._part("state.recurrent", state[0], N, 0), self._part("state.conv", state[1], N, 1))
+        else:
+            raise TypeError(f"state must be a pair (recurrent, conv) (a DeltaState); got {type(state).__name__}.")
+        if record or self.chunk is None:
+            sp = self.spec
+            nbytes = T * N * sp.Hv * sp.Dk * sp.Dv * self.dtype.itemsize
+            what = "record=True" if record else "chunk=None (the per-step form keeps every state)"
+            check_memory(f"{name}.forward with {what} over T={T}, N={N}: the states (T, N, Hv, Dk, Dv) "
+                         f"({nbytes} bytes)", nbytes, "Split the sequence into calls that carry the state.")
+        chunk = None if self.chunk is None else min(self.chunk, max(T, 1))  # one chunk of T steps is the same
+        if chunk is not None and chunk > DELTA_CHUNK:  # a chunk's (Q, Q) matrices: decays, Gram, inverse, attention
+            sp, C = self.spec, -(-T // chunk)
+            nbytes = 4.0 * N * sp.Hv * C * chunk * chunk * self.dtype.itemsize
+            check_memory(f"{name}.forward with chunk={self.chunk} over T={T}, N={N}: the chunks' (N, Hv, T/Q, Q, Q) "
+                         f"matrices", nbytes, "Pass a smaller chunk (64 is the kernels' own).")
+        check_params(self.params, self.shapes(), self.dtype, name)
+        p = {k: v.copy() for k, v in self.params.items()}
+        with FloatGuard() as guard:
+            out, final, kc = kernel.block_forward(p, x, s.recurrent, s.conv, self.spec, chunk=chunk,
+                                                  lengths=lengths)
+        guard.check("the forward pass", (("out", out), ("recurrent", final.recurrent)),
+                    "Scale the input or the weights down.", always=True)
+        cache = DeltaCache(kc, self.batch_first, self)
+        out = out.transpose(1, 0, 2) if self.batch_first else out
+        if record:
+            with FloatGuard() as guard:
+                rec = kernel.block_record(kc)
+            guard.check("the record", tuple(zip(rec._fields, rec)), "Scale the input or the weights down.", always=True)
+            return out, final, cache, rec
+        return out, final, cache
+
+    def __call__(self, u, state=None):
+        """``out, state_n = layer(u, state)`` (see :meth:`forward`).
+
+        Parameters
+        ----------
+        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
+        state : DeltaState, optional
+
+        Returns
+        -------
+        out : ndarray shaped like ``u``
+        state_n : DeltaState
+        """
+        out, final, _ = self.forward(u, state)
+        return out, final
+
+    def backward(self, cache: DeltaCache, d_out, d_state_n=None):
+        """Exact BPTT through one :meth:`forward` call.
+
+        Parameters
+        ----------
+        cache : DeltaCache
+            From this layer's :meth:`forward`.
+        d_out : ndarray shaped like that call's output, or None
+            Gradient of the loss with respect to the output (None: zeros).
+        d_state_n : pair (d_recurrent (N, Hv, Dk, Dv), d_conv (N, Dc, K-1)), optional
+            Gradient with respect to the final states (either part None).
+
+        Returns
+        -------
+        grads : dict of str to ndarray
+            Same keys and shapes as :attr:`params`.
+        d_u : ndarray shaped like the input
+        d_state : DeltaState
+            ``d_recurrent0`` (N, Hv, Dk, Dv) and ``d_conv0`` (N, Dc, K-1).
+
+        Raises
+        ------
+        TypeError
+            A cache from something else, a ``d_state_n`` that is not a pair.
+        ValueError
+            A cache of another layer, gradients of the wrong shape or with NaN/Inf.
+        """
+        name = type(self).__name__
+        if not isinstance(cache, DeltaCache):
+            raise TypeError(f"cache must be what {name}.forward returned; got {type(cache).__name__}.")
+        if cache.owner is not self:
+            raise ValueError(f"cache must come from this layer's forward; got the cache of another {name} layer.")
+        T, N, M = cache.kernel[1].shape
+        if d_out is not None:
+            d_out = float_array("d_out", d_out, dtype=self.dtype)
+            want = (N, T, M) if cache.batch_first else (T, N, M)
+            if d_out.shape != want:
+                raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
+            d_out = np.ascontiguousarray(d_out.transpose(1, 0, 2) if cache.batch_first else d_out)
+        d_final = None
+        if d_state_n is not None:
+            if not (isinstance(d_state_n, tuple) and len(d_state_n) == 2):
+                raise TypeError(f"d_state_n must be a pair (d_recurrent, d_conv); got {type(d_state_n).__name__}.")
+            d_final = tuple(None if v is None else self._part(f"d_state_n.{('recurrent', 'conv')[i]}", v, N, i)
+                            for i, v in enumerate(d_state_n))
+        with FloatGuard() as guard:
+            grads, d_u, d_state = kernel.block_backward(cache.kernel, d_out, d_final)
+        guard.check("the backward pass", (*grads.items(), ("d_u", d_u), *zip(d_state._fields, d_state)),
+                    "The upstream gradients, the input or the weights are too large; scale them down.", always=True)
+        return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state
+
+
+def _inverse_softplus_dt(rng, n, dtype):
+    """``softplus^-1(dt)`` with ``dt`` log-uniform in [0.001, 0.1] (transformers' ``dt_bias`` initialisation)."""
+    dt = np.exp(rng.uniform(size=n) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clip(1e-4)
+    return (dt + np.log(-np.expm1(-dt))).astype(dtype)
+
+
+class GatedDeltaNet(_DeltaLayer):
+    """The gated delta rule's block (Yang et al. 2024): ``out, state_n = layer(u, state)``.
+
+    Per value head, ``S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T`` and
+    ``o_t = S_t^T q_t`` on a state (N, Hv, Dk, Dv), with one decay ``g_t = -exp(A_log)
+    softplus(a_t + dt_bias)`` per head, q and k from a causal conv1d + SiLU then L2-normalised,
+    and the output ``out_proj(norm(o_t) * silu(z_t))`` (see :mod:`hiddenstate.kinds.delta.block_kernel`).
+    Equivalent to transformers' ``Qwen3NextGatedDeltaNet`` / ``OlmoHybridGatedDeltaNet`` with the
+    same weights (``hidden_act="silu"``).
+
+    Parameters
+    ----------
+    d_model : int
+        M, features in and out (``hidden_size``).
+    num_k_heads : int, default 2
+        Hk (``linear_num_key_heads``).
+    num_v_heads : int, optional
+        Hv (``linear_num_value_heads``), a multiple of Hk; default Hk.
+    head_k_dim : int, default 64
+        Dk (``linear_key_head_dim``).
+    head_v_dim : int, optional
+        Dv (``linear_value_head_dim``); default Dk.
+    d_conv : int, default 4
+        K, the convolution's taps (``linear_conv_kernel_dim``).
+    eps : float, optional
+        The gated norm's epsilon; default 1e-6 (``rms_norm_eps``) for ``"qwen3_next"``, 1e-5 for
+        ``"olmo_hybrid"`` (which fixes it at fla's default).
+    layout : {"qwen3_next", "olmo_hybrid"}, default "qwen3_next"
+        Whose parameter names and layouts.
+    allow_neg_eigval : bool, default False
+        ``beta = 2 sigmoid(b)`` (OLMo-hybrid's ``linear_allow_neg_eigval``).
+    chunk : int or None, default 64
+        The rule's form: chunks of this many steps (the WY/UT form), or None for the per-step loop
+        (which keeps every state); the same results to round-off.
+    batch_first : bool, default False
+        Input and output as (N, T, M) instead of (T, N, M).
+    dtype : {float64, float32}, default float64
+    rng : numpy.random.Generator, optional
+        Draws the initial weights: linear layers U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the
+        convolution U(-1/sqrt(K), 1/sqrt(K)); ``A_log = log U(1, 16)``; ``dt_bias`` the inverse
+        softplus of a log-uniform ``dt`` in [0.001, 0.1]; the norm's weight 1.
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        By transformers' names (:mod:`hiddenstate.kinds.delta.block_kernel` lists them per layout).
+    spec : BlockSpec
+
+    Raises
+    ------
+    TypeError, ValueError
+        A size that is not a positive integer, Hv not a multiple of Hk, an unknown layout, a flag
+        that is not a bool, a dtype other than float32/float64, ``eps`` not positive.
+    """
+
+    def __init__(self, d_model, *, num_k_heads=2, num_v_heads=None, head_k_dim=64, head_v_dim=None, d_conv=4,
+                 eps=None, layout="qwen3_next", allow_neg_eigval=False, chunk=DELTA_CHUNK, batch_first=False,
+                 dtype=np.float64, rng=None):
+        layout = choice("layout", layout, ("qwen3_next", "olmo_hybrid"))
+        self._init_common(d_model, d_conv, (1e-6 if layout == "qwen3_next" else 1e-5) if eps is None else eps,
+                          chunk, batch_first, dtype)
+        Hk = positive_int("num_k_heads", num_k_heads)
+        Hv = Hk if num_v_heads is None else positive_int("num_v_heads", num_v_heads)
+        if Hv % Hk:
+            raise ValueError(f"num_v_heads must be a multiple of num_k_heads={Hk}; got {Hv}.")
+        Dk = positive_int("head_k_dim", head_k_dim)
+        Dv = Dk if head_v_dim is None else positive_int("head_v_dim", head_v_dim)
+        self.spec = BlockSpec(layout, Hk, Hv, Dk, Dv, self.d_conv, self.eps,
+                              boolean("allow_neg_eigval", allow_neg_eigval))
+        rng = generator(rng)
+        check_param_memory("GatedDeltaNet", {"d_model": self.d_model, "num_k_heads": Hk, "num_v_heads": Hv,
+                                             "head_k_dim": Dk, "head_v_dim": Dv}, self.shapes(), self.dtype)
+        self.params = {}
+        for key, (shape, _) in self.shapes().items():
+            if key in ("dt_bias", "A_log"):
+                continue
+            if key == "conv1d.weight":
+                self.params[key] = self._rand(rng, shape, self.d_conv)
+            elif key.endswith("norm.weight"):
+                self.params[key] = np.ones(shape, dtype=self.dtype)
+            else:
+                self.params[key] = self._rand(rng, shape, shape[1])
+        self.params["dt_bias"] = _inverse_softplus_dt(rng, Hv, self.dtype)
+        self.params["A_log"] = np.log(rng.uniform(1.0, 16.0, size=Hv)).astype(self.dtype)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (f"GatedDeltaNet({self.d_model}, num_k_heads={s.Hk}, num_v_heads={s.Hv}, head_k_dim={s.Dk}, "
+                f"head_v_dim={s.Dv}, d_conv={s.K}, layout={s.layout!r})")
+
+    def shapes(self) -> dict:
+        """Every parameter's shape and its legend (for :func:`hiddenstate.core.params.check_params`).
+
+        Returns
+        -------
+        dict of str to (tuple of int, str)
+        """
+        s, M, Dc = self.spec, self.d_model, self.conv_dim
+        Hk, Hv, Dk, Dv = s.Hk, s.Hv, s.Dk, s.Dv
+        out = {}
+        if s.layout == "qwen3_next":
+            W = Hk * (2 * Dk) + 2 * Hv * Dv
+            out["in_proj_qkvz.weight"] = ((W, M), f"(2 Hk Dk + 2 Hv Dv={W}, M={M})")
+            out["in_proj_ba.weight"] = ((2 * Hv, M), f"(2 Hv={2 * Hv}, M={M})")
+        else:
+            out["q_proj.weight"] = out["k_proj.weight"] = ((Hk * Dk, M), f"(Hk Dk={Hk * Dk}, M={M})")
+            out["v_proj.weight"] = out["g_proj.weight"] = ((Hv * Dv, M), f"(Hv Dv={Hv * Dv}, M={M})")
+            out["a_proj.weight"] = out["b_proj.weight"] = ((Hv, M), f"(Hv={Hv}, M={M})")
+        out["conv1d.weight"] = ((Dc, 1, s.K), f"(Dc={Dc}, 1, K={s.K})")
+        out["dt_bias"] = out["A_log"] = ((Hv,), f"(Hv={Hv},)")
+        norm, proj = ("norm.weight", "out_proj.weight") if s.layout == "qwen3_next" else ("o_norm.weight",
+                                                                                          "o_proj.weight")
+        out[norm] = ((Dv,), f"(Dv={Dv},)")
+        out[proj] = ((M, Hv * Dv), f"(M={M}, Hv Dv={Hv * Dv})")
+        return out
+
+
+class KimiDeltaAttention(_DeltaLayer):
+    """Kimi Delta Attention: the gated delta rule with one decay per key channel, ``out, state_n = layer(u, state)``.
+
+    Per head, ``S_t = (I - beta_t k_t k_t^T) diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T``,
+    ``o_t = S_t^T q_t`` on a state (N, H, D, D), with ``g_t = -exp(A_log[h]) softplus(f_t +
+    dt_bias)`` a vector over the key channels (``f`` a rank-D projection of the input), and the
+    output ``o_proj(norm(o_t) * sigmoid(g_t'))`` (see :mod:`hiddenstate.kinds.delta.block_kernel`).
+    Equivalent to transformers' ``KimiLinearDeltaAttention`` with the same weights.
+
+    Parameters
+    ----------
+    d_model : int
+        M, features in and out (``hidden_size``).
+    num_heads : int, default 2
+        H (``linear_num_heads``).
+    head_dim : int, default 64
+        D, the key and value channels per head (``linear_head_dim``).
+    d_conv : int, default 4
+        K (``linear_conv_kernel_dim``).
+    eps : float, default 1e-6
+        The gated norm's epsilon (``rms_norm_eps``).
+    chunk : int or None, default 64
+        Chunks of this many steps, or None for the per-step loop.
+    batch_first : bool, default False
+        Input and output as (N, T, M) instead of (T, N, M).
+    dtype : {float64, float32}, default float64
+    rng : numpy.random.Generator, optional
+        Draws the initial weights as :class:`GatedDeltaNet` does (``A_log`` (1, 1, H, 1)).
+
+    Attributes
+    ----------
+    params : dict of str to ndarray
+        By ``KimiLinearDeltaAttention``'s names.
+    spec : BlockSpec
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`GatedDeltaNet`.
+    """
+
+    def __init__(self, d_model, *, num_heads=2, head_dim=64, d_conv=4, eps=1e-6, chunk=DELTA_CHUNK,
+                 batch_first=False, dtype=np.float64, rng=None):
+        self._init_common(d_model, d_conv, eps, chunk, batch_first, dtype)
+        H = positive_int("num_heads", num_heads)
+        D = positive_int("head_dim", head_dim)
+        self.spec = BlockSpec("kimi", H, H, D, D, self.d_conv, self.eps, False)
+        rng = generator(rng)
+        check_param_memory("KimiDeltaAttention", {"d_model": self.d_model, "num_heads": H, "head_dim": D},
+                           self.shapes(), self.dtype)
+        self.params = {}
+        for key, (shape, _) in self.shapes().items():
+            if key == "conv1d.weight":
+                self.params[key] = self._rand(rng, shape, self.d_conv)
+            elif key == "o_norm.weight":
+                self.params[key] = np.ones(shape, dtype=self.dtype)
+            elif key.endswith("proj.weight"):
+                self.params[key] = self._rand(rng, shape, shape[1])
+        self.params["forget_gate.dt_bias"] = _inverse_softplus_dt(rng, H * D, self.dtype)
+        self.params["forget_gate.A_log"] = np.log(rng.uniform(1.0, 16.0, size=(1, 1, H, 1))).astype(self.dtype)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return f"KimiDeltaAttention({self.d_model}, num_heads={s.Hv}, head_dim={s.Dk}, d_conv={s.K})"
+
+    def shapes(self) -> dict:
+        """Every parameter's shape and its legend (for :func:`hiddenstate.core.params.check_params`).
+
+        Returns
+        -------
+        dict of str to (tuple of int, str)
+        """
+        s, M = self.spec, self.d_model
+        H, D = s.Hv, s.Dk
+        hd = ((H * D, M), f"(H D={H * D}, M={M})")
+        return {"q_proj.weight": hd, "k_proj.weight": hd, "v_proj.weight": hd,
+                "conv1d.weight": ((3 * H * D, 1, s.K), f"(3 H D={3 * H * D}, 1, K={s.K})"),
+                "forget_gate.f_a_proj.weight": ((D, M), f"(D={D}, M={M})"),
+                "forget_gate.f_b_proj.weight": ((H * D, D), f"(H D={H * D}, D={D})"),
+                "forget_gate.dt_bias": ((H * D,), f"(H D={H * D},)"),
+                "forget_gate.A_log": ((1, 1, H, 1), f"(1, 1, H={H}, 1)"),
+                "b_proj.weight": ((H, M), f"(H={H}, M={M})"),
+                "g_a_proj.weight": ((D, M), f"(D={D}, M={M})"),
+                "g_b_proj.weight": ((H * D, D), f"(H D={H * D}, D={D})"),
+                "o_norm.weight": ((D,), f"(D={D},)"),
+                "o_proj.weight": ((M, H * D), f"(M={M}, H D={H * D})")}

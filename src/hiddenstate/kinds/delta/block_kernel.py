@@ -1,0 +1,427 @@
+"""The gated delta rule's block (Qwen3-Next, OLMo-hybrid) and Kimi Delta Attention's: forward and exact backward.
+
+A block maps a sequence ``u`` (T, N, M) to one of the same shape through two states, the delta
+rule's matrix ``S`` (N, Hv, Dk, Dv) (:mod:`hiddenstate.kinds.delta.kernel`) and the causal
+convolution's window (N, Dc, K-1). In transformers' names (Hk key heads of Dk channels, Hv
+value heads of Dv channels, r = Hv / Hk value heads per key head, Dc = 2 Hk Dk + Hv Dv)::
+
+    q, k, v, z, b, a = projections(u)                     layout-specific, all linear in u
+    x_t   = silu(sum_j w[:, j] * [q k v]_{t-K+1+j})       causal depthwise conv1d (no bias), K taps
+    q, k  = l2norm(q), l2norm(k)                          x / sqrt(sum x^2 + 1e-6) per head
+    q     = q / sqrt(Dk);  value head h reads key head h // r
+    beta  = sigmoid(b)      (x 2 with ``allow_neg_eigval``, OLMo-hybrid)
+    g     = -exp(A_log) softplus(a + dt_bias)             log decay: per head (GDN) or per key channel (KDA)
+    o, S  = delta rule(q, k, v, g, beta, S0)
+    y     = norm.weight * o / sqrt(mean_Dv(o^2) + eps) * act(z)     per head; act silu (GDN) or sigmoid (KDA)
+    out   = out_proj(y)
+
+Layouts (parameter names exactly as transformers' modules, so a state dict maps 1:1):
+
+``"qwen3_next"`` (``Qwen3NextGatedDeltaNet``)
+    ``in_proj_qkvz.weight`` (Hk (2 Dk + 2 r Dv), M), per key head the rows ``q (Dk), k (Dk),
+    v (r Dv), z (r Dv)``; ``in_proj_ba.weight`` (2 Hv, M), per key head ``b (r), a (r)``;
+    ``conv1d.weight`` (Dc, 1, K); ``dt_bias``, ``A_log`` (Hv,); ``norm.weight`` (Dv,);
+    ``out_proj.weight`` (M, Hv Dv).
+``"olmo_hybrid"`` (``OlmoHybridGatedDeltaNet``)
+    ``q_proj``, ``k_proj`` (Hk Dk, M), ``v_proj``, ``g_proj`` (Hv Dv, M) (z), ``a_proj``,
+    ``b_proj`` (Hv, M) (``.weight`` each), ``conv1d.weight``, ``A_log``, ``dt_bias`` (Hv,),
+    ``o_norm.weight`` (Dv,), ``o_proj.weight`` (M, Hv Dv).
+``"kimi"`` (``KimiLinearDeltaAttention``; H = Hk = Hv heads, D = Dk = Dv)
+    ``q_proj``, ``k_proj``, ``v_proj`` (H D, M), ``conv1d.weight`` (3 H D, 1, K),
+    ``forget_gate.f_a_proj`` (D, M) then ``forget_gate.f_b_proj`` (H D, D) (a),
+    ``forget_gate.dt_bias`` (H D,), ``forget_gate.A_log`` (1, 1, H, 1), ``b_proj`` (H, M),
+    ``g_a_proj`` (D, M) then ``g_b_proj`` (H D, D) (z), ``o_norm.weight`` (D,), ``o_proj`` (M, H D).
+
+Kernel contract
+---------------
+``block_forward(p, u, S0, conv0, spec, *, chunk) -> (out, DeltaState, cache)``; ``block_backward(cache,
+d_out, d_final) -> (grads, d_u, DeltaState)``; ``block_record(cache) -> DeltaRecord``. Nothing is
+validated; ``u`` is (T, N, M) and every array has its dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from hiddenstate.core.functional import sigmoid, sigmoid_tanh
+from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
+
+__all__ = ["LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward", "block_record",
+           "param_names"]
+
+#: The block layouts and the transformers module each one matches.
+LAYOUTS = {"qwen3_next": "Qwen3NextGatedDeltaNet", "olmo_hybrid": "OlmoHybridGatedDeltaNet",
+           "kimi": "KimiLinearDeltaAttention"}
+
+#: transformers' l2norm epsilon (inside the square root).
+L2_EPS = 1e-6
+
+
+class DeltaState(NamedTuple):
+    """The two states of a delta-rule block.
+
+    Attributes
+    ----------
+    recurrent : ndarray of shape (N, Hv, Dk, Dv)
+        The delta rule's matrix state ``S`` (transformers' ``recurrent_states``).
+    conv : ndarray of shape (N, Dc, K-1)
+        The last K - 1 inputs of the causal convolution, oldest first (transformers' cache keeps
+        K, the oldest of which the next step never reads).
+    """
+
+    recurrent: np.ndarray
+    conv: np.ndarray
+
+
+class DeltaRecord(NamedTuple):
+    """Every step of a delta-rule block's forward pass (time-major), from :func:`block_record`.
+
+    Attributes
+    ----------
+    recurrent : ndarray of shape (T, N, Hv, Dk, Dv)
+        The matrix state ``S_t`` after each step.
+    conv : ndarray of shape (T, N, Dc, K-1)
+        The convolution's window after each step.
+    decay : ndarray of shape (T, N, Hv) or (T, N, Hv, Dk)
+        ``exp(g_t)``: how much of its state each head (GDN) or key channel (KDA) keeps.
+    beta : ndarray of shape (T, N, Hv)
+        The write strength.
+    q, k : ndarray of shape (T, N, Hv, Dk)
+        What the rule reads: the L2-normalised (``q`` also scaled) query and key of every value head.
+    v : ndarray of shape (T, N, Hv, Dv)
+        The values.
+    o : ndarray of shape (T, N, Hv, Dv)
+        ``S_t^T q_t``, before the gated norm.
+    gate : ndarray of shape (T, N, Hv, Dv)
+        ``act(z_t)`` (silu for GDN, sigmoid for KDA).
+    """
+
+    recurrent: np.ndarray
+    conv: np.ndarray
+    decay: np.ndarray
+    beta: np.ndarray
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    o: np.ndarray
+    gate: np.ndarray
+
+
+class BlockSpec(NamedTuple):
+    """The sizes and options of a block (what its parameters' shapes do not say).
+
+    Attributes
+    ----------
+    layout : str
+        One of :data:`LAYOUTS`.
+    Hk, Hv, Dk, Dv, K : int
+        Key heads, value heads, key and value channels per head, convolution taps.
+    eps : float
+        The gated norm's epsilon.
+    allow_neg_eigval : bool
+        ``beta = 2 sigmoid(b)`` (OLMo-hybrid's option).
+    """
+
+    layout: str
+    Hk: int
+    Hv: int
+    Dk: int
+    Dv: int
+    K: int
+    eps: float
+    allow_neg_eigval: bool
+
+
+def _chains(spec):
+    """The linear maps from u: {output: [weight names applied in order]}."""
+    if spec.layout == "qwen3_next":
+        return {"qkvz": ["in_proj_qkvz.weight"], "ba": ["in_proj_ba.weight"]}
+    if spec.layout == "olmo_hybrid":
+        return {"q": ["q_proj.weight"], "k": ["k_proj.weight"], "v": ["v_proj.weight"], "z": ["g_proj.weight"],
+                "b": ["b_proj.weight"], "a": ["a_proj.weight"]}
+    return {"q": ["q_proj.weight"], "k": ["k_proj.weight"], "v": ["v_proj.weight"],
+            "z": ["g_a_proj.weight", "g_b_proj.weight"], "b": ["b_proj.weight"],
+            "a": ["forget_gate.f_a_proj.weight", "forget_gate.f_b_proj.weight"]}
+
+
+def _pieces(spec):
+    """{piece: (chain output, column index or None)}: where q, k, v, z, b, a sit in the chain outputs."""
+    if spec.layout != "qwen3_next":
+        return {n: (n, None) for n in "qkvzba"}
+    Hk, Dk, Dv, r = spec.Hk, spec.Dk, spec.Dv, spec.Hv // spec.Hk
+    w = 2 * Dk + 2 * r * Dv
+    base = np.arange(Hk)[:, None] * w  # each key head's block of rows
+    cols = {"q": base + np.arange(Dk), "k": base + Dk + np.arange(Dk), "v": base + 2 * Dk + np.arange(r * Dv),
+            "z": base + 2 * Dk + r * Dv + np.arange(r * Dv)}
+    out = {n: ("qkvz", c.ravel()) for n, c in cols.items()}
+    out["b"] = ("ba", (np.arange(Hk)[:, None] * 2 * r + np.arange(r)).ravel())
+    out["a"] = ("ba", (np.arange(Hk)[:, None] * 2 * r + r + np.arange(r)).ravel())
+    return out
+
+
+def param_names(spec) -> dict[str, str]:
+    """The names of the non-projection parameters: conv, dt_bias, A_log, norm, out.
+
+    Parameters
+    ----------
+    spec : BlockSpec
+
+    Returns
+    -------
+    dict of str to str
+    """
+    if spec.layout == "qwen3_next":
+        return {"conv": "conv1d.weight", "dt_bias": "dt_bias", "A_log": "A_log", "norm": "norm.weight",
+                "out": "out_proj.weight"}
+    if spec.layout == "olmo_hybrid":
+        return {"conv": "conv1d.weight", "dt_bias": "dt_bias", "A_log": "A_log", "norm": "o_norm.weight",
+                "out": "o_proj.weight"}
+    return {"conv": "conv1d.weight", "dt_bias": "forget_gate.dt_bias", "A_log": "forget_gate.A_log",
+            "norm": "o_norm.weight", "out": "o_proj.weight"}
+
+
+def _silu(c):
+    """``silu(c) = c sigmoid(c)`` and its derivative, with the kernels' one-``tanh`` sigmoid (absolute accuracy).
+
+    Parameters
+    ----------
+    c : ndarray, floating
+
+    Returns
+    -------
+    value, derivative : ndarray, shape and dtype of ``c``
+    """
+    s = sigmoid_tanh(c)
+    return c * s, s * (1.0 + c * (1.0 - s))
+
+
+def _mm(x, w):
+    """``x @ w`` for x (..., A) and w (A, B) as one 2-D product (NumPy loops over the leading axes otherwise)."""
+    return (x.reshape(-1, x.shape[-1]) @ w).reshape(x.shape[:-1] + (w.shape[1],))
+
+
+def _softplus(x):
+    """``log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))`` (exact, and much faster than ``logaddexp``)."""
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _final_taps(lengths, T, K):
+    """Index of the K - 1 inputs each row's final window holds in ``xpad`` (K-1+T, N, Dc)."""
+    if lengths is None:
+        return (slice(T, None),)
+    rows = lengths[None, :] + np.arange(K - 1)[:, None]  # (K-1, N): input t sits at t + K - 1
+    return rows, np.arange(lengths.shape[0])[None, :]
+
+
+def _l2norm(x):
+    inv = 1.0 / np.sqrt((x * x).sum(axis=-1, keepdims=True) + L2_EPS)
+    return x * inv, inv
+
+
+def _l2norm_backward(xn, inv, d):
+    return inv * (d - xn * (xn * d).sum(axis=-1, keepdims=True))
+
+
+def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
+    """The block over all T steps (the module's equations): the forward kernel.
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+        The parameters by their transformers names (see the module docstring).
+    u : ndarray of shape (T, N, M)
+    S0 : ndarray of shape (N, Hv, Dk, Dv)
+        The initial matrix state.
+    conv0 : ndarray of shape (N, Dc, K-1)
+        The initial convolution window, oldest first.
+    spec : BlockSpec
+    chunk : int or None
+        The delta rule's form: None the per-step loop, Q the chunked form.
+    lengths : ndarray of int, shape (N,), optional
+        Valid steps of each row of a right-padded batch: a padded step neither decays nor writes
+        (``g = 0``, ``beta = 0``: both states are carried) and its output is 0.
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    final : DeltaState
+    cache : tuple
+        Opaque; for :func:`block_backward` and :func:`block_record`.
+    """
+    T, N, _ = u.shape
+    Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
+    r, kimi = Hv // Hk, spec.layout == "kimi"
+    names = param_names(spec)
+    chains, hidden = {}, {}
+    for out, ws in _chains(spec).items():
+        x = u
+        for i, w in enumerate(ws):
+            if i:
+                hidden[out] = x
+            x = _mm(x, p[w].T)
+        chains[out] = x
+    pre = {n: (chains[c] if idx is None else chains[c][..., idx]) for n, (c, idx) in _pieces(spec).items()}
+    xqkv = np.concatenate([pre["q"], pre["k"], pre["v"]], axis=-1)  # (T, N, Dc)
+    xpad = np.concatenate([conv0.transpose(2, 0, 1), xqkv], axis=0)  # (K-1+T, N, Dc)
+    w = np.ascontiguousarray(p[names["conv"]][:, 0, :].T)  # (K, Dc)
+    c = xpad[:T] * w[0]
+    tmp = np.empty_like(c)
+    for j in range(1, K):
+        c += np.multiply(w[j], xpad[j:j + T], out=tmp)
+    act, d_act = _silu(c)
+    q = act[..., :Hk * Dk].reshape(T, N, Hk, Dk)
+    k = act[..., Hk * Dk:2 * Hk * Dk].reshape(T, N, Hk, Dk)
+    v = act[..., 2 * Hk * Dk:].reshape(T, N, Hv, Dv)
+    qn, q_inv = _l2norm(q)
+    kn, k_inv = _l2norm(k)
+    qs = np.repeat(qn, r, axis=2) / math.sqrt(Dk)  # (T, N, Hv, Dk)
+    ks = np.repeat(kn, r, axis=2)
+    sb = sigmoid(pre["b"])
+    beta = sb * 2.0 if spec.allow_neg_eigval else sb
+    A = np.exp(p[names["A_log"]].reshape(Hv, 1) if kimi else p[names["A_log"]])  # (Hv, 1) or (Hv,)
+    if kimi:  # one decay per key channel
+        dt_pre = pre["a"].reshape(T, N, Hv, Dk) + p[names["dt_bias"]].reshape(Hv, Dk)
+    else:
+        dt_pre = pre["a"] + p[names["dt_bias"]]
+    g = -A * _softplus(dt_pre)
+    keep = None if lengths is None else np.arange(T)[:, None] < lengths[None, :]  # (T, N)
+    if keep is not None:  # a padded step neither decays nor writes: the state is carried
+        beta = np.where(keep[..., None], beta, 0.0)
+        g = np.where(keep[..., None, None] if kimi else keep[..., None], g, 0.0)
+    o, S_T, kc = delta_forward(qs, ks, v, g, beta, S0, chunk=chunk)
+    inv = 1.0 / np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + spec.eps)  # (T, N, Hv, 1)
+    y = o * inv
+    z = pre["z"].reshape(T, N, Hv, Dv)
+    gate, d_gate = (sigmoid(z), None) if kimi else _silu(z)
+    nw = p[names["norm"]]
+    n = (nw * y * gate).reshape(T, N, Hv * Dv)
+    out = _mm(n, p[names["out"]].T)
+    if keep is not None:
+        out *= keep[..., None]
+    final = DeltaState(S_T, np.ascontiguousarray(xpad[_final_taps(lengths, T, K)].transpose(1, 2, 0)))
+    cache = (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y,
+             gate, d_gate, n, v, keep, lengths)
+    return out, final, cache
+
+
+def block_backward(cache, d_out, d_final):
+    """Exact backward pass through :func:`block_forward` (the backward kernel).
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`block_forward`.
+    d_out : ndarray of shape (T, N, M) or None
+        Gradient with respect to the output (None: zeros).
+    d_final : pair (d_recurrent (N, Hv, Dk, Dv) or None, d_conv (N, Dc, K-1) or None) or None
+        Gradients with respect to the final states.
+
+    Returns
+    -------
+    grads : dict of str to ndarray
+        Same keys and shapes as the parameters.
+    d_u : ndarray of shape (T, N, M)
+    d_state : DeltaState
+        Gradients with respect to the initial matrix state and convolution window.
+    """
+    (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y, gate,
+     d_gate, n, v, keep, lengths) = cache
+    T, N, M = u.shape
+    Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
+    r, kimi = Hv // Hk, spec.layout == "kimi"
+    names = param_names(spec)
+    d_S_T, d_conv_T = (None, None) if d_final is None else d_final
+    d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
+    if keep is not None:
+        d_out = d_out * keep[..., None]  # padded outputs are constants (0)
+    grads = {names["out"]: d_out.reshape(-1, M).T @ n.reshape(-1, Hv * Dv)}
+    d_n = _mm(d_out, p[names["out"]]).reshape(T, N, Hv, Dv)
+    nw = p[names["norm"]]
+    grads[names["norm"]] = (d_n * y * gate).reshape(-1, Dv).sum(axis=0)
+    d_z = d_n * nw * y * (gate * (1.0 - gate) if kimi else d_gate)
+    d_y = d_n * nw * gate
+    d_o = inv * (d_y - y * np.mean(d_y * y, axis=-1, keepdims=True))
+    d_qs, d_ks, d_v, d_g, d_beta, d_S0 = delta_backward(kc, d_o, d_S_T)
+    if keep is not None:  # g and beta are constants on padded steps
+        d_beta = np.where(keep[..., None], d_beta, 0.0)
+        d_g = np.where(keep[..., None, None] if kimi else keep[..., None], d_g, 0.0)
+    d_pre_a = d_g * (-A) * sigmoid(dt_pre)
+    d_A = (d_g * g).sum(axis=(0, 1))  # dL/dA_log = sum d_g * g (g = -exp(A_log) sp)
+    if kimi:
+        grads[names["A_log"]] = d_A.sum(axis=-1).reshape(1, 1, Hv, 1)
+        grads[names["dt_bias"]] = d_pre_a.sum(axis=(0, 1)).reshape(Hv * Dk)
+        d_pre_a = d_pre_a.reshape(T, N, Hv * Dk)
+    else:
+        grads[names["A_log"]] = d_A
+        grads[names["dt_bias"]] = d_pre_a.sum(axis=(0, 1))
+    d_b = d_beta * (2.0 if spec.allow_neg_eigval else 1.0) * sb * (1.0 - sb)
+    d_qn = (d_qs / math.sqrt(Dk)).reshape(T, N, Hk, r, Dk).sum(axis=3)
+    d_kn = d_ks.reshape(T, N, Hk, r, Dk).sum(axis=3)
+    d_act_out = np.concatenate([_l2norm_backward(qn, q_inv, d_qn).reshape(T, N, Hk * Dk),
+                                _l2norm_backward(kn, k_inv, d_kn).reshape(T, N, Hk * Dk),
+                                d_v.reshape(T, N, Hv * Dv)], axis=-1)
+    d_c = d_act_out * d_act  # (T, N, Dc)
+    w = p[names["conv"]][:, 0, :]
+    Dc = w.shape[0]
+    d_w = np.empty_like(w)
+    d_xpad = np.zeros_like(xpad)
+    for j in range(K):
+        d_w[:, j] = (d_c * xpad[j:j + T]).reshape(-1, Dc).sum(axis=0)
+        d_xpad[j:j + T] += w[:, j] * d_c
+    grads[names["conv"]] = d_w[:, None, :]
+    if d_conv_T is not None:
+        d_xpad[_final_taps(lengths, T, K)] += d_conv_T.transpose(2, 0, 1)  # each (row, column) once
+    d_x = d_xpad[K - 1:]
+    d_pre = {"q": d_x[..., :Hk * Dk], "k": d_x[..., Hk * Dk:2 * Hk * Dk], "v": d_x[..., 2 * Hk * Dk:],
+             "z": d_z.reshape(T, N, Hv * Dv), "b": d_b, "a": d_pre_a}
+    chains = _chains(spec)
+    d_chain = {}
+    for name, (c, idx) in _pieces(spec).items():
+        if idx is None:
+            d_chain[c] = d_pre[name]
+        else:
+            if c not in d_chain:
+                d_chain[c] = np.zeros((T, N, p[chains[c][-1]].shape[0]), dtype=u.dtype)
+            d_chain[c][..., idx] = d_pre[name]
+    d_u = np.zeros_like(u)
+    for c, ws in chains.items():
+        d = d_chain[c]
+        for i in range(len(ws) - 1, -1, -1):
+            x_in = hidden[c] if i else u
+            grads[ws[i]] = d.reshape(-1, d.shape[-1]).T @ x_in.reshape(-1, x_in.shape[-1])
+            d = _mm(d, p[ws[i]])
+        d_u += d
+    grads = {key: grads[key] for key in p}
+    return grads, d_u, DeltaState(d_S0, np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))
+
+
+def block_record(cache) -> DeltaRecord:
+    """Every step's states and gates from a :func:`block_forward` cache.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`block_forward`.
+
+    Returns
+    -------
+    DeltaRecord
+        Time-major arrays.
+    """
+    (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y, gate,
+     d_gate, n, v, keep, lengths) = cache
+    T = u.shape[0]
+    N = u.shape[1]
+    start = np.arange(1, T + 1)[:, None] * np.ones(N, dtype=np.int64)  # (T, N): the window after step t
+    if lengths is not None:  # past its length a row's window is carried
+        start = np.minimum(start, lengths[None, :])
+    rows = start[..., None] + np.arange(spec.K - 1)  # (T, N, K-1)
+    conv = np.ascontiguousarray(xpad[rows, np.arange(N)[None, :, None]].transpose(0, 1, 3, 2))  # (T, N, Dc, K-1)
+    r = spec.Hv // spec.Hk
+    with np.errstate(under="ignore"):
+        decay = np.exp(g)
+    return DeltaRecord(recurrent=delta_states(kc), conv=conv, decay=decay, beta=beta,
+                       q=np.repeat(qn, r, axis=2) / math.sqrt(spec.Dk), k=np.repeat(kn, r, axis=2), v=v, o=o, gate=gate)

@@ -1,0 +1,299 @@
+"""The chunked WY/UT form of the gated delta rule (scalar or per-channel decay) and its exact adjoint.
+
+See :mod:`hiddenstate.kinds.delta.kernel` for the equations. Inside a chunk every quantity that does
+not depend on the state entering it is formed for all chunks at once: the decayed Gram
+matrices ``A`` and ``Attn``, the inverse ``(I + A)^-1`` of the unit lower-triangular UT system, ``U0 = (I + A)^-1 beta v`` and ``Kc = (I + A)^-1 beta k exp(G)``; only the
+state is carried chunk to chunk (three (Q, Dk) x (Dk, Dv) products per chunk). The adjoint
+carries ``dL/dS`` back through the same loop, then forms the rest for all chunks at once.
+
+A decayed Gram matrix ``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` (j <= i) is, for a
+decay of width 1, ``(x y^T) o exp(G_i - G_j)``; for a per-channel decay it is formed in
+sub-blocks of :data:`SUB_BLOCK` rows (as fla's KDA kernels do): a diagonal block as a product
+through its middle log decay (the exact (n, n, Dk) sum when its span exceeds :data:`SPAN_LIMIT`),
+the rows below block J as the product ``(x_I exp(G_I - r)) (y_J exp(r -
+G_J))^T`` with ``r`` the last log decay of block J, where both factors are <= 1 whatever the
+decay (nothing can overflow; what underflows is below every term it would be added to). Its
+adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the decay factors) and ``dG = x o dx -
+y o dy``. The unit lower-triangular system is inverted by forward substitution.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SPAN_LIMIT", "SUB_BLOCK", "chunk_backward", "chunk_forward", "chunk_states"]
+
+#: Rows per sub-block of a chunk in the per-channel Gram.
+SUB_BLOCK = 16
+
+#: Largest log-decay span inside a diagonal sub-block for which its Gram is formed as a product of
+#: two factors ``exp(+-span / 2)`` (float64, float32): the masked entries above the diagonal reach
+#: ``exp(span)`` and must stay finite. Wider blocks use the exact (n, n, Dk) sum.
+SPAN_LIMIT = {np.dtype(np.float64): 600.0, np.dtype(np.float32): 60.0}
+
+
+def _chunked(x, Q):
+    """(T, N, H, ...) -> (N, H, C, Q, ...), zero-padded to a multiple of Q."""
+    T = x.shape[0]
+    C = -(-T // Q)
+    x = np.moveaxis(x, 0, 2)  # (N, H, T, ...)
+    pad = [(0, 0)] * x.ndim
+    pad[2] = (0, C * Q - T)
+    x = np.pad(x, pad)
+    return np.ascontiguousarray(x.reshape(x.shape[:2] + (C, Q) + x.shape[3:]))
+
+
+def _unchunked(x, T):
+    """(N, H, C, Q, ...) -> (T, N, H, ...)."""
+    x = x.reshape(x.shape[:2] + (x.shape[2] * x.shape[3],) + x.shape[4:])[:, :, :T]  # not -1: T = 0 or N = 0
+    return np.ascontiguousarray(np.moveaxis(x, 2, 0))
+
+
+def _tril(Q, strict, dtype=bool):
+    return np.tril(np.ones((Q, Q), dtype=dtype), -1 if strict else 0)
+
+
+def _blocks(Q):
+    """The sub-blocks of a chunk for the per-channel Gram: (start, stop) pairs of :data:`SUB_BLOCK` rows."""
+    return [(b, min(b + SUB_BLOCK, Q)) for b in range(0, Q, SUB_BLOCK)]
+
+
+def _diagonal_factors(G, b, e, strict):
+    """``exp(G_i - G_j)`` for i, j in rows b:e, masked to j <= i (j < i when strict): (..., e-b, e-b, Dk)."""
+    n = e - b
+    mask = _tril(n, strict)[..., None]
+    diff = G[..., b:e, None, :] - G[..., None, b:e, :]
+    return np.exp(np.where(mask, diff, -np.inf))
+
+
+def _diagonal_parts(G, b, e):
+    """``exp(G - c)``, ``exp(c - G)`` over rows b:e with ``c`` the block's middle log decay, and its too-wide entries.
+
+    Above the diagonal the product reaches ``exp(span)``: a block whose span exceeds
+    :data:`SPAN_LIMIT` gets factors 1 and is marked in ``wide`` (None when there is none), for the
+    exact sum instead.
+    """
+    Gb = G[..., b:e, :]
+    span = (Gb[..., 0, :] - Gb[..., -1, :]).max(axis=-1)
+    wide = span > SPAN_LIMIT.get(G.dtype, 60.0)
+    d = np.where(wide[..., None, None], 0.0, Gb - 0.5 * (Gb[..., :1, :] + Gb[..., -1:, :]))
+    return np.exp(d), np.exp(-d), (wide if wide.any() else None)
+
+
+def _scalar_factors(G):
+    """``exp(G_i - G_j)`` on and below the diagonal, 0 above, for a decay of width 1: (..., Q, Q)."""
+    Q = G.shape[-2]
+    return np.exp(np.where(_tril(Q, False), G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+
+
+def _zero_diagonal(M):
+    Q = M.shape[-1]
+    M[..., np.arange(Q), np.arange(Q)] = 0.0
+    return M
+
+
+def _gram(x, y, G, strict, E=None):
+    """``M_ij = sum_d x_i[d] y_j[d] exp(G_i[d] - G_j[d])`` below (or on) the diagonal; (..., Q, Q).
+
+    ``E`` is :func:`_scalar_factors` of a decay of width 1 (unused for a per-channel decay).
+    """
+    Q = x.shape[-2]
+    if E is not None:  # one decay per head (a per-channel decay of width Dk = 1 takes the general path)
+        M = (x @ np.swapaxes(y, -1, -2)) * E
+        return _zero_diagonal(M) if strict else M
+    M = np.zeros(x.shape[:-1] + (Q,), dtype=x.dtype)
+    for b, e in _blocks(Q):
+        ex, ey, wide = _diagonal_parts(G, b, e)  # the diagonal block, through its middle log decay
+        Mb = np.where(_tril(e - b, strict), (x[..., b:e, :] * ex) @ np.swapaxes(y[..., b:e, :] * ey, -1, -2), 0.0)
+        if wide is not None:  # a block too wide for the product: the exact sum over the channels
+            E = _diagonal_factors(G[wide], b, e, strict)
+            Mb[wide] = (x[wide][..., b:e, None, :] * y[wide][..., None, b:e, :] * E).sum(-1)
+        M[..., b:e, b:e] = Mb
+        if e < Q:  # the rows below it, through the block's last log decay r: both factors <= 1
+            r = G[..., e - 1:e, :]
+            M[..., e:, b:e] = (x[..., e:, :] * np.exp(G[..., e:, :] - r)) @ np.swapaxes(
+                y[..., b:e, :] * np.exp(r - G[..., b:e, :]), -1, -2)
+    return M
+
+
+def _gram_backward(x, y, G, strict, dM, E=None):
+    """The adjoint of :func:`_gram`: ``(dx, dy, dG)``."""
+    Q = x.shape[-2]
+    if E is not None:
+        dP = dM * E
+        if strict:
+            _zero_diagonal(dP)
+        dx, dy = dP @ y, np.swapaxes(dP, -1, -2) @ x
+        return dx, dy, (x * dx - y * dy).sum(axis=-1, keepdims=True)
+    dM = np.where(_tril(Q, strict), dM, 0.0)
+    dx, dy = np.zeros_like(x), np.zeros_like(y)
+    for b, e in _blocks(Q):
+        ex, ey, wide = _diagonal_parts(G, b, e)
+        dB = dM[..., b:e, b:e]
+        ddx = ex * (dB @ (y[..., b:e, :] * ey))
+        ddy = ey * (np.swapaxes(dB, -1, -2) @ (x[..., b:e, :] * ex))
+        if wide is not None:
+            dE = dB[wide][..., None] * _diagonal_factors(G[wide], b, e, strict)  # (B, n, n, Dk)
+            ddx[wide] = (dE * y[wide][..., None, b:e, :]).sum(-2)
+            ddy[wide] = (dE * x[wide][..., b:e, None, :]).sum(-3)
+        dx[..., b:e, :] += ddx
+        dy[..., b:e, :] += ddy
+        if e < Q:
+            r = G[..., e - 1:e, :]
+            ex, ey = np.exp(G[..., e:, :] - r), np.exp(r - G[..., b:e, :])
+            dB = dM[..., e:, b:e]
+            dx[..., e:, :] += ex * (dB @ (y[..., b:e, :] * ey))
+            dy[..., b:e, :] += ey * (np.swapaxes(dB, -1, -2) @ (x[..., e:, :] * ex))
+    return dx, dy, x * dx - y * dy
+
+
+def _unit_lower_inverse(A):
+    """``(I + A)^-1`` for strictly lower-triangular A (..., Q, Q), by forward substitution over the rows.
+
+    Row i of the inverse is ``e_i - sum_{j<i} A_ij X_j``: Q vectorised steps over the whole
+    stack (a quarter of the work of an LU-based inverse, and no pivoting to undo).
+    """
+    Q = A.shape[-1]
+    X = np.zeros_like(A)
+    X[..., np.arange(Q), np.arange(Q)] = 1.0
+    for i in range(1, Q):
+        X[..., i, :i] = -(A[..., i:i + 1, :i] @ X[..., :i, :i])[..., 0, :]
+    return X
+
+
+def _decay_sum(a, width):
+    """Sum (..., Dk) down to the decay's width (1 or Dk)."""
+    return a.sum(axis=-1, keepdims=True) if width == 1 else a
+
+
+@np.errstate(under="ignore")
+def chunk_forward(q, k, v, g, beta, S0, Q):
+    """The chunked form of :func:`hiddenstate.kinds.delta.kernel.delta_forward` (same arguments and results).
+
+    Parameters
+    ----------
+    q, k : ndarray of shape (T, N, H, Dk)
+    v : ndarray of shape (T, N, H, Dv)
+    g : ndarray of shape (T, N, H) or (T, N, H, Dk)
+    beta : ndarray of shape (T, N, H)
+    S0 : ndarray of shape (N, H, Dk, Dv)
+    Q : int
+        Steps per chunk.
+
+    Returns
+    -------
+    o : ndarray of shape (T, N, H, Dv)
+    S_T : ndarray of shape (N, H, Dk, Dv)
+    cache : tuple
+    """
+    T = q.shape[0]
+    scalar = g.ndim == 3
+    qc, kc, vc = _chunked(q, Q), _chunked(k, Q), _chunked(v, Q)  # (N, H, C, Q, D)
+    gc = _chunked(g[..., None] if scalar else g, Q)  # (N, H, C, Q, Dg)
+    bc = _chunked(beta, Q)[..., None]  # (N, H, C, Q, 1)
+    C = qc.shape[2]
+    G = np.cumsum(gc, axis=-2)
+    eG = np.exp(G)
+    E = _scalar_factors(G) if scalar else None  # (N, H, C, Q, Q)
+    Gk = _gram(kc, kc, G, True, E)  # (N, H, C, Q, Q)
+    Tinv = _unit_lower_inverse(bc * Gk)
+    W = bc * kc * eG  # (N, H, C, Q, Dk)
+    U0, Kc = Tinv @ (bc * vc), Tinv @ W
+    Attn = _gram(qc, kc, G, False, E)
+    Qd = qc * eG
+    eGl = np.exp(G[..., -1:, :])  # (N, H, C, 1, Dg)
+    Kd = kc * np.exp(G[..., -1:, :] - G)
+    dl = np.swapaxes(eGl, -1, -2)  # (N, H, C, Dg, 1): multiplies the state's rows
+    starts = np.empty(qc.shape[:3] + S0.shape[-2:], dtype=S0.dtype)  # (N, H, C, Dk, Dv)
+    U = np.empty_like(vc)
+    O = np.empty_like(vc)
+    S = S0
+    for c in range(C):
+        starts[:, :, c] = S
+        Uc = U0[:, :, c] - Kc[:, :, c] @ S
+        O[:, :, c] = Qd[:, :, c] @ S + Attn[:, :, c] @ Uc
+        S = dl[:, :, c] * S + np.swapaxes(Kd[:, :, c], -1, -2) @ Uc
+        U[:, :, c] = Uc
+    cache = ("chunk", T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E)
+    return _unchunked(O, T), (S.copy() if T else S0.copy()), cache
+
+
+@np.errstate(under="ignore")
+def chunk_backward(cache, d_o, d_ST):
+    """The exact adjoint of :func:`chunk_forward`.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`chunk_forward`.
+    d_o : ndarray of shape (T, N, H, Dv) or None
+    d_ST : ndarray of shape (N, H, Dk, Dv) or None
+
+    Returns
+    -------
+    d_q, d_k, d_v, d_g, d_beta, d_S0 : ndarray
+        As :func:`hiddenstate.kinds.delta.kernel.delta_backward`.
+    """
+    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E = cache
+    C, Q, width = qc.shape[2], qc.shape[3], G.shape[-1]
+    dO = np.zeros_like(vc) if d_o is None else _chunked(d_o, Q)
+    dS = np.zeros_like(S0) if d_ST is None else d_ST.copy()
+    dU = np.empty_like(U)
+    dSn = np.empty_like(starts)  # dL/d(state leaving chunk c)
+    AttnT, KcT, QdT = np.swapaxes(Attn, -1, -2), np.swapaxes(Kc, -1, -2), np.swapaxes(Qd, -1, -2)
+    for c in range(C - 1, -1, -1):
+        dSn[:, :, c] = dS
+        dUc = AttnT[:, :, c] @ dO[:, :, c] + Kd[:, :, c] @ dS
+        dS = QdT[:, :, c] @ dO[:, :, c] + dl[:, :, c] * dS - KcT[:, :, c] @ dUc
+        dU[:, :, c] = dUc
+    startsT = np.swapaxes(starts, -1, -2)  # (N, H, C, Dv, Dk)
+    dQd = dO @ startsT  # (N, H, C, Q, Dk)
+    dAttn = dO @ np.swapaxes(U, -1, -2)
+    dKd = U @ np.swapaxes(dSn, -1, -2)
+    d_dl = (dSn * starts).sum(axis=-1)  # (N, H, C, Dk)
+    d_dl = d_dl.sum(axis=-1, keepdims=True) if width == 1 else d_dl
+    dKc = -(dU @ startsT)
+    TinvT = np.swapaxes(Tinv, -1, -2)
+    dVb, dW = TinvT @ dU, TinvT @ dKc
+    dA = -(dVb @ np.swapaxes(U0, -1, -2) + dW @ np.swapaxes(Kc, -1, -2))
+    dA = np.where(_tril(Q, True), dA, 0.0)
+    d_v = bc * dVb
+    d_beta = (dVb * vc).sum(axis=-1) + (dW * kc * eG).sum(axis=-1) + (dA * Gk).sum(axis=-1)
+    d_k = bc * eG * dW
+    dG = _decay_sum(dW * W, width)
+    dk1, dk2, dGa = _gram_backward(kc, kc, G, True, bc * dA, E)
+    dq, dk3, dGb = _gram_backward(qc, kc, G, False, dAttn, E)
+    d_k += dk1 + dk2 + dk3 + np.exp(G[..., -1:, :] - G) * dKd
+    dq += eG * dQd
+    dG += dGa + dGb + _decay_sum(Qd * dQd, width)
+    t = _decay_sum(Kd * dKd, width)  # (N, H, C, Q, Dg)
+    dG -= t
+    dG[..., -1, :] += t.sum(axis=-2) + dl[..., 0] * d_dl
+    dg = np.cumsum(dG[..., ::-1, :], axis=-2)[..., ::-1, :]
+    d_g = _unchunked(dg, T)
+    return (_unchunked(dq, T), _unchunked(d_k, T), _unchunked(d_v, T), d_g[..., 0] if scalar else d_g,
+            _unchunked(d_beta, T), dS)
+
+
+@np.errstate(under="ignore")
+def chunk_states(cache) -> np.ndarray:
+    """Every step's state from a :func:`chunk_forward` cache, step by step inside all chunks at once.
+
+    Parameters
+    ----------
+    cache : tuple
+        From :func:`chunk_forward`.
+
+    Returns
+    -------
+    ndarray of shape (T, N, H, Dk, Dv)
+    """
+    _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E = cache
+    Q = qc.shape[3]
+    a = np.exp(gc)  # (N, H, C, Q, Dg)
+    out = np.empty(starts.shape[:3] + (Q,) + starts.shape[3:], dtype=starts.dtype)  # (N, H, C, Q, Dk, Dv)
+    S = starts
+    for i in range(Q):
+        S = a[..., i, :, None] * S + kc[..., i, :, None] * U[..., i, None, :]
+        out[..., i, :, :] = S
+    return _unchunked(out, T)

@@ -1,0 +1,197 @@
+"""``inspect_model`` of a Mamba model: a transformers model of a registered family, or one of ours.
+
+:func:`hiddenstate.inspect_model` hands these here (:func:`is_mamba_model`):
+
+* a transformers model whose family is registered (:mod:`hiddenstate.interop.families`:
+  ``MambaForCausalLM``, ``Mamba2ForCausalLM``, the hybrids ``BambaForCausalLM``,
+  ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, the delta-rule families
+  ``Qwen3NextForCausalLM``, ``OlmoHybridForCausalLM``, ``KimiLinearForCausalLM``; RecurrentGemma's RG-LRU,
+  MiniMax's lightning attention and LFM2's short convolution, :mod:`hiddenstate.probe.recurrences`). The model itself runs on the
+  ids; each chosen recurrent layer is recomputed by our block from the input its hook saw, held to
+  the model's own output (:func:`~hiddenstate.interop.families.hooks.recompute_layers`), and its
+  records go through the Mamba analyses' shared layer loop
+  (:func:`~hiddenstate.probe.layer_loop.analyze_records`) with the model's own layer indices,
+  the recomputation error of each and the model's layer map. Nothing here depends on the family:
+  the family's kind picks the records' :class:`~hiddenstate.probe.layer_loop.LayerKind` (:data:`KINDS`;
+  a delta-rule kind gives a :class:`~hiddenstate.kinds.delta.analysis.DeltaAnalysis`);
+* our :class:`~hiddenstate.Mamba`, :class:`~hiddenstate.Mamba2`, :class:`~hiddenstate.MambaLM`
+  and :class:`~hiddenstate.kinds.ssm.lm.Mamba2LM`, traced as they compute
+  (:func:`~hiddenstate.kinds.ssm.mamba_analysis.analyze_mamba`, :func:`~hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layers
+from hiddenstate.kinds.delta.analysis import GATED_DELTA, KDA
+from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
+from hiddenstate.kinds.ssm.mamba import Mamba
+from hiddenstate.kinds.ssm.mamba2 import Mamba2
+from hiddenstate.kinds.ssm.mamba2_analysis import MAMBA2, analyze_mamba2
+from hiddenstate.kinds.ssm.mamba_analysis import MAMBA, MambaAnalysis, analyze_mamba
+from hiddenstate.probe.layer_loop import NEEDS_TEXT_KEY, analyze_records
+from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
+from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
+from hiddenstate.report.family_page import build_mamba_report
+
+__all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
+
+#: The analyses' kind of the records of each of our block kinds (``Family.kind``).
+KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "rglru": RGLRU,
+         "lightning": LIGHTNING, "shortconv": SHORTCONV, "mlstm": MLSTM, "rwkv": RWKV}
+
+_OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
+
+
+def is_mamba_model(model) -> bool:
+    """Whether :func:`inspect_mamba` measures ``model``: a registered transformers family's model, or our Mamba blocks/LMs.
+
+    Parameters
+    ----------
+    model : object
+
+    Returns
+    -------
+    bool
+    """
+    return isinstance(model, _OURS) or (not isinstance(model, str) and find_family(model) is not None
+                                        and hasattr(model, "config"))
+
+
+def _ids_array(ids) -> np.ndarray:
+    """Token ids as a NumPy array (N, T) (a torch tensor read on the CPU; (T,) is one sequence)."""
+    try:
+        arr = ids.detach().cpu().numpy() if hasattr(ids, "detach") else np.asarray(ids)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise TypeError(f"ids must be token ids of shape (N, T) or (T,); got a ragged {type(ids).__name__}.") from None
+    return arr[None] if arr.ndim == 1 else arr
+
+
+def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_lag: int = 30, text=None, tokens=None,
+                         model_name: str | None = None) -> MambaAnalysis:
+    """Measure the recurrent layers of a transformers model of a registered family, recomputed from its own run.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+        (:func:`hiddenstate.interop.families.family_of`).
+    ids : array_like of int or torch.Tensor, shape (N, T) or (T,)
+        Token ids, as transformers takes them.
+    layers : int or list of int, optional
+        The recurrent layers to record (model indices; default all).
+    max_bytes : int or None, default 4 GiB
+        The cap on the records' estimated size, checked before the model runs.
+    max_lag : int, default 30
+        Largest lag of the Jacobian products and of the memory curve.
+    text : str, optional
+        Sequence 0's characters, one per step: the channels that track text features and the explorer.
+    tokens : array_like of int, shape (T, N), optional
+        The ids the memory curve decodes (default ``ids``, time-major).
+    model_name : str, optional
+        What the analysis calls the model (default ``"transformers <class name>"``).
+
+    Returns
+    -------
+    MambaAnalysis
+        Of the family's kind (a :class:`~hiddenstate.kinds.ssm.mamba2_analysis.Mamba2Analysis` for Mamba-2
+        mixers): ``layers[k].layer`` the model's index of the k-th recorded layer,
+        ``layers[k].recomputed`` its relative error against the model's own output,
+        ``layer_map`` every layer of the model.
+
+    Raises
+    ------
+    TypeError, ValueError
+        From :func:`~hiddenstate.interop.families.hooks.recompute_layers` (a layer above the
+        tolerance, a request over ``max_bytes``, ``layers`` that are not recurrent) and
+        :func:`~hiddenstate.probe.layer_loop.analyze_records`.
+    """
+    arr = _ids_array(ids)
+    if text is not None and isinstance(text, str) and arr.ndim == 2 and not 1 <= len(text) <= arr.shape[1]:
+        raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={arr.shape[1]} "
+                         f"characters; got {len(text)}.")  # before the model runs
+    rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes)
+    return analyze_records(KINDS[rc.family.kind], rc.records, x=arr, ids=True, batch_first=True,
+                           tokens=tokens, max_lag=max_lag, text=text,
+                           model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,
+                           recomputed=rc.errors, layer_map=rc.layer_map)
+
+
+def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
+                  source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None) -> MambaAnalysis:
+    """:func:`hiddenstate.inspect_model` of a Mamba model: measure it and optionally write the Mamba report.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family, or Mamba, Mamba2, MambaLM, Mamba2LM
+    x : array_like or torch.Tensor
+        Token ids (N, T) (a transformers model, an LM) or the block's input.
+    states : optional
+        Our model's initial states (None: zeros); must be None for a transformers model (its
+        own run starts from zero states).
+    out : str or os.PathLike, optional
+        Write the report there (checked by the caller).
+    title : str, optional
+        The report's title.
+    max_lag : int, default 30
+        Largest lag of the Jacobian products and of the memory curve.
+    text : str, optional
+        Sequence 0's characters, one per step.
+    tokens : array_like of int, shape (T, N), optional
+        The ids the memory curve decodes.
+    source : str, optional
+        What the report calls the model.
+    layers : int or list of int, optional
+        A transformers model's recurrent layers to record (default all); None for ours.
+    max_bytes : int or None, default 4 GiB
+        A transformers model's cap on the records (see :func:`analyze_family_model`).
+    needs_text : str, optional
+        Why the unit features and the explorer are missing when there is no ``text``, in the
+        caller's words (the command line names its flag); default the analyses' own, which name
+        ``text=``. Used by the summary and the report's "Not measured" card alike.
+
+    Returns
+    -------
+    MambaAnalysis
+
+    Raises
+    ------
+    ValueError
+        ``states`` or ``layers`` where they do not apply; and the errors of the analyses.
+    """
+    family = None if isinstance(model, _OURS) else find_family(model)
+    if type(x).__module__.split(".")[0] == "torch" and family is None:
+        x = x.detach().cpu().numpy()
+    if tokens is not None and hasattr(tokens, "detach"):
+        tokens = tokens.detach().cpu().numpy()
+    if family is None:
+        if layers is not None:
+            raise ValueError(f"layers must be None for a hiddenstate {type(model).__name__} (every layer is traced); "
+                             f"got {layers!r}. It selects the recorded layers of a transformers model.")
+        source = source or f"hiddenstate {type(model).__name__}"
+        analyze = analyze_mamba2 if isinstance(model, (Mamba2, Mamba2LM)) else analyze_mamba
+        an = analyze(model, x, states, max_lag=max_lag, model_name=source, text=text, tokens=tokens)
+        subtitle = f"{source}, converted exactly; every layer's state measured on every step."
+    else:
+        if states is not None:
+            raise ValueError(f"h0 must be None for a transformers {type(model).__name__}: the model's own run, which "
+                             "the recurrent layers are recomputed from, starts from zero states; got a state.")
+        source = source or f"transformers {type(model).__name__}"
+        an = analyze_family_model(model, x, layers=layers, max_bytes=max_bytes, max_lag=max_lag, text=text,
+                                  tokens=tokens, model_name=source)
+        errors = [la.recomputed for la in an.layers]
+        n_rec = sum(e.role == "recurrent" for e in an.layer_map)
+        subtitle = (f"{source}: {len(an.layers)} of its {n_rec} recurrent layer(s) ({len(an.layer_map)} layers in "
+                    f"all) recomputed from the model's own run by our {family.kind} block in float64, each within "
+                    f"{max(errors):.2g} of the model's own output; every recorded layer's state measured on every "
+                    "step.")
+        if title is None and (n_rec < len(an.layer_map) or family.kind not in ("mamba", "mamba2")):
+            title = f"Inside the recurrent layers of a {type(model).__name__}"
+    if needs_text is not None and NEEDS_TEXT_KEY in an.not_measured:
+        an = dataclasses.replace(an, not_measured={**an.not_measured, NEEDS_TEXT_KEY: needs_text})
+    if out is not None:
+        build_mamba_report(out, an, title=title or "Inside a Mamba model", subtitle=subtitle)
+    return an
+

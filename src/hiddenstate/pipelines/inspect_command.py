@@ -1,0 +1,408 @@
+"""``hiddenstate inspect``: which model a path names, and the report of it.
+
+A run directory (or its ``checkpoint/``) is a trained character model; so is the
+``model.safetensors`` of one of its checkpoints when its ``meta.json`` lies beside it (it is
+inspected as the run it is). A file that holds a character model's tensors (``rnn.*`` with
+``decoder.weight``) without that ``meta.json`` is refused, naming the command that inspects it:
+read as a bare state dict it would be a different model (the recurrent layer alone, fed Gaussian
+noise instead of characters). Any other ``.safetensors`` file is a torch RNN/GRU/LSTM state dict
+(:func:`hiddenstate.pipelines.inspection.inspect_file`). A run of ``--cell mamba`` gets the Mamba report
+(:func:`hiddenstate.pipelines.app.inspect_mamba_checkpoint`) and its summary on stdout;
+``--fixed-point-starts N`` with N > 0, which only the other kinds have, is refused. A directory
+holding ``config.json`` (and no checkpoint) is a ``save_pretrained`` model directory of a
+registered transformers family: its input is ``--ids FILE.npy`` or ``--text FILE`` (tokenised by
+the directory's ``tokenizer.json``), ``--layers`` chooses the recorded layers, both held to its
+``config.json`` before a weight is read, and it gets the Mamba report (:func:`model_dir_inspect`).
+A directory that holds neither a run's ``meta.json`` nor a ``config.json`` is refused naming
+both kinds. Errors are
+ValueError/OSError with one-line messages naming the flag; the CLI prints them as
+``hiddenstate: error: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["FIXED_POINT_STARTS", "character_model_file", "check_report_out", "checkpoint_or_pretrained",
+           "is_model_directory", "layer_list", "model_dir_inspect", "read_ids", "run_inspect", "stage_lines"]
+
+#: Starts of the fixed-point search when ``--fixed-point-starts`` is left out.
+FIXED_POINT_STARTS = 32
+
+#: Tensor names that only a hiddenstate CharRNN's model file has together
+_OUR_DECODER = "decoder.weight"
+_OUR_LAYER = "rnn."
+
+
+def check_report_out(out: str) -> None:
+    """``inspect --out``: a report may be written there, and its directory exists.
+
+    Parameters
+    ----------
+    out : str
+        The ``--out`` flag's value.
+
+    Raises
+    ------
+    ValueError
+        ``out`` is not a new file nor a previous report (:func:`hiddenstate.pipelines.app.check_report_path`),
+        or its directory does not exist (the CLI creates none, as ``export`` creates none).
+    """
+    from hiddenstate.pipelines.app import check_report_path
+
+    path = check_report_path(out)
+    if not path.parent.is_dir():
+        raise ValueError(f"--out must lie in an existing directory; got '{path}' ('{path.parent}' is not one). "
+                         "Create it first, or choose another --out.")
+
+
+def stage_lines():
+    """A function that prints ``inspect``'s stage lines on stderr, or None when stderr is a terminal.
+
+    Returns
+    -------
+    callable or None
+        ``line -> None`` printing ``hiddenstate: inspect: <line>`` on stderr, flushed; None on a
+        terminal, where the progress bar shows the stages instead.
+    """
+    if sys.stderr.isatty():
+        return None
+    return lambda line: print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
+
+
+def checkpoint_or_pretrained(args):
+    """``CKPT`` or, with ``--pretrained``, the shipped checkpoint (``inspect`` and ``sample``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With ``checkpoint`` (str or None) and ``pretrained`` (bool).
+
+    Returns
+    -------
+    str or pathlib.Path
+        The path to read.
+
+    Raises
+    ------
+    ValueError
+        Both or neither were given.
+    """
+    if args.pretrained:
+        if args.checkpoint is not None:
+            raise ValueError(f"--pretrained replaces CKPT; got both ('{args.checkpoint}'). Give one of them.")
+        from hiddenstate.train.pretrained import pretrained_path
+
+        return pretrained_path()
+    if args.checkpoint is None:
+        raise ValueError("CKPT is required: a run directory of `hiddenstate train`, or --pretrained for the demo's "
+                         "GRU shipped with the package.")
+    return args.checkpoint
+
+
+def character_model_file(path) -> Path | None:
+    """The checkpoint directory of a hiddenstate model file, or None for any other file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A file given to ``inspect``.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The directory of ``path`` when ``path`` is a checkpoint's ``model.safetensors`` with its
+        ``meta.json`` beside it; None when ``path`` is not a regular file, not a safetensors
+        file, or holds no character model's tensors (a torch state dict).
+
+    Raises
+    ------
+    ValueError
+        ``path`` holds a character model's tensors (``rnn.*`` and ``decoder.weight``) without a
+        ``meta.json`` beside it: its vocabulary and configuration are missing. The message names
+        the command that inspects the run.
+    """
+    from hiddenstate.train.rundir.checkpoint import META_FILE, MODEL_FILE
+
+    p = Path(path)
+    if not p.is_file():  # a FIFO, a device, ...: not read here
+        return None
+    if p.name == MODEL_FILE and (p.parent / META_FILE).is_file():
+        return p.parent
+    names = _tensor_names(p)
+    if names is None or _OUR_DECODER not in names or not any(n.startswith(_OUR_LAYER) for n in names):
+        return None
+    raise ValueError(f"CKPT '{p}' holds a hiddenstate character model's weights ({_OUR_LAYER}*, {_OUR_DECODER}) "
+                     f"but no {META_FILE} lies beside it (its vocabulary and configuration), so it cannot be "
+                     "inspected as the model it is; read as a torch state dict it would be its recurrent layer "
+                     "alone, fed noise. Inspect the run it belongs to: `hiddenstate inspect RUN_DIR` (the --out "
+                     f"of `hiddenstate train`), or put its {META_FILE} back beside it.")
+
+
+def _tensor_names(path: Path) -> set | None:
+    """The tensor names of a safetensors file, from its header only (None if it is not one)."""
+    import safetensors
+
+    try:
+        with safetensors.safe_open(os.fspath(path), framework="numpy") as f:
+            return set(f.keys())  # the header only: no tensor is read
+    except Exception:  # not a safetensors file: the state-dict reader gives the message
+        return None
+
+
+def layer_list(name: str, text) -> list:
+    """``--layers 0,3,5``: layer indices, comma-separated.
+
+    Parameters
+    ----------
+    name : str
+        The flag (``"--layers"``).
+    text : str
+        Its value.
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    ValueError
+        Not comma-separated non-negative integers (one line naming ``name``, the rule and ``text``).
+    """
+    parts = str(text).split(",")
+    if not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+        raise ValueError(f"{name} must be comma-separated layer indices, e.g. 0,3; got {text!r}.")
+    return [int(p) for p in parts]
+
+
+def is_model_directory(path) -> bool:
+    """Whether ``inspect PATH`` names a ``save_pretrained`` model directory: ``config.json`` and no checkpoint.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    bool
+        True for a directory holding ``config.json`` with no ``meta.json`` in it or in its
+        ``checkpoint/`` (a run directory never has a ``config.json``).
+    """
+    p = Path(path)
+    return (p.is_dir() and os.path.lexists(p / "config.json") and not (p / "meta.json").exists()
+            and not (p / "checkpoint" / "meta.json").exists())
+
+
+def read_ids(path, *, name: str = "--ids"):
+    """Token ids from a ``.npy`` file: integers of shape (T,) or (N, T), read without pickle.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    name : str, default "--ids"
+        What the messages call ``path``.
+
+    Returns
+    -------
+    ndarray of int, shape (N, T)
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        No such file, not a regular file (a FIFO is refused unopened), not a ``.npy`` array of
+        integers of shape (T,) or (N, T) with N, T >= 1.
+    """
+    import numpy as np
+
+    from hiddenstate.core.files import open_regular
+
+    with open_regular(path, name=name) as f:
+        try:
+            x = np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise ValueError(f"{name} must be a .npy file of token ids (read without pickle); got '{path}': "
+                             f"{' '.join(str(error).split())}.") from None
+    if not isinstance(x, np.ndarray) or x.dtype == bool or x.dtype.kind not in "iu" or x.ndim not in (1, 2) \
+            or 0 in x.shape:
+        what = f"dtype {x.dtype}, shape {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise ValueError(f"{name} must hold integer token ids of shape (T,) or (N, T), T, N >= 1; got {what} in "
+                         f"'{path}'.")
+    return x[None] if x.ndim == 1 else x
+
+
+def model_dir_inspect(args, path: str) -> int:
+    """``hiddenstate inspect DIR``: a ``save_pretrained`` directory of a registered family, its Mamba report.
+
+    ``--layers`` and then the token ids (of ``--ids``, or the tokens of ``--text``) are held to
+    the directory's ``config.json`` (``num_hidden_layers``, ``vocab_size``) before a weight is
+    read or a model is built. With ``--text`` and a tokenizer that makes one token per character,
+    those characters give the unit features and the explorer; otherwise the "not measured" line
+    says so in terms of the flags.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``inspect`` flags: ``--ids`` or ``--text``, ``--layers``, ``--out``.
+    path : str
+        The model directory (:func:`is_model_directory`).
+
+    Returns
+    -------
+    int
+        0 when the report was written.
+
+    Raises
+    ------
+    ValueError, OSError
+        One line naming the flag: no input or both inputs, a state-dict flag, ``--fixed-point-starts``
+        > 0, ``--layers`` not indices below ``num_hidden_layers``, ids outside ``0 <= id <
+        vocab_size``, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
+        model type, custom code, a damaged shard, records over the cap: ``--layers`` lowers them).
+    """
+    from hiddenstate.interop.families.config_file import check_ids, check_layers
+    from hiddenstate.interop.families.directory import TOKENIZER_FILE, open_model_dir, token_strings, tokenize
+    from hiddenstate.pipelines.app import check_report_path
+    from hiddenstate.pipelines.family_inspection import inspect_mamba
+    from hiddenstate.train.corpus import load_text
+
+    layers = None if args.layers is None else layer_list("--layers", args.layers)
+    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
+             "prefix": args.prefix, "inputs": args.inputs}
+    _check_no_state_dict_flags(args, flags, f"the model directory '{path}'")
+    if args.fixed_point_starts:
+        raise ValueError(f"--fixed-point-starts applies to models of rnn, gru, lstm, mingru or minlstm layers; got "
+                         f"{args.fixed_point_starts} for the model directory '{path}', whose recurrent layers are "
+                         "selective SSMs (one stable fixed point per input: no search). Leave the flag out.")
+    if (args.ids is None) == (args.text is None):
+        raise ValueError(f"--ids FILE.npy (token ids (T,) or (N, T)) or --text FILE (tokenised by the directory's "
+                         f"tokenizer.json) must give the model directory '{path}' its input; got "
+                         f"{'both' if args.ids is not None else 'neither'}.")
+    check_report_out(args.out)  # before the work, not after it
+    check_layers(path, layers, name="--layers")  # config.json's num_hidden_layers: before any weight is read
+    tokenizer = os.path.join(path, TOKENIZER_FILE)
+    text = None
+    if args.ids is not None:
+        ids = check_ids(path, read_ids(args.ids), name=f"--ids '{args.ids}'")
+        needs = ("they need the characters behind the steps, one per step: give --text FILE instead of --ids, "
+                 "tokenised by the model directory's tokenizer.json" + ("" if os.path.lexists(tokenizer) else
+                                                                        " (this one has none)")
+                 + ", with a tokenizer that makes one token per character")
+    else:
+        ids = tokenize(path, load_text(args.text, name="--text"))
+        ids = check_ids(path, ids, name=f"--text '{args.text}', tokenised by '{tokenizer}',")
+        pieces = token_strings(path, ids)
+        step = next((t for t, piece in enumerate(pieces) if len(piece) != 1), None)
+        text = "".join(pieces) if step is None else None
+        needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
+                 f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
+                 "--text gives them with a tokenizer that makes one token per character")
+    model, ids, source = open_model_dir(path, ids, layers=layers)
+    out = check_report_path(args.out)
+    analysis = inspect_mamba(model, ids, out=out, text=text, source=source, layers=layers, needs_text=needs)
+    print(analysis.summary())
+    print(f"report: {out}")
+    return 0
+
+
+def _run_checkpoint(path: str) -> Path:
+    """The checkpoint of the run ``path`` names; a directory that is no run nor model directory says both in one line."""
+    from hiddenstate import train as _train
+
+    try:
+        return _train.resolve_checkpoint(path)  # one-line errors for bad paths
+    except ValueError:
+        if not os.path.isdir(path):
+            raise
+    raise ValueError(f"CKPT must be a training run directory (meta.json in it or in its checkpoint/, as `hiddenstate "
+                     "train --out` writes it) or a transformers model directory (config.json and model.safetensors, "
+                     f"as save_pretrained writes them); got '{path}', which holds neither.") from None
+
+
+def _check_no_state_dict_flags(args, flags: dict, what: str) -> None:
+    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a .safetensors state "
+                         f"dict only; got {what}.")
+
+
+def run_inspect(args) -> int:
+    """Run ``hiddenstate inspect`` with its parsed arguments.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The ``inspect`` subcommand's flags (:func:`hiddenstate.cli.main`).
+
+    Returns
+    -------
+    int
+        0 when the report was written.
+
+    Raises
+    ------
+    ValueError, OSError
+        A user error, one line naming the flag (printed by the CLI, exit status 2).
+    """
+    from hiddenstate import train as _train
+    from hiddenstate.pipelines.app import (
+        check_report_path,
+        inspect_checkpoint,
+        inspect_mamba_checkpoint,
+        inspected_text,
+    )
+    from hiddenstate.train.corpus import load_text
+
+    flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
+             "prefix": args.prefix, "inputs": args.inputs}
+    starts = FIXED_POINT_STARTS if args.fixed_point_starts is None else args.fixed_point_starts
+    path = os.fspath(checkpoint_or_pretrained(args))
+    if is_model_directory(path):
+        return model_dir_inspect(args, path)
+    given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None)))
+             if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a save_pretrained model "
+                         f"directory (config.json and safetensors weights) only; got '{path}'.")
+    # a file is a torch state dict (a pickle is refused, unread), or one of our model files
+    if os.path.isfile(path) or path.endswith(".safetensors"):
+        ckpt = character_model_file(path)
+        if ckpt is None:
+            if args.text is not None:
+                raise ValueError("--text needs a run directory (a state dict has no vocabulary); use --inputs FILE.npy.")
+            from hiddenstate.pipelines.inspection import inspect_file
+
+            check_report_out(args.out)  # before the work, not after it
+            inspect_file(path, args.out, seed=args.seed, echo=print,
+                         n_fixed_point_starts=starts, stages=stage_lines(), **flags)
+            return 0
+        _check_no_state_dict_flags(args, flags, f"the model file of the checkpoint '{ckpt}'")
+        print(f"model: '{path}' is the model file of the checkpoint '{ckpt}': inspected as that run")
+    else:
+        _check_no_state_dict_flags(args, flags, f"the run '{path}'")
+        ckpt = _run_checkpoint(path)
+    check_report_out(args.out)  # before the work, not after it
+    if args.text is not None:
+        load_text(args.text, name="--text")
+    trained = _train.load(ckpt)
+    mamba = trained.model.cell == "mamba"
+    if mamba and args.fixed_point_starts:  # 0 asks to skip a search that a Mamba model has not: accepted
+        raise ValueError(f"--fixed-point-starts applies to models of rnn, gru, lstm, mingru or minlstm layers; got "
+                         f"{starts} for the mamba run '{ckpt}', whose SSM step has one stable fixed point per input "
+                         "by construction (no search to run; the report's Not measured card says why). Leave the "
+                         "flag out.")
+    measured = inspected_text(trained, args.text)
+    if measured.dropped:
+        shown = ", ".join(repr(c) for c in measured.unknown)
+        print(f"text: dropped {measured.dropped:,} characters outside the model's vocabulary "
+              f"({shown}{' ...' if len(measured.unknown) == 10 else ''}); the report says so too")
+    if mamba:
+        analysis = inspect_mamba_checkpoint(trained, args.out, text_file=args.text, echo=stage_lines())
+        print(analysis.summary())
+        report = check_report_path(args.out)
+    else:
+        report = inspect_checkpoint(trained, args.out, text_file=args.text, n_fixed_point_starts=starts,
+                                    echo=stage_lines())
+    print(f"report: {report}")
+    return 0
