@@ -57,7 +57,8 @@ class SequenceBlock:
     ``shapes()``, ``_state_shapes(N)``, ``_forward(p, x, states, lengths, reset)``,
     ``_backward(kernel_cache, d_out, d_final)`` and ``_recorded(kernel_cache)``; the class
     attributes ``state_type`` (a NamedTuple) and ``supports`` (``{"lengths", "reset"}`` or a
-    subset) say what the block offers.
+    subset) say what the block offers. ``_check_call(T, N, record)`` may refuse a call that
+    cannot fit in memory once the input and states are checked, before the kernel runs.
     """
 
     state_type: type = tuple
