@@ -44,6 +44,8 @@ LAYERS = {
     "pipelines.inspection": {CORE, "probe", "report", "train", "interop", "pipelines.app",  # foreign models -> report
                              "pipelines.family_inspection", "pipelines.inspection"},
     "pipelines.export": {CORE, "train", "interop", "pipelines.export"},  # trained models -> ONNX / torch.export files
+    # hiddenstate.analyze: any model -> the analysis of its kind
+    "pipelines.analyze": {CORE, "probe", "train", "interop", "pipelines.family_inspection", "pipelines.analyze"},
     "pipelines.inspect_command": {CORE, "train", "pipelines.app", "pipelines.inspection",  # which model a path names
                                   "pipelines.inspect_command", "interop.families",  # a model directory: its config,
                                   "pipelines.family_inspection"},  # then its report

@@ -3,8 +3,12 @@
 Create it (:func:`init_hidden`, :func:`initial_state`), update it (:mod:`hiddenstate.classic.textbook`,
 the cells), carry it and train through it (:class:`RNN`, :class:`GRU`, :class:`LSTM` with exact
 BPTT; :class:`MinGRU`, :class:`MinLSTM` with a parallel scan), check gradients (:mod:`hiddenstate.classic.gradcheck`) and look inside it
-(:mod:`hiddenstate.probe`, :mod:`hiddenstate.report`). ``import hiddenstate`` loads NumPy only;
-the names that need scipy, matplotlib or safetensors import them when first used.
+(:mod:`hiddenstate.probe`, :mod:`hiddenstate.report`). The recurrent blocks of modern language
+models are here too, their state in the open (:class:`Mamba`, :class:`Mamba2`, :class:`GatedDeltaNet`,
+:class:`KimiDeltaAttention`, :class:`RGLRUBlock`, :class:`LightningAttention`, :class:`ShortConv`,
+:class:`MLSTMLayer`, :class:`RWKVTimeMix`), and :func:`analyze` measures any of these models with
+the analysis of its kind. ``import hiddenstate`` loads NumPy only; the names that need scipy,
+matplotlib or safetensors import them when first used.
 """
 
 from hiddenstate.classic import gradcheck, textbook
@@ -30,11 +34,19 @@ oldpaths.install()
 
 __getattr__, __dir__ = attach(__name__, {
     "CharRNN": "hiddenstate.train.model",
+    "GatedDeltaNet": "hiddenstate.kinds.delta.block",
+    "KimiDeltaAttention": "hiddenstate.kinds.delta.block",
+    "LightningAttention": "hiddenstate.kinds.lightning.block",
+    "MLSTMLayer": "hiddenstate.kinds.mlstm.block",
     "Mamba": "hiddenstate.kinds.ssm.mamba",
     "Mamba2": "hiddenstate.kinds.ssm.mamba2",
     "Mamba2LM": "hiddenstate.kinds.ssm.lm",
     "MambaLM": "hiddenstate.kinds.ssm.lm",
     "MambaState": "hiddenstate.state",
+    "RGLRUBlock": "hiddenstate.kinds.rglru.block",
+    "RWKVTimeMix": "hiddenstate.kinds.rwkv.block",
+    "ShortConv": "hiddenstate.kinds.shortconv.block",
+    "analyze": "hiddenstate.pipelines.analyze:analyze",
     "analyze_model": "hiddenstate.probe.analysis",
     "build_report": "hiddenstate.report.page",
     "find_fixed_points": "hiddenstate.probe.fixedpoints",
@@ -54,7 +66,11 @@ __all__ = [
     "CharRNN",
     "DirectionalState",
     "GRUCell",
+    "GatedDeltaNet",
+    "KimiDeltaAttention",
     "LSTMCell",
+    "LightningAttention",
+    "MLSTMLayer",
     "Mamba",
     "Mamba2",
     "Mamba2LM",
@@ -64,7 +80,11 @@ __all__ = [
     "MinGRUCell",
     "MinLSTM",
     "MinLSTMCell",
+    "RGLRUBlock",
     "RNNCell",
+    "RWKVTimeMix",
+    "ShortConv",
+    "analyze",
     "analyze_model",
     "build_report",
     "candidate",

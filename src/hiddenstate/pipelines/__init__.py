@@ -8,4 +8,6 @@
   transformers family (recomputed from its own run) or one of our blocks' language models.
 * :mod:`~hiddenstate.pipelines.inspect_command`: which model a path on the command line names.
 * :mod:`~hiddenstate.pipelines.export`: a trained run -> ONNX or a ``torch.export`` program.
+* :mod:`~hiddenstate.pipelines.analyze`: :func:`~hiddenstate.analyze`, any model the package knows -> the
+  analysis of its kind.
 """

@@ -261,8 +261,8 @@ def model_dir_inspect(args, path: str) -> int:
         vocab_size``, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
         model type, custom code, a damaged shard, records over the cap: ``--layers`` lowers them).
     """
-    from hiddenstate.interop.families.config_file import check_ids, check_layers
-    from hiddenstate.interop.families.directory import TOKENIZER_FILE, open_model_dir, token_strings, tokenize
+    from hiddenstate.interop.families.config_file import model_request
+    from hiddenstate.interop.families.directory import TOKENIZER_FILE, load_model_dir, token_strings, tokenize
     from hiddenstate.pipelines.app import check_report_path
     from hiddenstate.pipelines.family_inspection import inspect_mamba
     from hiddenstate.train.corpus import load_text
@@ -280,27 +280,29 @@ def model_dir_inspect(args, path: str) -> int:
                          f"tokenizer.json) must give the model directory '{path}' its input; got "
                          f"{'both' if args.ids is not None else 'neither'}.")
     check_report_out(args.out)  # before the work, not after it
-    check_layers(path, layers, name="--layers")  # config.json's num_hidden_layers: before any weight is read
+    request = model_request(path, layers, name="--layers")  # config.json, once: before any weight is read
     tokenizer = os.path.join(path, TOKENIZER_FILE)
     text = None
     if args.ids is not None:
-        ids = check_ids(path, read_ids(args.ids), name=f"--ids '{args.ids}'")
+        request = request.with_ids(read_ids(args.ids), name=f"--ids '{args.ids}'")
         needs = ("they need the characters behind the steps, one per step: give --text FILE instead of --ids, "
                  "tokenised by the model directory's tokenizer.json" + ("" if os.path.lexists(tokenizer) else
                                                                         " (this one has none)")
                  + ", with a tokenizer that makes one token per character")
     else:
         ids = tokenize(path, load_text(args.text, name="--text"))
-        ids = check_ids(path, ids, name=f"--text '{args.text}', tokenised by '{tokenizer}',")
-        pieces = token_strings(path, ids)
+        request = request.with_ids(ids, name=f"--text '{args.text}', tokenised by '{tokenizer}',")
+        pieces = token_strings(path, request.ids)
         step = next((t for t, piece in enumerate(pieces) if len(piece) != 1), None)
         text = "".join(pieces) if step is None else None
         needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
                  f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
                  "--text gives them with a tokenizer that makes one token per character")
-    model, ids, source = open_model_dir(path, ids, layers=layers)
+    model = load_model_dir(request)
+    source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)
-    analysis = inspect_mamba(model, ids, out=out, text=text, source=source, layers=layers, needs_text=needs)
+    analysis = inspect_mamba(model, request.ids, out=out, text=text, source=source, layers=request.layers,
+                             needs_text=needs)
     print(analysis.summary())
     print(f"report: {out}")
     return 0

@@ -19,7 +19,7 @@ from hiddenstate.classic.recurrent import RecurrentLayer
 from hiddenstate.core.nesting import where_ragged
 from hiddenstate.core.validation import float_array, shape_str
 from hiddenstate.interop.families import MAX_BYTES, family_of
-from hiddenstate.interop.families.directory import open_model_dir
+from hiddenstate.interop.families.directory import open_request
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
@@ -263,7 +263,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         ``cell="mamba"`` (:func:`hiddenstate.pipelines.app.char_mamba_report`: ``x`` its ids or a str with
         ``vocab``, ``h0`` its state pair; ``lengths`` is refused, no fixed-point search). A path:
         a ``save_pretrained`` directory of a registered family, read offline and checked
-        (:func:`hiddenstate.interop.families.directory.open_model_dir`), then as its model.
+        (:func:`hiddenstate.interop.families.directory.open_request`), then as its model.
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
@@ -334,8 +334,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
-        model, x, named = open_model_dir(model, x, layers=layers, max_bytes=max_bytes)
-        source = source or named
+        model, request, named = open_request(model, x, layers=layers, max_bytes=max_bytes)
+        x, layers, source = request.ids, request.layers, source or named  # read and checked once
     if is_mamba_model(model):
         if lengths is not None:  # the measurements would average over the padded steps
             raise ValueError("lengths must be None for a Mamba or Mamba-2 model: its analysis reads whole sequences "

@@ -1,6 +1,7 @@
 """What every block of a modern recurrent family shares: validation, state handling, forward/backward plumbing.
 
-:class:`SequenceBlock` is the base of :class:`~hiddenstate.kinds.rglru.block.RGLRUBlock`,
+:class:`SequenceBlock` is the base of :class:`~hiddenstate.kinds.delta.block.GatedDeltaNet`,
+:class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention`, :class:`~hiddenstate.kinds.rglru.block.RGLRUBlock`,
 :class:`~hiddenstate.kinds.lightning.block.LightningAttention`, :class:`~hiddenstate.kinds.shortconv.block.ShortConv`,
 :class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer`, :class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix` and (through
 :class:`~hiddenstate.kinds.ssm.block.SelectiveSSMBlock`) :class:`~hiddenstate.Mamba` and :class:`~hiddenstate.Mamba2`:
@@ -56,7 +57,8 @@ class SequenceBlock:
     ``shapes()``, ``_state_shapes(N)``, ``_forward(p, x, states, lengths, reset)``,
     ``_backward(kernel_cache, d_out, d_final)`` and ``_recorded(kernel_cache)``; the class
     attributes ``state_type`` (a NamedTuple) and ``supports`` (``{"lengths", "reset"}`` or a
-    subset) say what the block offers.
+    subset) say what the block offers. ``_check_call(T, N, record)`` may refuse a call that
+    cannot fit in memory once the input and states are checked, before the kernel runs.
     """
 
     state_type: type = tuple
@@ -200,6 +202,7 @@ class SequenceBlock:
         if reset is not None:
             reset = bool_mask("reset", reset, (N, T) if self.batch_first else (T, N))
             reset = np.ascontiguousarray(reset.T if self.batch_first else reset)  # (T, N)
+        self._check_call(T, N, record)
         check_params(self.params, self.shapes(), self.dtype, name)
         p = {k: v.copy() for k, v in self.params.items()}
         with FloatGuard() as guard:
@@ -215,6 +218,9 @@ class SequenceBlock:
             guard.check("the record", arrays, "Scale the input or the weights down.", always=True)
             return out, final, cache, rec
         return out, final, cache
+
+    def _check_call(self, T, N, record) -> None:
+        """Refuse a call of ``T`` steps of ``N`` rows (``record`` or not) that cannot fit in memory (none here)."""
 
     def _refusal(self, opt):
         return "Split the batch into rows of equal length and call once per document instead."

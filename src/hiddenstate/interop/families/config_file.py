@@ -11,14 +11,21 @@ line naming the argument, the rule and the value received:
 * :func:`check_layers`: the recorded layers lie in ``0 <= i < num_hidden_layers`` (whether each
   is recurrent needs the layer map, which needs the model: checked later, before it runs);
 * :func:`check_ids`: the token ids are integers of shape (T,) or (N, T) in ``0 <= id <
-  vocab_size`` (:func:`token_ids`, which the loader applies again as a backstop).
+  vocab_size`` (:func:`token_ids`).
+
+On the path of ``inspect_model(DIR, ...)`` and ``hiddenstate inspect DIR`` all of it happens once:
+:func:`model_request` reads and checks ``config.json`` and the layers into a :class:`ModelRequest`,
+:meth:`ModelRequest.with_ids` checks the ids, and the loader
+(:func:`~hiddenstate.interop.families.directory.load_model_dir`) and the report take that object.
 
 transformers is imported with the hub switched off (:func:`offline_transformers`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import numbers
 import os
 from pathlib import Path
 
@@ -27,10 +34,11 @@ import numpy as np
 from hiddenstate.core.files import open_regular
 from hiddenstate.core.resources import format_bytes
 from hiddenstate.core.validation import shape_str
-from hiddenstate.interop.families.registry import find_family, registered
+from hiddenstate.interop.families.registry import Family, find_family, registered
 
-__all__ = ["CONFIG_FILE", "MAX_JSON_BYTES", "check_ids", "check_layers", "config_family", "model_config",
-           "offline_transformers", "read_config", "read_json", "special_floats", "token_ids"]
+__all__ = ["CONFIG_FILE", "MAX_JSON_BYTES", "ModelRequest", "check_ids", "check_layers", "config_family",
+           "model_config", "model_request", "offline_transformers", "read_config", "read_json", "special_floats",
+           "token_ids"]
 
 CONFIG_FILE = "config.json"
 #: The largest ``config.json`` or index read.
@@ -195,6 +203,11 @@ def model_config(directory, cfg: dict | None = None):
     """
     cfg = read_config(directory) if cfg is None else cfg
     _, cls_name = config_family(directory, cfg)
+    return _build_config(cfg, cls_name)
+
+
+def _build_config(cfg: dict, cls_name: str):
+    """transformers' config of a checked ``config.json`` (its ``model_type``'s config class)."""
     transformers = offline_transformers()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -209,6 +222,123 @@ def _count(config, key: str) -> int | None:
     """``config.key`` when it is a positive int (not a bool), else None."""
     value = getattr(config, key, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _checked_layers(config, layers, name: str, where: str):
+    """``layers`` as sorted unique indices below ``num_hidden_layers`` of ``config`` (None stays None)."""
+    if layers is None:
+        return None
+    try:
+        items = [layers] if np.ndim(layers) == 0 else list(layers)
+        wanted = sorted({int(i) for i in items})
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a layer index or a list of them; got {layers!r}.") from None
+    n = _count(config, "num_hidden_layers")
+    bad = [i for i in wanted if i < 0 or (n is not None and i >= n)]
+    if bad:
+        rule = f"0 <= i < num_hidden_layers={n} (from {where})" if n else "i >= 0"
+        raise ValueError(f"{name} must be layer indices with {rule}; got {', '.join(map(str, bad))}.")
+    if isinstance(layers, np.ndarray) and layers.ndim <= 1 and layers.dtype.kind in "iu":
+        items = layers.reshape(-1).tolist()
+    if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (numbers.Integral, np.integer)) for i in items):
+        # int() read 2.5 as 2, True as 1 and "1" as 1: refused as the model's own check refuses them
+        raise TypeError(f"{name} must be a recurrent layer index (an int) or a list of them; got {layers!r:.80}.")
+    return tuple(wanted)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRequest:
+    """A model directory's ``config.json`` read and checked once, with the layers and ids asked of its model.
+
+    Made by :func:`model_request` (the ids by :meth:`with_ids`); what the rest of the path of
+    ``inspect_model(DIR, ...)`` and ``hiddenstate inspect DIR`` takes instead of reading the file
+    again.
+
+    Parameters
+    ----------
+    directory : pathlib.Path
+        The model directory.
+    cfg : dict
+        Its ``config.json``, as parsed (checked: no ``auto_map``, a registered ``model_type``).
+    family : Family
+        The registered family of its ``model_type``.
+    class_name : str
+        The transformers class to build (the config's ``architectures`` entry of the family).
+    config : transformers config
+        The family's config class built from ``cfg`` (:func:`model_config`).
+    layers : tuple of int or None
+        The layers to record, sorted and unique, each below ``num_hidden_layers`` (None: all).
+    ids : ndarray of int64, shape (N, T), or None
+        The token ids, each below ``vocab_size`` (None: not given yet).
+    """
+
+    directory: Path
+    cfg: dict
+    family: Family
+    class_name: str
+    config: object
+    layers: tuple | None = None
+    ids: np.ndarray | None = None
+
+    @property
+    def where(self) -> str:
+        """``"'DIR/config.json'"``, as the messages name the file."""
+        return f"'{self.directory / CONFIG_FILE}'"
+
+    def with_ids(self, x, *, name: str = "x") -> ModelRequest:
+        """This request with ``x`` checked as its token ids against the config's ``vocab_size``.
+
+        Parameters
+        ----------
+        x : array_like of int or torch.Tensor, shape (T,) or (N, T)
+        name : str, default "x"
+            What the messages call ``x`` (``"--ids 'ids.npy'"`` on the command line).
+
+        Returns
+        -------
+        ModelRequest
+            A copy with ``ids`` (N, T) int64.
+
+        Raises
+        ------
+        TypeError, ValueError
+            From :func:`token_ids`.
+        """
+        ids = token_ids(x, _count(self.config, "vocab_size"), name=name, where=f"from {self.where}")
+        return dataclasses.replace(self, ids=ids)
+
+
+def model_request(directory, layers=None, *, name: str = "layers") -> ModelRequest:
+    """Read and check a model directory's ``config.json`` and the layers asked of its model, once.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A model directory.
+    layers : int, list of int or None
+        The layers to record (None: all).
+    name : str, default "layers"
+        What the messages call ``layers`` (``"--layers"`` on the command line).
+
+    Returns
+    -------
+    ModelRequest
+        Without ids (:meth:`ModelRequest.with_ids` adds them).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        From :func:`read_json` and :func:`config_family`; what transformers' config class
+        refuses; an index outside ``0 <= i < num_hidden_layers``.
+    TypeError
+        ``layers`` is not an index (an int) or a list of them.
+    """
+    d = Path(directory)
+    cfg = read_json(d / CONFIG_FILE, "config.json")
+    family, cls_name = config_family(d, cfg)
+    config = _build_config(cfg, cls_name)
+    return ModelRequest(d, cfg, family, cls_name, config,
+                        _checked_layers(config, layers, name, f"'{d / CONFIG_FILE}'"))
 
 
 def check_layers(directory, layers, *, name: str = "layers"):
@@ -231,23 +361,12 @@ def check_layers(directory, layers, *, name: str = "layers"):
     Raises
     ------
     TypeError
-        ``layers`` is not an index or a list of them.
+        ``layers`` is not an index (an int) or a list of them.
     ValueError
         An index outside ``0 <= i < num_hidden_layers``; and what :func:`model_config` refuses.
     """
-    config = model_config(directory)  # the refusals of config.json even when layers is None
-    if layers is None:
-        return None
-    try:
-        wanted = sorted({int(i) for i in ([layers] if np.ndim(layers) == 0 else layers)})
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a layer index or a list of them; got {layers!r}.") from None
-    n = _count(config, "num_hidden_layers")
-    bad = [i for i in wanted if i < 0 or (n is not None and i >= n)]
-    if bad:
-        rule = f"0 <= i < num_hidden_layers={n} (from '{Path(directory) / CONFIG_FILE}')" if n else "i >= 0"
-        raise ValueError(f"{name} must be layer indices with {rule}; got {', '.join(map(str, bad))}.")
-    return wanted
+    wanted = model_request(directory, layers, name=name).layers  # config.json's refusals even when layers is None
+    return None if wanted is None else list(wanted)
 
 
 def token_ids(x, vocab_size, *, name: str = "x", where: str = "") -> np.ndarray:
@@ -316,5 +435,4 @@ def check_ids(directory, x, *, name: str = "x") -> np.ndarray:
     TypeError, ValueError
         From :func:`token_ids` and :func:`model_config`.
     """
-    return token_ids(x, _count(model_config(directory), "vocab_size"), name=name,
-                     where=f"from '{Path(directory) / CONFIG_FILE}'")
+    return model_request(directory).with_ids(x, name=name).ids

@@ -11,8 +11,10 @@ before a byte of a weight is read:
    ``architectures`` entry that is not one of the family's transformers classes. The model class
    is transformers' own (``getattr(transformers, name)``): no code from the directory ever runs.
    The layers asked for and the token ids are held to its ``num_hidden_layers`` and
-   ``vocab_size`` (:mod:`~hiddenstate.interop.families.config_file`), before transformers is
-   imported; the later checks below stay as a backstop.
+   ``vocab_size`` (:mod:`~hiddenstate.interop.families.config_file`), before a model is built.
+   All of it is read and checked once, into a
+   :class:`~hiddenstate.interop.families.config_file.ModelRequest` that the loader takes (pass one
+   as ``directory`` to skip reading again).
 2. Every shard's header is read and checked (:func:`~hiddenstate.interop.safetensors_header.read_header`:
    a regular file, a symbolic link only to one (a dangling link, a loop, a FIFO or a device is
    refused unopened, as every reader of the package does), offsets that tile the file exactly);
@@ -47,19 +49,18 @@ from hiddenstate.core.resources import check_memory, format_bytes
 from hiddenstate.interop.families.config_file import (
     CONFIG_FILE,
     MAX_JSON_BYTES,
-    check_ids,
-    check_layers,
-    config_family,
+    ModelRequest,
+    model_request,
     offline_transformers,
     read_json,
     special_floats,
-    token_ids,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes
 from hiddenstate.interop.safetensors_header import read_header
 
-__all__ = ["CONFIG_FILE", "INDEX_FILE", "MAX_JSON_BYTES", "TOKENIZER_FILE", "WEIGHTS_FILE", "is_model_dir",
-           "load_model_dir", "open_model_dir", "token_strings", "tokenize", "weight_headers"]
+__all__ = ["CONFIG_FILE", "INDEX_FILE", "MAX_JSON_BYTES", "TOKENIZER_FILE", "WEIGHTS_FILE", "ModelRequest",
+           "is_model_dir", "load_model_dir", "model_request", "open_model_dir", "open_request", "token_strings",
+           "tokenize", "weight_headers"]
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -335,14 +336,25 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
                  "fewer tokens; or use a machine with more memory.")
 
 
+def _given(request, **given) -> None:
+    """Refuse arguments that a :class:`ModelRequest` already holds."""
+    extra = [k for k, v in given.items() if v is not None]
+    if extra:
+        raise TypeError(f"{' and '.join(extra)} must be None when directory is a ModelRequest (it holds the checked "
+                        f"{' and '.join(extra)}); got {', '.join(type(given[k]).__name__ for k in extra)}.")
+
+
 def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
     """Build a registered family's transformers model from a ``save_pretrained`` directory, offline and checked.
 
     Parameters
     ----------
-    directory : str or os.PathLike
+    directory : str, os.PathLike or ModelRequest
         ``config.json`` and ``model.safetensors`` (or the shards of
-        ``model.safetensors.index.json``); see the module docstring for every check.
+        ``model.safetensors.index.json``); see the module docstring for every check. A
+        :class:`~hiddenstate.interop.families.config_file.ModelRequest` (:func:`model_request`)
+        is that directory with its ``config.json``, layers and ids already checked (``ids`` and
+        ``layers`` must then be None).
     ids : ndarray of int, shape (N, T), optional
         The ids the model will run on: with them, the records of ``layers`` are checked against
         ``max_bytes`` before the model is built.
@@ -363,31 +375,35 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
         One line each: what :func:`weight_headers` and the module docstring's checks refuse,
         ``layers`` outside ``config.json``'s ``num_hidden_layers`` and ids outside its
         ``vocab_size`` (both before a header is read), records over ``max_bytes`` or weights over
-        this machine's memory (with the flag that lowers them).
+        this machine's memory (with the flag that lowers them); ``ids`` or ``layers`` with a
+        ModelRequest.
     """
-    d = Path(directory)
-    if not is_model_dir(d):
-        raise FileNotFoundError(f"model must be a save_pretrained directory holding {CONFIG_FILE}; got '{d}'.")
-    cfg = read_json(d / CONFIG_FILE, "config.json")
-    family, cls_name = config_family(d, cfg)
-    check_layers(d, layers)  # from config.json: before a header is read or transformers imported
-    if ids is not None:
-        ids = check_ids(d, ids, name="ids")
+    if isinstance(directory, ModelRequest):
+        _given(directory, ids=ids, layers=layers)
+        request = directory
+    else:
+        d = Path(directory)
+        if not is_model_dir(d):
+            raise FileNotFoundError(f"model must be a save_pretrained directory holding {CONFIG_FILE}; got '{d}'.")
+        request = model_request(d, layers)  # from config.json: before a header is read
+        if ids is not None:
+            request = request.with_ids(ids, name="ids")
+    d, ids, layers = request.directory, request.ids, request.layers
     headers = weight_headers(d)
     import torch
 
-    cls = getattr(offline_transformers(), cls_name)
-    config = cls.config_class.from_dict(special_floats(cfg))
-    source = f"the {cls_name} in '{d}'"
-    if ids is not None:  # again, with the built config's vocab_size
-        ids = token_ids(ids, getattr(config, "vocab_size", None), name="ids", where=f"the {cls_name}'s config")
+    cls = getattr(offline_transformers(), request.class_name)
+    config = request.config  # transformers' _from_config copies it
+    if type(config) is not cls.config_class:  # a model_type whose config class is not the architecture's
+        config = cls.config_class.from_dict(special_floats(request.cfg))
+    source = f"the {request.class_name} in '{d}'"
     with torch.device("meta"):
         shell = cls._from_config(config)
     forms, ties = _expected(shell, headers, f"'{d}'")
     weights = sum(p.numel() * p.element_size() for p in shell.parameters()) + sum(
         e.nbytes for _, e in headers.values())  # the model, and the tensors read before they are copied into it
     if ids is not None:
-        _check_records(shell, family, ids, layers, max_bytes, weights, source)
+        _check_records(shell, request.family, ids, layers, max_bytes, weights, source)
     else:
         check_memory(f"loading {source}", weights, "Use a machine with more memory.")
     del shell
@@ -396,6 +412,50 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
     model = cls._from_config(config)
     model.load_state_dict(_state_dict(model, forms, ties, headers, f"'{d}'", torch), strict=True)
     return model.eval()
+
+
+def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES):
+    """``inspect_model(DIR, x)``: the directory's model and the checked request it was loaded by.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A ``save_pretrained`` directory of a registered family (:func:`load_model_dir`).
+    x : array_like of int, shape (T,) or (N, T), or str
+        Token ids, or a text that the directory's ``tokenizer.json`` tokenises (:func:`tokenize`).
+    layers : int or list of int, optional
+        The recurrent layers to record (default all).
+    max_bytes : int or None, default MAX_BYTES
+        The cap on their records, checked before the model is built.
+
+    Returns
+    -------
+    model : transformers model
+    request : ModelRequest
+        ``config.json``, the layers and the ids (N, T), each read and checked once.
+    source : str
+        What the report calls the model (``"transformers MambaForCausalLM from 'DIR'"``).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError, TypeError
+        As :func:`open_model_dir`.
+    """
+    shown = os.fsdecode(os.fspath(directory)) if isinstance(directory, (str, os.PathLike)) else repr(directory)
+    if not is_model_dir(directory):
+        run = any(os.path.isfile(os.path.join(shown, *p)) for p in (("meta.json",), ("checkpoint", "meta.json")))
+        raise FileNotFoundError(f"model must be a model object or a transformers model directory ({CONFIG_FILE} and "
+                                f"safetensors weights, as save_pretrained writes them); got '{shown}', which has no "
+                                f"{CONFIG_FILE}" + (": it is a training run directory (meta.json): pass "
+                                                    f"hiddenstate.train.load('{shown}').model" if run else "") + ".")
+    request = model_request(directory, layers)  # config.json's refusals and num_hidden_layers before tokenising
+    name = "x"
+    if isinstance(x, str):
+        x = tokenize(directory, x)
+        name = f"x, tokenised by '{Path(directory) / TOKENIZER_FILE}',"
+    request = request.with_ids(x, name=name)  # vocab_size before the model is built
+    model = load_model_dir(request, max_bytes=max_bytes)
+    return model, request, f"transformers {type(model).__name__} from '{shown}'"
 
 
 def open_model_dir(directory, x, *, layers=None, max_bytes=MAX_BYTES):
@@ -427,18 +487,5 @@ def open_model_dir(directory, x, *, layers=None, max_bytes=MAX_BYTES):
         held to ``config.json`` before the model is built; and as :func:`load_model_dir` and
         :func:`tokenize`.
     """
-    shown = os.fsdecode(os.fspath(directory)) if isinstance(directory, (str, os.PathLike)) else repr(directory)
-    if not is_model_dir(directory):
-        run = any(os.path.isfile(os.path.join(shown, *p)) for p in (("meta.json",), ("checkpoint", "meta.json")))
-        raise FileNotFoundError(f"model must be a model object or a transformers model directory ({CONFIG_FILE} and "
-                                f"safetensors weights, as save_pretrained writes them); got '{shown}', which has no "
-                                f"{CONFIG_FILE}" + (": it is a training run directory (meta.json): pass "
-                                                    f"hiddenstate.train.load('{shown}').model" if run else "") + ".")
-    check_layers(directory, layers)  # config.json's refusals and num_hidden_layers before tokenising
-    name = "x"
-    if isinstance(x, str):
-        x = tokenize(directory, x)
-        name = f"x, tokenised by '{Path(directory) / TOKENIZER_FILE}',"
-    ids = check_ids(directory, x, name=name)  # vocab_size before the model is built
-    model = load_model_dir(directory, ids, layers=layers, max_bytes=max_bytes)
-    return model, ids, f"transformers {type(model).__name__} from '{shown}'"
+    model, request, source = open_request(directory, x, layers=layers, max_bytes=max_bytes)
+    return model, request.ids, source

@@ -29,54 +29,30 @@ import math
 
 import numpy as np
 
-from hiddenstate.core.functional import FloatGuard
-from hiddenstate.core.params import check_param_memory, check_params, load_into
 from hiddenstate.core.resources import check_memory
-from hiddenstate.core.validation import (
-    boolean,
-    choice,
-    float_array,
-    float_dtype,
-    generator,
-    positive_int,
-    real,
-    shape_str,
-)
-from hiddenstate.core.validation import lengths as valid_lengths
+from hiddenstate.core.validation import boolean, choice, float_dtype, generator, positive_int, real
 from hiddenstate.kinds.delta import block_kernel as kernel
 from hiddenstate.kinds.delta.block_kernel import BlockSpec, DeltaRecord, DeltaState
 from hiddenstate.kinds.delta.kernel import DELTA_CHUNK
+from hiddenstate.shared.seqblock import BlockCache, SequenceBlock
 from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["DeltaCache", "DeltaRecord", "DeltaState", "GatedDeltaNet", "KimiDeltaAttention"]
 
+DeltaCache = BlockCache  # what ``backward`` needs from one forward call (the name of 0.2, kept)
 
-class DeltaCache:
-    """What ``backward`` needs from one forward call (opaque).
 
-    Parameters
-    ----------
-    kernel_cache : tuple
-        The kernel's cache (:func:`hiddenstate.kinds.delta.block_kernel.block_forward`).
-    batch_first : bool
-        The layout of the call's input and output.
-    owner : GatedDeltaNet or KimiDeltaAttention
-        The layer that made it.
+class _DeltaLayer(SequenceBlock):
+    """What both layers add to :class:`~hiddenstate.shared.seqblock.SequenceBlock`: the matrix state, the memory checks.
+
+    The spec and params come from the subclass; the base class validates the inputs and runs
+    :mod:`hiddenstate.kinds.delta.block_kernel`.
     """
-
-    __slots__ = ("batch_first", "kernel", "owner")
-
-    def __init__(self, kernel_cache, batch_first, owner):
-        self.kernel = kernel_cache
-        self.batch_first = batch_first
-        self.owner = owner
-
-
-class _DeltaLayer:
-    """The code both layers share: state handling, forward, backward (the spec and params come from the subclass)."""
 
     spec: BlockSpec
     params: dict
+    state_type = DeltaState
+    supports = frozenset({"lengths"})
 
     def _init_common(self, d_model, d_conv, eps, chunk, batch_first, dtype):
         self.d_model = positive_int("d_model", d_model)
@@ -96,64 +72,39 @@ class _DeltaLayer:
         k = 1.0 / math.sqrt(fan_in)
         return rng.uniform(-k, k, size=shape).astype(self.dtype)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters by their transformers names.
-
-        Returns
-        -------
-        dict of str to ndarray
-        """
-        return {k: v.copy() for k, v in self.params.items()}
-
-    def load_state_dict(self, state) -> None:
-        """Copy ``state`` into :attr:`params` in place (every key and shape must match).
-
-        Parameters
-        ----------
-        state : mapping of str to array_like
-            E.g. a transformers module's ``state_dict()`` converted with ``.numpy()``.
-
-        Raises
-        ------
-        ValueError, TypeError
-            As :func:`hiddenstate.core.params.load_into`.
-        """
-        load_into(self.params, state, type(self).__name__)
-
-    def _legends(self, N):
+    def _state_shapes(self, N):
         s, Dc = self.spec, self.conv_dim
-        return (((N, s.Hv, s.Dk, s.Dv), f"(N={N}, Hv={s.Hv}, Dk={s.Dk}, Dv={s.Dv})"),
-                ((N, Dc, s.K - 1), f"(N={N}, Dc={Dc}, K-1={s.K - 1})"))
+        return [((N, s.Hv, s.Dk, s.Dv), f"(N={N}, Hv={s.Hv}, Dk={s.Dk}, Dv={s.Dv})"),
+                ((N, Dc, s.K - 1), f"(N={N}, Dc={Dc}, K-1={s.K - 1})")]
 
-    def _check_state_memory(self, N) -> None:
-        """Refuse ``N`` rows of states that cannot fit in memory (before they are allocated)."""
-        nbytes = float(sum(math.prod(shape) for shape, _ in self._legends(N))) * self.dtype.itemsize
-        check_memory(f"{type(self).__name__} states of batch_size={N} rows", nbytes, "Use fewer rows per call.")
+    def _state_kind(self, name):
+        return "a pair (d_recurrent, d_conv)" if name == "d_state_n" else "a pair (recurrent, conv) (a DeltaState)"
 
-    def initial_state(self, batch_size: int) -> DeltaState:
-        """Zero states for ``batch_size`` sequences.
+    def _chunk(self, T):
+        return None if self.chunk is None else min(self.chunk, max(T, 1))  # one chunk of T steps is the same
 
-        Parameters
-        ----------
-        batch_size : int
-            N.
+    def _check_call(self, T, N, record):
+        name, sp = type(self).__name__, self.spec
+        if record or self.chunk is None:
+            nbytes = T * N * sp.Hv * sp.Dk * sp.Dv * self.dtype.itemsize
+            what = "record=True" if record else "chunk=None (the per-step form keeps every state)"
+            check_memory(f"{name}.forward with {what} over T={T}, N={N}: the states (T, N, Hv, Dk, Dv) "
+                         f"({nbytes} bytes)", nbytes, "Split the sequence into calls that carry the state.")
+        chunk = self._chunk(T)
+        if chunk is not None and chunk > DELTA_CHUNK:  # a chunk's (Q, Q) matrices: decays, Gram, inverse, attention
+            C = -(-T // chunk)
+            nbytes = 4.0 * N * sp.Hv * C * chunk * chunk * self.dtype.itemsize
+            check_memory(f"{name}.forward with chunk={self.chunk} over T={T}, N={N}: the chunks' (N, Hv, T/Q, Q, Q) "
+                         f"matrices", nbytes, "Pass a smaller chunk (64 is the kernels' own).")
 
-        Returns
-        -------
-        DeltaState
-            ``recurrent`` (N, Hv, Dk, Dv) and ``conv`` (N, Dc, K-1), zeros of the layer's dtype.
-        """
-        N = positive_int("batch_size", batch_size)
-        self._check_state_memory(N)
-        return DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
+    def _forward(self, p, x, s, lengths, reset):
+        return kernel.block_forward(p, x, s[0], s[1], self.spec, chunk=self._chunk(x.shape[0]), lengths=lengths)
 
-    def _part(self, name, value, N, which):
-        want, legend = self._legends(N)[which]
-        a = float_array(name, value, dtype=self.dtype)
-        if a.shape != want:
-            raise ValueError(f"{name} must have shape {legend}; got {shape_str(a.shape)}. A state is never broadcast "
-                             f"over the batch.")
-        return np.array(a, copy=True)
+    def _backward(self, kc, d_out, d_final):
+        return kernel.block_backward(kc, d_out, d_final)
+
+    def _recorded(self, kc):
+        return kernel.block_record(kc)
 
     def forward(self, u, state=None, *, record=False, lengths=None, reset=None):
         """Run the block over a sequence and keep what :meth:`backward` needs.
@@ -163,7 +114,8 @@ class _DeltaLayer:
         u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
             The input; cast to the layer's dtype.
         state : DeltaState or pair (recurrent (N, Hv, Dk, Dv), conv (N, Dc, K-1)), optional
-            The initial states; None: zeros. Pass the previous call's ``state_n`` to carry it.
+            The initial states; None (or a None part): zeros. Pass the previous call's ``state_n``
+            to carry it.
         record : bool, default False
             Also return every step's states and gates (refused up front when the T N Hv Dk Dv
             matrix states would not fit in memory).
@@ -204,114 +156,7 @@ class _DeltaLayer:
         if is_foreign(u):
             raise TypeError(f"u must be a NumPy array for {name}; got {type(u).__name__}. Convert it with .numpy() "
                             f"(on the CPU) first.")
-        x = float_array("u", u, dtype=self.dtype)
-        legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
-        if x.ndim != 3 or x.shape[2] != self.d_model:
-            raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
-        x = np.array(x.transpose(1, 0, 2) if self.batch_first else x, copy=True)  # (T, N, M), the cache's own
-        T, N = x.shape[:2]
-        lengths = None if lengths is None else valid_lengths(lengths, T, N)
-        self._check_state_memory(N)
-        if state is None:
-            s = DeltaState(*(np.zeros(w, dtype=self.dtype) for w, _ in self._legends(N)))
-        elif isinstance(state, tuple) and len(state) == 2:
-            s = DeltaState(self._part("state.recurrent", state[0], N, 0), self._part("state.conv", state[1], N, 1))
-        else:
-            raise TypeError(f"state must be a pair (recurrent, conv) (a DeltaState); got {type(state).__name__}.")
-        if record or self.chunk is None:
-            sp = self.spec
-            nbytes = T * N * sp.Hv * sp.Dk * sp.Dv * self.dtype.itemsize
-            what = "record=True" if record else "chunk=None (the per-step form keeps every state)"
-            check_memory(f"{name}.forward with {what} over T={T}, N={N}: the states (T, N, Hv, Dk, Dv) "
-                         f"({nbytes} bytes)", nbytes, "Split the sequence into calls that carry the state.")
-        chunk = None if self.chunk is None else min(self.chunk, max(T, 1))  # one chunk of T steps is the same
-        if chunk is not None and chunk > DELTA_CHUNK:  # a chunk's (Q, Q) matrices: decays, Gram, inverse, attention
-            sp, C = self.spec, -(-T // chunk)
-            nbytes = 4.0 * N * sp.Hv * C * chunk * chunk * self.dtype.itemsize
-            check_memory(f"{name}.forward with chunk={self.chunk} over T={T}, N={N}: the chunks' (N, Hv, T/Q, Q, Q) "
-                         f"matrices", nbytes, "Pass a smaller chunk (64 is the kernels' own).")
-        check_params(self.params, self.shapes(), self.dtype, name)
-        p = {k: v.copy() for k, v in self.params.items()}
-        with FloatGuard() as guard:
-            out, final, kc = kernel.block_forward(p, x, s.recurrent, s.conv, self.spec, chunk=chunk,
-                                                  lengths=lengths)
-        guard.check("the forward pass", (("out", out), ("recurrent", final.recurrent)),
-                    "Scale the input or the weights down.", always=True)
-        cache = DeltaCache(kc, self.batch_first, self)
-        out = out.transpose(1, 0, 2) if self.batch_first else out
-        if record:
-            with FloatGuard() as guard:
-                rec = kernel.block_record(kc)
-            guard.check("the record", tuple(zip(rec._fields, rec)), "Scale the input or the weights down.", always=True)
-            return out, final, cache, rec
-        return out, final, cache
-
-    def __call__(self, u, state=None):
-        """``out, state_n = layer(u, state)`` (see :meth:`forward`).
-
-        Parameters
-        ----------
-        u : ndarray of shape (T, N, M), or (N, T, M) with ``batch_first``
-        state : DeltaState, optional
-
-        Returns
-        -------
-        out : ndarray shaped like ``u``
-        state_n : DeltaState
-        """
-        out, final, _ = self.forward(u, state)
-        return out, final
-
-    def backward(self, cache: DeltaCache, d_out, d_state_n=None):
-        """Exact BPTT through one :meth:`forward` call.
-
-        Parameters
-        ----------
-        cache : DeltaCache
-            From this layer's :meth:`forward`.
-        d_out : ndarray shaped like that call's output, or None
-            Gradient of the loss with respect to the output (None: zeros).
-        d_state_n : pair (d_recurrent (N, Hv, Dk, Dv), d_conv (N, Dc, K-1)), optional
-            Gradient with respect to the final states (either part None).
-
-        Returns
-        -------
-        grads : dict of str to ndarray
-            Same keys and shapes as :attr:`params`.
-        d_u : ndarray shaped like the input
-        d_state : DeltaState
-            ``d_recurrent0`` (N, Hv, Dk, Dv) and ``d_conv0`` (N, Dc, K-1).
-
-        Raises
-        ------
-        TypeError
-            A cache from something else, a ``d_state_n`` that is not a pair.
-        ValueError
-            A cache of another layer, gradients of the wrong shape or with NaN/Inf.
-        """
-        name = type(self).__name__
-        if not isinstance(cache, DeltaCache):
-            raise TypeError(f"cache must be what {name}.forward returned; got {type(cache).__name__}.")
-        if cache.owner is not self:
-            raise ValueError(f"cache must come from this layer's forward; got the cache of another {name} layer.")
-        T, N, M = cache.kernel[1].shape
-        if d_out is not None:
-            d_out = float_array("d_out", d_out, dtype=self.dtype)
-            want = (N, T, M) if cache.batch_first else (T, N, M)
-            if d_out.shape != want:
-                raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")
-            d_out = np.ascontiguousarray(d_out.transpose(1, 0, 2) if cache.batch_first else d_out)
-        d_final = None
-        if d_state_n is not None:
-            if not (isinstance(d_state_n, tuple) and len(d_state_n) == 2):
-                raise TypeError(f"d_state_n must be a pair (d_recurrent, d_conv); got {type(d_state_n).__name__}.")
-            d_final = tuple(None if v is None else self._part(f"d_state_n.{('recurrent', 'conv')[i]}", v, N, i)
-                            for i, v in enumerate(d_state_n))
-        with FloatGuard() as guard:
-            grads, d_u, d_state = kernel.block_backward(cache.kernel, d_out, d_final)
-        guard.check("the backward pass", (*grads.items(), ("d_u", d_u), *zip(d_state._fields, d_state)),
-                    "The upstream gradients, the input or the weights are too large; scale them down.", always=True)
-        return grads, (d_u.transpose(1, 0, 2) if cache.batch_first else d_u), d_state
+        return super().forward(u, state, lengths=lengths, record=record)
 
 
 def _inverse_softplus_dt(rng, n, dtype):
@@ -390,8 +235,7 @@ class GatedDeltaNet(_DeltaLayer):
         self.spec = BlockSpec(layout, Hk, Hv, Dk, Dv, self.d_conv, self.eps,
                               boolean("allow_neg_eigval", allow_neg_eigval))
         rng = generator(rng)
-        check_param_memory("GatedDeltaNet", {"d_model": self.d_model, "num_k_heads": Hk, "num_v_heads": Hv,
-                                             "head_k_dim": Dk, "head_v_dim": Dv}, self.shapes(), self.dtype)
+        self._check_sizes(d_model=self.d_model, num_k_heads=Hk, num_v_heads=Hv, head_k_dim=Dk, head_v_dim=Dv)
         self.params = {}
         for key, (shape, _) in self.shapes().items():
             if key in ("dt_bias", "A_log"):
@@ -485,8 +329,7 @@ class KimiDeltaAttention(_DeltaLayer):
         D = positive_int("head_dim", head_dim)
         self.spec = BlockSpec("kimi", H, H, D, D, self.d_conv, self.eps, False)
         rng = generator(rng)
-        check_param_memory("KimiDeltaAttention", {"d_model": self.d_model, "num_heads": H, "head_dim": D},
-                           self.shapes(), self.dtype)
+        self._check_sizes(d_model=self.d_model, num_heads=H, head_dim=D)
         self.params = {}
         for key, (shape, _) in self.shapes().items():
             if key == "conv1d.weight":
