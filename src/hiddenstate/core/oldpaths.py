@@ -137,7 +137,11 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class _SplitLoader(importlib.abc.Loader):
-    """A module of the old name holding the public names (``__all__``) of the modules it was split into."""
+    """A module of the old name holding the public names (``__all__``) of the modules it was split into.
+
+    A name several of them hold (each kind's ``KINDS`` tuple) is the first one's, or, for tuples,
+    all of them joined (0.2's ``hiddenstate.kinds.recurrences.KINDS`` held three kinds).
+    """
 
     def __init__(self, parts: tuple):
         self.parts = parts
@@ -150,9 +154,12 @@ class _SplitLoader(importlib.abc.Loader):
         for part in self.parts:
             new = importlib.import_module(part)
             for name in getattr(new, "__all__", ()):
+                value = getattr(new, name)
                 if name not in names:
-                    setattr(module, name, getattr(new, name))
+                    setattr(module, name, value)
                     names.append(name)
+                elif isinstance(value, tuple) and isinstance(getattr(module, name), tuple):
+                    setattr(module, name, getattr(module, name) + value)
         module.__all__ = names
 
 

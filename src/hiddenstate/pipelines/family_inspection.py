@@ -190,7 +190,7 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
     if needs_text is not None and NEEDS_TEXT_KEY in an.not_measured:
         an = dataclasses.replace(an, not_measured={**an.not_measured, NEEDS_TEXT_KEY: needs_text})
     if out is not None:
-        build_family_report(out, an, title=title, subtitle=subtitle)
+        build_family_report(out, an, title=title or "", subtitle=subtitle)
     return an
 
 

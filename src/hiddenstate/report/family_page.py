@@ -227,7 +227,7 @@ def default_title(analysis) -> str:
     return f"Inside the {what} layers of {model}" if model else f"Inside the {what} layers"
 
 
-def family_page(analysis, *, title: str | None = None, subtitle: str = "") -> str:
+def family_page(analysis, *, title: str = "", subtitle: str = "") -> str:
     """The report's HTML text, for an analysis of any registered kind (its card from the kind's record).
 
     Parameters
@@ -241,8 +241,8 @@ def family_page(analysis, *, title: str | None = None, subtitle: str = "") -> st
         :func:`hiddenstate.pipelines.family_inspection.analyze_family_model`) the page opens with the
         model's layer map, and each card says how close its recomputation came to the model's own
         output.
-    title : str, optional
-        Default :func:`default_title`: the kind and the model (``"Inside the Mamba layers of
+    title : str, default ""
+        "" gives :func:`default_title`: the kind and the model (``"Inside the Mamba layers of
         hiddenstate MambaLM"``).
     subtitle : str, default ""
 
@@ -257,7 +257,7 @@ def family_page(analysis, *, title: str | None = None, subtitle: str = "") -> st
         ``analysis`` is not an analysis (``layers`` and a ``meta`` dict), ``title`` or ``subtitle`` not a str.
     """
     for name, text in (("title", title), ("subtitle", subtitle)):
-        if not isinstance(text, str) and not (name == "title" and text is None):
+        if not isinstance(text, str):
             raise TypeError(f"{name} must be a str; got {type(text).__name__} {text!r:.60}.")
     if not hasattr(analysis, "layers") or not isinstance(getattr(analysis, "meta", None), dict):
         raise TypeError(f"analysis must be an analysis of recurrent layers (analyze_mamba, analyze_block, "
@@ -271,7 +271,7 @@ def family_page(analysis, *, title: str | None = None, subtitle: str = "") -> st
     what = "recorded recurrent " if getattr(analysis, "layer_map", None) else ""
     card = card_of(analysis)
     head = card.head(m, what)
-    title = default_title(analysis) if title is None else title
+    title = title or default_title(analysis)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"
@@ -282,15 +282,15 @@ def family_page(analysis, *, title: str | None = None, subtitle: str = "") -> st
             f"{script}</body></html>")
 
 
-def build_family_report(out, analysis, *, title: str | None = None, subtitle: str = ""):
+def build_family_report(out, analysis, *, title: str = "", subtitle: str = ""):
     """Write the report of any kind's analysis to ``out`` (a new file or a previous hiddenstate report).
 
     Parameters
     ----------
     out : str or os.PathLike
     analysis : StateAnalysis
-    title : str, optional
-        Default :func:`default_title`.
+    title : str, default ""
+        "" gives :func:`default_title`.
     subtitle : str, default ""
 
     Returns
