@@ -320,3 +320,68 @@ def test_a_kinds_old_module_names_resolve_in_its_folder_with_a_warning():
         assert ssm.mamba_view is mamba_view
     with pytest.raises(AttributeError):
         ssm.no_such_name  # noqa: B018
+
+
+# The recurrence kinds' names (hiddenstate.kinds' registry, and the words a module of one kind would carry).
+KIND_NAMES = ("mamba", "mamba2", "ssm", "delta", "gated_delta", "kda", "mlstm", "rwkv", "rglru", "lightning",
+              "shortconv")
+
+
+def named_after_a_kind(part: str) -> str | None:
+    """The kind a module or folder name carries as one of its ``_``-separated words (or runs of words), or None."""
+    words = part.split("_")
+    runs = {"_".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+    return next((k for k in KIND_NAMES if k in runs), None)
+
+
+def test_named_after_a_kind_reads_words_not_substrings():
+    assert named_after_a_kind("mlstm_rwkv") == "mlstm" and named_after_a_kind("gated_delta") == "delta"
+    assert named_after_a_kind("mamba_page") == "mamba" and named_after_a_kind("kind_cards") is None
+    assert named_after_a_kind("state_memory") is None and named_after_a_kind("deltas") is None
+
+
+def test_no_module_outside_a_kinds_folder_is_named_after_a_kind():
+    bad = []
+    for m in MODULES:
+        parts = m.split(".")[1:]
+        if parts[:1] == ["kinds"] and MODULES[m].parent.name != "kinds":
+            continue  # a kind's own folder (kinds/<kind>/) and what it holds: named as it likes
+        if parts[:2] == ["interop", "families"]:
+            # interop/families/<model_type>.py are named after transformers model types (mamba, rwkv, ...), which
+            # are families, not kinds: exempt
+            continue
+        for part in parts:
+            if (kind := named_after_a_kind(part)) is not None:
+                bad.append(f"{MODULES[m].relative_to(SRC)} is named after the kind {kind!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_registered_kind_has_its_folder_its_analysis_and_its_card():
+    from hiddenstate.kinds import KINDS
+
+    for kind in KINDS.values():
+        folder = kind.block.__module__.split(".")
+        assert folder[:2] == [PACKAGE, "kinds"] and len(folder) == 4, kind
+        assert kind.layer_kind().name == kind.name and kind.report_card() is not None, kind
+        for ref in (kind.analysis, kind.card, kind.analyze):  # lazy: named, not imported with the kinds
+            assert isinstance(ref, str) and ref.startswith(".".join(folder[:3]) + "."), (kind, ref)
+
+
+@pytest.mark.parametrize("old", sorted(__import__("hiddenstate.core.oldpaths", fromlist=["SPLIT_03"]).SPLIT_03))
+def test_every_module_split_in_0_3_imports_its_names_with_a_warning(old):
+    import importlib
+
+    from hiddenstate.core.oldpaths import SPLIT_03
+
+    sys.modules.pop(old, None)
+    try:
+        with pytest.warns(DeprecationWarning, match=f"{old} was split into"):
+            module = importlib.import_module(old)
+        news = [importlib.import_module(part) for part in SPLIT_03[old]]
+        for new in news:
+            for name in new.__all__:
+                if sum(name in other.__all__ for other in news) == 1:  # a name only one of them holds: that one
+                    assert getattr(module, name) is getattr(new, name), name
+        assert set(module.__all__) == {name for new in news for name in new.__all__}
+    finally:
+        sys.modules.pop(old, None)

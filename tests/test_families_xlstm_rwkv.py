@@ -312,7 +312,9 @@ def test_inspect_model_measures_each_family_and_writes_its_report(name, tmp_path
 
 @pytest.mark.parametrize("kind", ["mlstm", "rwkv"])
 def test_analyze_layer_of_our_own_layers(kind, tmp_path):
-    from hiddenstate.probe.mlstm_rwkv import MLSTMAnalysis, RWKVAnalysis, analyze_layer
+    from hiddenstate.kinds.mlstm.analysis import MLSTMAnalysis
+    from hiddenstate.kinds.rwkv.analysis import RWKVAnalysis
+    from hiddenstate.probe.block_analysis import analyze_layer
     from hiddenstate.report.family_page import build_mamba_report
 
     blk = random_gates_mlstm() if kind == "mlstm" else RWKVTimeMix(6, 5, rng=np.random.default_rng(0))

@@ -19,7 +19,7 @@ from hiddenstate.kinds.lightning.kernel import slope_rates
 from hiddenstate.kinds.rglru.block import RGLRUBlock
 from hiddenstate.kinds.rglru.kernel import RGLRUState
 from hiddenstate.kinds.shortconv.block import ShortConv, ShortConvState
-from hiddenstate.probe.recurrences import analyze_recurrence
+from hiddenstate.probe.block_analysis import analyze_recurrence
 
 T, N, MAX_LAG = 12, 2, 12
 

@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-__all__ = ["MOVED", "MOVED_03", "install", "moved_names"]
+__all__ = ["MOVED", "MOVED_03", "SPLIT_03", "install", "moved_names"]
 
 #: old module (0.1) -> new module (0.2). ``hiddenstate.trace`` is not here: importing a submodule
 #: of that name would replace the function ``hiddenstate.trace`` on the package.
@@ -110,6 +110,20 @@ MOVED_03 = {
 }
 MOVED.update(MOVED_03)
 
+#: old module (0.3.0) -> the modules its names were split into (0.3: one folder per kind). Importing the
+#: old path gives a module of the old name holding every public name of the new ones, with a warning.
+SPLIT_03 = {
+    "hiddenstate.kinds.recurrences": ("hiddenstate.kinds.rglru.view", "hiddenstate.kinds.lightning.view",
+                                      "hiddenstate.kinds.shortconv.view"),
+    "hiddenstate.probe.recurrences": ("hiddenstate.kinds.rglru.analysis", "hiddenstate.kinds.lightning.analysis",
+                                      "hiddenstate.kinds.shortconv.analysis", "hiddenstate.probe.state_analysis",
+                                      "hiddenstate.probe.block_analysis"),
+    "hiddenstate.probe.mlstm_rwkv": ("hiddenstate.kinds.mlstm.analysis", "hiddenstate.kinds.rwkv.analysis",
+                                     "hiddenstate.probe.block_analysis"),
+    "hiddenstate.report.kind_cards": ("hiddenstate.report.cards", "hiddenstate.kinds.mlstm.card",
+                                      "hiddenstate.kinds.rwkv.card"),
+}
+
 
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, new: str):
@@ -122,8 +136,40 @@ class _AliasLoader(importlib.abc.Loader):
         pass
 
 
+class _SplitLoader(importlib.abc.Loader):
+    """A module of the old name holding the public names (``__all__``) of the modules it was split into.
+
+    A name several of them hold (each kind's ``KINDS`` tuple) is the first one's, or, for tuples,
+    all of them joined (0.2's ``hiddenstate.kinds.recurrences.KINDS`` held three kinds).
+    """
+
+    def __init__(self, parts: tuple):
+        self.parts = parts
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        names = []
+        for part in self.parts:
+            new = importlib.import_module(part)
+            for name in getattr(new, "__all__", ()):
+                value = getattr(new, name)
+                if name not in names:
+                    setattr(module, name, value)
+                    names.append(name)
+                elif isinstance(value, tuple) and isinstance(getattr(module, name), tuple):
+                    setattr(module, name, getattr(module, name) + value)
+        module.__all__ = names
+
+
 class _OldPathFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
+        parts = SPLIT_03.get(fullname)
+        if parts is not None:
+            warnings.warn(f"{fullname} was split into {', '.join(parts)} in hiddenstate 0.3; import from there "
+                          "(the old path goes away in the next release).", DeprecationWarning, stacklevel=2)
+            return importlib.util.spec_from_loader(fullname, _SplitLoader(parts))
         new = MOVED.get(fullname)
         if new is None:
             return None

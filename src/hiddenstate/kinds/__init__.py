@@ -21,32 +21,35 @@ the few arrays every analysis reads whatever the kind:
 ``matrix``      a matrix state (T, N, H, Dk, Dv) for the effective rank per step, or None
 ==============  ================================================================================
 
-Registered here: ``"mamba"`` (:class:`~hiddenstate.Mamba`, a keep gate per state entry) and
-``"mamba2"`` (:class:`~hiddenstate.Mamba2`, per head); :mod:`hiddenstate.delta_views` adds
-``"gated_delta"`` (:class:`~hiddenstate.kinds.delta.block.GatedDeltaNet`) and ``"kda"``
-(:class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention`); :mod:`hiddenstate.kinds.recurrences` adds
-``"rglru"`` (:class:`~hiddenstate.kinds.rglru.block.RGLRUBlock`, a keep gate per channel), ``"lightning"``
-(:class:`~hiddenstate.kinds.lightning.block.LightningAttention`, a matrix state, a constant decay per head)
-and ``"shortconv"`` (:class:`~hiddenstate.kinds.shortconv.block.ShortConv`, a window: no keep gate);
-:mod:`hiddenstate.kinds.mlstm.view` adds ``"mlstm"`` (:class:`~hiddenstate.kinds.mlstm.block.MLSTMLayer`, a forget gate per
-head, a matrix memory) and :mod:`hiddenstate.kinds.rwkv.view` ``"rwkv"`` (:class:`~hiddenstate.kinds.rwkv.block.RWKVTimeMix`,
-a fixed decay per channel). Another kind is one
-:func:`register_kind` call: its block's ``forward(u, state=None, *, record=True)`` returns
-``(out, state_n, cache, record)`` (or give ``run``), and its ``view`` maps a record to a
-:class:`RecordView`.
+Each kind's folder (``kinds/<kind>/``) holds its kernels, block, view, analysis and report card,
+and its ``view`` module its :class:`Kind` record(s): the block, the view, the states, how it is
+run, and lazy references to its analysis (a :class:`~hiddenstate.probe.layer_loop.LayerKind`) and
+its card (a :class:`~hiddenstate.report.cards.KindCard`). The records are registered once, on one
+line below; the registry (:data:`KINDS`, :func:`get_kind`, :func:`kind_of_block`) is the only
+table keyed by a kind's name: the layer loop, the family page, the family inspection and the
+recomputation of a transformers model's layers find everything of a kind through its record.
+
+Registered: ``"mamba"``, ``"mamba2"`` (:mod:`hiddenstate.kinds.ssm`), ``"gated_delta"``, ``"kda"``
+(:mod:`hiddenstate.kinds.delta`), ``"rglru"``, ``"lightning"``, ``"shortconv"``, ``"mlstm"`` and
+``"rwkv"`` (each in its folder). Another kind is one :func:`register_kind` call: its block's
+``forward(u, state=None, *, record=True)`` returns ``(out, state_n, cache, record)`` (or give
+``run``), and its ``view`` maps a record to a :class:`RecordView`;
+:func:`unregister_kind` takes it out again.
 """
 
 from __future__ import annotations
 
-from hiddenstate.kinds import recurrences
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products, record_forward
 from hiddenstate.kinds.delta import view as _delta_view
+from hiddenstate.kinds.lightning import view as _lightning_view
 from hiddenstate.kinds.mlstm import view as _mlstm_view
+from hiddenstate.kinds.rglru import view as _rglru_view
 from hiddenstate.kinds.rwkv import view as _rwkv_view
+from hiddenstate.kinds.shortconv import view as _shortconv_view
 from hiddenstate.kinds.ssm import view as _ssm_view
 
 __all__ = ["BLOCKS", "KINDS", "Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "get_kind", "head_products",
-           "record_forward", "register_kind"]
+           "kind_of_block", "record_forward", "register_kind", "unregister_kind"]
 
 #: The registered kinds by name.
 KINDS: dict[str, Kind] = {}
@@ -105,5 +108,47 @@ def get_kind(name: str) -> Kind:
 
 
 
-for _kind in (*_ssm_view.KINDS, *_delta_view.KINDS, *recurrences.KINDS, *_mlstm_view.KINDS, *_rwkv_view.KINDS):
+def unregister_kind(name: str) -> Kind:
+    """Take the kind ``name`` out of :data:`KINDS` and :data:`BLOCKS` (a test's toy kind, say).
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    Kind
+        The record taken out.
+
+    Raises
+    ------
+    ValueError
+        No kind of that name.
+    """
+    kind = get_kind(name)
+    del KINDS[name], BLOCKS[name]
+    return kind
+
+
+def kind_of_block(block) -> Kind | None:
+    """The registered kind whose block class ``block`` is an instance of (the most derived one), or None.
+
+    Parameters
+    ----------
+    block : object
+
+    Returns
+    -------
+    Kind or None
+    """
+    found = [k for k in KINDS.values() if isinstance(block, k.block)]
+    for k in found:  # a subclass's own kind wins over its base's
+        if not any(o is not k and issubclass(o.block, k.block) and o.block is not k.block for o in found):
+            return k
+    return None
+
+
+# the registry: every kind's folder gives its record(s), registered here once
+for _kind in (*_ssm_view.KINDS, *_delta_view.KINDS, *_rglru_view.KINDS, *_lightning_view.KINDS,
+              *_shortconv_view.KINDS, *_mlstm_view.KINDS, *_rwkv_view.KINDS):
     register_kind(_kind)

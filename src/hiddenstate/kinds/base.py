@@ -5,6 +5,7 @@ See :mod:`hiddenstate.kinds` for what each field means to the registry and the a
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -13,7 +14,7 @@ import numpy as np
 
 from hiddenstate.core.validation import positive_int
 
-__all__ = ["Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "head_products", "record_forward"]
+__all__ = ["Kind", "LagNorms", "RecordView", "diagonal_lag_norms", "head_products", "record_forward", "resolve"]
 
 
 class LagNorms(NamedTuple):
@@ -101,9 +102,47 @@ def record_forward(block, u, **forward):
     return out, rec
 
 
+def resolve(ref):
+    """What a lazy reference names: ``"package.module:NAME"`` imported on first use, anything else as it is.
+
+    Parameters
+    ----------
+    ref : str, object or None
+        ``"hiddenstate.kinds.ssm.mamba_analysis:MAMBA"`` (a module and a name in it, separated by
+        a colon), or the object itself, or None.
+
+    Returns
+    -------
+    object
+        The named object (``ref`` itself when it is not a str).
+
+    Raises
+    ------
+    ValueError
+        A str without exactly one ``":"``.
+    ImportError, AttributeError
+        No such module, or no such name in it.
+    """
+    if not isinstance(ref, str):
+        return ref
+    module, sep, name = ref.partition(":")
+    if not sep or not module or not name or ":" in name:
+        raise ValueError(f"ref must be 'package.module:NAME'; got {ref!r}.")
+    return getattr(importlib.import_module(module), name)
+
+
+def _is_ref(value) -> bool:
+    return value is None or isinstance(value, str) or callable(value) or hasattr(value, "_fields")
+
+
 @dataclass(frozen=True, repr=False)
 class Kind:
-    """One kind of recurrent block: its class, how it is recorded, and what the analyses read of its record.
+    """One kind of recurrent block: everything the package needs of it, in one record.
+
+    The block, its view and its states are imported with the kind (they stand on the core floor);
+    its analysis and its report card stand on the probe and report floors, so the record names
+    them lazily (``"hiddenstate.kinds.ssm.mamba_analysis:MAMBA"``), resolved on first use by
+    :meth:`layer_kind` and :meth:`report_card`: ``import hiddenstate.kinds`` stays NumPy only.
 
     Attributes
     ----------
@@ -121,6 +160,19 @@ class Kind:
         step recorded (``forward``: the keywords a family's ``hooked`` gives, such as ``reset``).
     description : str, default ""
         One line: the state and its keep gate, for the docs.
+    analysis : str or LayerKind, optional
+        The kind's :class:`~hiddenstate.probe.layer_loop.LayerKind` (what the shared layer loop
+        needs of its records), or a lazy ``"module:NAME"`` reference to it. None: the kind has
+        no analysis.
+    card : str or KindCard, optional
+        The kind's :class:`~hiddenstate.report.cards.KindCard` (what the family page says of
+        it), or a lazy reference. None: the page's generic card (the analysis's ``card_rows``).
+    analyze : str or callable, optional
+        The kind's own analysis entry point for one of our blocks or models
+        (``analyze_mamba(model, x, states=None, *, max_lag, model_name, text, tokens)``), or a
+        lazy reference. None: the generic one, :func:`hiddenstate.probe.block_analysis.analyze_block`.
+    title : str, default ""
+        The kind's name in prose (``"Mamba"``, ``"Mamba-2"``), for a report's title; default ``name``.
     """
 
     name: str
@@ -129,6 +181,10 @@ class Kind:
     states: Callable[[Any], dict]
     run: Callable = record_forward
     description: str = ""
+    analysis: Any = None
+    card: Any = None
+    analyze: Any = None
+    title: str = ""
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -138,9 +194,59 @@ class Kind:
         for what in ("view", "states", "run"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
+        for what in ("analysis", "card", "analyze"):
+            if not _is_ref(getattr(self, what)):
+                raise TypeError(f"{what} must be None, a 'module:NAME' str or the object; got "
+                                f"{type(getattr(self, what)).__name__}.")
+        if not isinstance(self.title, str):
+            raise TypeError(f"title must be a str; got {type(self.title).__name__}.")
 
     def __repr__(self) -> str:
         return f"Kind({self.name!r}, block={self.block.__name__})"
+
+    def layer_kind(self):
+        """The kind's :class:`~hiddenstate.probe.layer_loop.LayerKind` (its lazy reference resolved).
+
+        Returns
+        -------
+        LayerKind
+
+        Raises
+        ------
+        ValueError
+            The kind has no analysis.
+        """
+        if self.analysis is None:
+            raise ValueError(f"kind {self.name!r} must have an analysis to be analysed; got analysis=None.")
+        return resolve(self.analysis)
+
+    def report_card(self):
+        """The kind's :class:`~hiddenstate.report.cards.KindCard`, or None for the page's generic card.
+
+        Returns
+        -------
+        KindCard or None
+        """
+        return resolve(self.card)
+
+    def analyzer(self):
+        """The kind's own analysis entry point, or None (the generic one applies).
+
+        Returns
+        -------
+        callable or None
+        """
+        return resolve(self.analyze)
+
+    @property
+    def display(self) -> str:
+        """The kind's name in prose: ``title``, or ``name`` without one.
+
+        Returns
+        -------
+        str
+        """
+        return self.title or self.name
 
 
 def diagonal_lag_norms(decay, max_lag: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,9 +12,9 @@ model                                                       analysis
 a CharRNN of cell ``"mamba"``
 :class:`~hiddenstate.Mamba2`, ``Mamba2LM``                   :func:`hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`
 :class:`~hiddenstate.GatedDeltaNet`, ``KimiDeltaAttention``  :func:`hiddenstate.kinds.delta.analysis.analyze_delta`
-:class:`~hiddenstate.RGLRUBlock`, ``LightningAttention``,    :func:`hiddenstate.probe.recurrences.analyze_recurrence`
+:class:`~hiddenstate.RGLRUBlock`, ``LightningAttention``,    :func:`hiddenstate.probe.block_analysis.analyze_recurrence`
 ``ShortConv``
-:class:`~hiddenstate.MLSTMLayer`, ``RWKVTimeMix``            :func:`hiddenstate.probe.mlstm_rwkv.analyze_layer`
+:class:`~hiddenstate.MLSTMLayer`, ``RWKVTimeMix``            :func:`hiddenstate.probe.block_analysis.analyze_layer`
 a transformers model of a registered family                 :func:`hiddenstate.pipelines.family_inspection.analyze_family_model`
 ==========================================================  =====================================================
 
@@ -86,8 +86,7 @@ def _dispatch(model):
     from hiddenstate.kinds.ssm.mamba2 import Mamba2
     from hiddenstate.kinds.ssm.mamba2_analysis import analyze_mamba2
     from hiddenstate.kinds.ssm.mamba_analysis import analyze_mamba
-    from hiddenstate.probe.mlstm_rwkv import analyze_layer
-    from hiddenstate.probe.recurrences import analyze_recurrence
+    from hiddenstate.probe.block_analysis import analyze_layer, analyze_recurrence
     from hiddenstate.train.model import CharRNN
 
     def plain(func):
@@ -141,7 +140,7 @@ def analyze(model, x, state=None, *, max_lag: int = 30, text: str | None = None,
     **options
         Passed to the per-kind function, which must take them: ``lengths``, ``grad_steps``,
         ``n_fixed_point_starts``, ``rng``, ``echo``, ... (:func:`~hiddenstate.probe.analysis.analyze_model`);
-        ``reset`` (:func:`~hiddenstate.probe.recurrences.analyze_recurrence`); ``layers``,
+        ``reset`` (:func:`~hiddenstate.probe.block_analysis.analyze_recurrence`); ``layers``,
         ``max_bytes`` (:func:`~hiddenstate.pipelines.family_inspection.analyze_family_model`).
 
     Returns

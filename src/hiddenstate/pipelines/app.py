@@ -20,7 +20,7 @@ from hiddenstate.core.validation import generator, positive_int
 from hiddenstate.kinds.ssm.mamba_analysis import MambaAnalysis, analyze_mamba, char_ids, is_mamba_char_model
 from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.report import build_report
-from hiddenstate.report.family_page import build_mamba_report
+from hiddenstate.report.family_page import build_family_report
 from hiddenstate.report.target import check_report_path
 from hiddenstate.train.corpus import load_text
 from hiddenstate.train.history import read_history
@@ -301,7 +301,7 @@ def char_mamba_report(model, ids, out=None, *, text=None, tokens=None, states=No
         if out is not None:
             bar.set_postfix_str("report")
             t0 = time.perf_counter()
-            build_mamba_report(out, an, title=title, subtitle=subtitle)
+            build_family_report(out, an, title=title, subtitle=subtitle)
             bar.update()
             if echo is not None:
                 echo(f"wrote the report (HTML): {time.perf_counter() - t0:.1f} s")

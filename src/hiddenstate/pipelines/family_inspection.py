@@ -1,19 +1,21 @@
-"""``inspect_model`` of a Mamba model: a transformers model of a registered family, or one of ours.
+"""``inspect_model`` of a model of recurrent layers: a transformers model of a registered family, or our Mamba blocks.
 
-:func:`hiddenstate.inspect_model` hands these here (:func:`is_mamba_model`):
+:func:`hiddenstate.inspect_model` hands these here (:func:`is_recurrent_model`; 0.2's
+``is_mamba_model`` and ``inspect_mamba`` are kept as aliases):
 
 * a transformers model whose family is registered (:mod:`hiddenstate.interop.families`:
   ``MambaForCausalLM``, ``Mamba2ForCausalLM``, the hybrids ``BambaForCausalLM``,
   ``NemotronHForCausalLM``, ``GraniteMoeHybridForCausalLM``, the delta-rule families
   ``Qwen3NextForCausalLM``, ``OlmoHybridForCausalLM``, ``KimiLinearForCausalLM``; RecurrentGemma's RG-LRU,
-  MiniMax's lightning attention and LFM2's short convolution, :mod:`hiddenstate.probe.recurrences`). The model itself runs on the
+  MiniMax's lightning attention and LFM2's short convolution, xLSTM's mLSTM, RWKV-4). The model itself runs on the
   ids; each chosen recurrent layer is recomputed by our block from the input its hook saw, held to
   the model's own output (:func:`~hiddenstate.interop.families.hooks.recompute_layers`), and its
   records go through the Mamba analyses' shared layer loop
   (:func:`~hiddenstate.probe.layer_loop.analyze_records`) with the model's own layer indices,
   the recomputation error of each and the model's layer map. Nothing here depends on the family:
-  the family's kind picks the records' :class:`~hiddenstate.probe.layer_loop.LayerKind` (:data:`KINDS`;
-  a delta-rule kind gives a :class:`~hiddenstate.kinds.delta.analysis.DeltaAnalysis`);
+  the family's kind picks the records' :class:`~hiddenstate.probe.layer_loop.LayerKind` through the
+  kind's record in the registry (:func:`hiddenstate.probe.layer_loop.layer_kind`; a delta-rule kind gives a
+  :class:`~hiddenstate.kinds.delta.analysis.DeltaAnalysis`), and the report its card;
 * our :class:`~hiddenstate.Mamba`, :class:`~hiddenstate.Mamba2`, :class:`~hiddenstate.MambaLM`
   and :class:`~hiddenstate.kinds.ssm.lm.Mamba2LM`, traced as they compute
   (:func:`~hiddenstate.kinds.ssm.mamba_analysis.analyze_mamba`, :func:`~hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`).
@@ -26,28 +28,23 @@ import dataclasses
 import numpy as np
 
 from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layers
-from hiddenstate.kinds.delta.analysis import GATED_DELTA, KDA
 from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.kinds.ssm.mamba import Mamba
 from hiddenstate.kinds.ssm.mamba2 import Mamba2
-from hiddenstate.kinds.ssm.mamba2_analysis import MAMBA2, analyze_mamba2
-from hiddenstate.kinds.ssm.mamba_analysis import MAMBA, MambaAnalysis, analyze_mamba
-from hiddenstate.probe.layer_loop import NEEDS_TEXT_KEY, analyze_records
-from hiddenstate.probe.mlstm_rwkv import MLSTM, RWKV
-from hiddenstate.probe.recurrences import LIGHTNING, RGLRU, SHORTCONV
-from hiddenstate.report.family_page import build_mamba_report
+from hiddenstate.kinds.ssm.mamba2_analysis import analyze_mamba2
+from hiddenstate.kinds.ssm.mamba_analysis import analyze_mamba
+from hiddenstate.probe.layer_loop import NEEDS_TEXT_KEY, analyze_records, layer_kind
+from hiddenstate.probe.state_analysis import StateAnalysis
+from hiddenstate.report.family_page import build_family_report
 
-__all__ = ["KINDS", "analyze_family_model", "inspect_mamba", "is_mamba_model"]
+__all__ = ["analyze_family_model", "inspect_mamba", "inspect_recurrent_model", "is_mamba_model", "is_recurrent_model"]
 
-#: The analyses' kind of the records of each of our block kinds (``Family.kind``).
-KINDS = {"mamba": MAMBA, "mamba2": MAMBA2, "gated_delta": GATED_DELTA, "kda": KDA, "rglru": RGLRU,
-         "lightning": LIGHTNING, "shortconv": SHORTCONV, "mlstm": MLSTM, "rwkv": RWKV}
-
+# Our own models this pipeline traces as they compute (the other kinds' blocks: analyze_block)
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
 
 
-def is_mamba_model(model) -> bool:
-    """Whether :func:`inspect_mamba` measures ``model``: a registered transformers family's model, or our Mamba blocks/LMs.
+def is_recurrent_model(model) -> bool:
+    """Whether :func:`inspect_recurrent_model` measures ``model``: a registered transformers family's model, or our Mamba blocks/LMs.
 
     Parameters
     ----------
@@ -71,7 +68,7 @@ def _ids_array(ids) -> np.ndarray:
 
 
 def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_lag: int = 30, text=None, tokens=None,
-                         model_name: str | None = None) -> MambaAnalysis:
+                         model_name: str | None = None) -> StateAnalysis:
     """Measure the recurrent layers of a transformers model of a registered family, recomputed from its own run.
 
     Parameters
@@ -95,7 +92,7 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
 
     Returns
     -------
-    MambaAnalysis
+    StateAnalysis
         Of the family's kind (a :class:`~hiddenstate.kinds.ssm.mamba2_analysis.Mamba2Analysis` for Mamba-2
         mixers): ``layers[k].layer`` the model's index of the k-th recorded layer,
         ``layers[k].recomputed`` its relative error against the model's own output,
@@ -113,15 +110,15 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={arr.shape[1]} "
                          f"characters; got {len(text)}.")  # before the model runs
     rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes)
-    return analyze_records(KINDS[rc.family.kind], rc.records, x=arr, ids=True, batch_first=True,
+    return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
                            tokens=tokens, max_lag=max_lag, text=text,
                            model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,
                            recomputed=rc.errors, layer_map=rc.layer_map)
 
 
-def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
-                  source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None) -> MambaAnalysis:
-    """:func:`hiddenstate.inspect_model` of a Mamba model: measure it and optionally write the Mamba report.
+def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
+                            source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None) -> StateAnalysis:
+    """:func:`hiddenstate.inspect_model` of a model of recurrent layers: measure it and optionally write its report.
 
     Parameters
     ----------
@@ -134,7 +131,8 @@ def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int =
     out : str or os.PathLike, optional
         Write the report there (checked by the caller).
     title : str, optional
-        The report's title.
+        The report's title (default: it names the model, ``"Inside the recurrent layers of a
+        FalconH1ForCausalLM"``; for ours, the kind and the model).
     max_lag : int, default 30
         Largest lag of the Jacobian products and of the memory curve.
     text : str, optional
@@ -154,7 +152,7 @@ def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int =
 
     Returns
     -------
-    MambaAnalysis
+    StateAnalysis
 
     Raises
     ------
@@ -187,11 +185,16 @@ def inspect_mamba(model, x, states=None, *, out=None, title=None, max_lag: int =
                     f"all) recomputed from the model's own run by our {family.kind} block in float64, each within "
                     f"{max(errors):.2g} of the model's own output; every recorded layer's state measured on every "
                     "step.")
-        if title is None and (n_rec < len(an.layer_map) or family.kind not in ("mamba", "mamba2")):
+        if title is None:  # the model, whatever its family (a Falcon-H1 is not "a Mamba model")
             title = f"Inside the recurrent layers of a {type(model).__name__}"
     if needs_text is not None and NEEDS_TEXT_KEY in an.not_measured:
         an = dataclasses.replace(an, not_measured={**an.not_measured, NEEDS_TEXT_KEY: needs_text})
     if out is not None:
-        build_mamba_report(out, an, title=title or "Inside a Mamba model", subtitle=subtitle)
+        build_family_report(out, an, title=title or "", subtitle=subtitle)
     return an
+
+
+#: 0.2's names, kept: they serve every registered family and kind.
+is_mamba_model = is_recurrent_model
+inspect_mamba = inspect_recurrent_model
 

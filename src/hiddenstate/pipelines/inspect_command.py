@@ -264,7 +264,7 @@ def model_dir_inspect(args, path: str) -> int:
     from hiddenstate.interop.families.config_file import model_request
     from hiddenstate.interop.families.directory import TOKENIZER_FILE, load_model_dir, token_strings, tokenize
     from hiddenstate.pipelines.app import check_report_path
-    from hiddenstate.pipelines.family_inspection import inspect_mamba
+    from hiddenstate.pipelines.family_inspection import inspect_recurrent_model
     from hiddenstate.train.corpus import load_text
 
     layers = None if args.layers is None else layer_list("--layers", args.layers)
@@ -301,7 +301,7 @@ def model_dir_inspect(args, path: str) -> int:
     model = load_model_dir(request)
     source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)
-    analysis = inspect_mamba(model, request.ids, out=out, text=text, source=source, layers=request.layers,
+    analysis = inspect_recurrent_model(model, request.ids, out=out, text=text, source=source, layers=request.layers,
                              needs_text=needs)
     print(analysis.summary())
     print(f"report: {out}")

@@ -25,7 +25,7 @@ from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
 from hiddenstate.kinds.ssm.mamba_analysis import MambaAnalysis
 from hiddenstate.pipelines.app import char_mamba_report, check_report_path
-from hiddenstate.pipelines.family_inspection import inspect_mamba, is_mamba_model
+from hiddenstate.pipelines.family_inspection import inspect_recurrent_model, is_recurrent_model
 from hiddenstate.probe.analysis import Analysis, analyze_model
 from hiddenstate.report import build_report
 from hiddenstate.train.model import CharRNN
@@ -255,11 +255,11 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         layers are recomputed by our block, each held to the model's own output; it, a
         :class:`~hiddenstate.MambaLM`, :class:`~hiddenstate.kinds.ssm.lm.Mamba2LM`,
         :class:`~hiddenstate.Mamba` or :class:`~hiddenstate.Mamba2` is measured by
-        :func:`hiddenstate.pipelines.family_inspection.inspect_mamba` (``x``: token ids (N, T) as
+        :func:`hiddenstate.pipelines.family_inspection.inspect_recurrent_model` (``x``: token ids (N, T) as
         transformers takes them, or the block's input; ``h0``: our models' initial states; only
         ``out``, ``title``, ``max_lag``, ``text``, ``tokens`` (time-major (T, N); default the ids),
         ``source``, ``layers`` and ``max_bytes`` apply; ``lengths`` and ``vocab`` are refused) and
-        its report is :func:`hiddenstate.report.family_page.build_mamba_report`. So is a CharRNN of
+        its report is :func:`hiddenstate.report.family_page.build_family_report`. So is a CharRNN of
         ``cell="mamba"`` (:func:`hiddenstate.pipelines.app.char_mamba_report`: ``x`` its ids or a str with
         ``vocab``, ``h0`` its state pair; ``lengths`` is refused, no fixed-point search). A path:
         a ``save_pretrained`` directory of a registered family, read offline and checked
@@ -336,13 +336,13 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
         model, request, named = open_request(model, x, layers=layers, max_bytes=max_bytes)
         x, layers, source = request.ids, request.layers, source or named  # read and checked once
-    if is_mamba_model(model):
+    if is_recurrent_model(model):
         if lengths is not None:  # the measurements would average over the padded steps
             raise ValueError("lengths must be None for a Mamba or Mamba-2 model: its analysis reads whole sequences "
                              "(no right-padded batches); got lengths. Inspect sequences of equal length.")
         if vocab is not None:
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= instead.")
-        return inspect_mamba(model, x, h0, out=out, title=title, max_lag=max_lag, text=text, tokens=tokens,
+        return inspect_recurrent_model(model, x, h0, out=out, title=title, max_lag=max_lag, text=text, tokens=tokens,
                              source=source, layers=layers, max_bytes=max_bytes)
     if _package(model) == "transformers":
         family_of(model)  # a model of no registered family: one line naming those there are

@@ -1,8 +1,8 @@
 """The one layer loop of the recurrent-layer analyses: records in, measurements out (:func:`analyze_records`).
 
-The Mamba analyses (:func:`hiddenstate.kinds.ssm.mamba_analysis.analyze_mamba`,
-:func:`hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`), the delta-rule analyses
-(:mod:`hiddenstate.kinds.delta.analysis`) and the inspection of a transformers model's recurrent layers
+Every kind's analysis (``kinds/<kind>/analysis.py``: :func:`hiddenstate.kinds.ssm.mamba_analysis.analyze_mamba`,
+:func:`hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`, :mod:`hiddenstate.kinds.delta.analysis`, ...;
+one of our blocks of any registered kind: :func:`hiddenstate.probe.block_analysis.analyze_block`) and the inspection of a transformers model's recurrent layers
 (recomputed from hooks, :mod:`hiddenstate.interop.families.hooks`) measure *records*: every
 step's states and gates of each layer, time-major. Every kind's record is read through its
 :class:`~hiddenstate.kinds.RecordView` (the kind's ``view``), so what follows is done here once,
@@ -23,7 +23,8 @@ per layer, for every kind:
   (:mod:`hiddenstate.probe.state_units`);
 
 and what differs (extra measurements, such as the step sizes; the sizes in ``meta``; the
-result's types) is the kind's :class:`LayerKind`. A layer keeps the index it has in its model (a
+result's types) is the kind's :class:`LayerKind`, found through the kind's record in the registry
+(:func:`layer_kind`). A layer keeps the index it has in its model (a
 hybrid's recurrent layers are not numbered 0, 1, 2, ...) and, when it was recomputed from a
 model's own run, the relative error of that recomputation.
 """
@@ -36,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hiddenstate.core.validation import positive_int
+from hiddenstate.kinds import get_kind
 from hiddenstate.kinds.delta.view import effective_rank, numerical_rank
 from hiddenstate.probe.gatestats import gate_statistics, time_constant
 from hiddenstate.probe.pca import pca
@@ -44,14 +46,14 @@ from hiddenstate.probe.state_units import view_explore_data
 from hiddenstate.probe.textfeatures import usable_text_features
 from hiddenstate.probe.unitfeatures import best_units
 
-__all__ = ["NEEDS_TEXT_KEY", "LayerKind", "analyze_records", "view_measures"]
+__all__ = ["NEEDS_TEXT_KEY", "LayerKind", "analyze_records", "layer_kind", "view_measures"]
 
 #: The entry of ``not_measured`` that an analysis made without a text has (its value: the kind's ``needs_text``).
 NEEDS_TEXT_KEY = "unit features and the explorer"
 
 
 class LayerKind(NamedTuple):
-    """What one kind of record needs of the shared loop (``MAMBA`` in :mod:`hiddenstate.kinds.ssm.mamba_analysis`, ``MAMBA2``, ...).
+    """What one kind of record needs of the shared loop (a kind's ``analysis``: ``MAMBA`` of :mod:`hiddenstate.kinds.ssm.mamba_analysis`, ...).
 
     Attributes
     ----------
@@ -64,18 +66,20 @@ class LayerKind(NamedTuple):
         ``flow_spectral``, ``flow_rms`` and, where they apply, ``head_flow``,
         ``effective_rank``, ``numerical_rank`` computed from the view), e.g. the step sizes.
     layer_type : type
-        The layer analysis (``MambaLayerAnalysis``), built with ``layer``, ``record``, ``gate``,
+        The layer analysis (``MambaLayerAnalysis``, or the generic
+        :class:`~hiddenstate.probe.state_analysis.RecurrenceLayerAnalysis`), built with ``layer``, ``record``, ``gate``,
         ``pca``, ``memory``, ``units``, ``recomputed``, the common fields and those of ``measure``.
     analysis_type : type
-        The analysis (``MambaAnalysis``).
+        The analysis, a :class:`~hiddenstate.probe.state_analysis.StateAnalysis` (``MambaAnalysis``).
     sizes : callable
         ``sizes(record) -> dict``: the entries of ``meta`` the record's shapes give.
     not_measured : dict of str to str
         What this kind's analysis never measures, and why.
     needs_text : str
         Why the unit features and the explorer are missing without a text.
-    view : callable
-        ``view(record) -> RecordView`` (:mod:`hiddenstate.kinds`): what the loop reads of a record.
+    view : callable, optional
+        ``view(record) -> RecordView`` (:mod:`hiddenstate.kinds`): what the loop reads of a record;
+        None: the registered kind's ``view`` (:func:`hiddenstate.kinds.get_kind` of ``name``).
     """
 
     name: str
@@ -85,7 +89,27 @@ class LayerKind(NamedTuple):
     sizes: Callable
     not_measured: dict
     needs_text: str
-    view: Callable
+    view: Callable | None = None
+
+
+def layer_kind(name: str) -> LayerKind:
+    """The :class:`LayerKind` of the registered kind ``name`` (its record's ``analysis``, resolved on first use).
+
+    Parameters
+    ----------
+    name : str
+        A registered kind (:data:`hiddenstate.kinds.KINDS`).
+
+    Returns
+    -------
+    LayerKind
+
+    Raises
+    ------
+    ValueError
+        No kind of that name, or a kind without an analysis.
+    """
+    return get_kind(name).layer_kind()
 
 
 def view_measures(view, index: int, max_lag: int) -> dict:
@@ -137,8 +161,8 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
 
     Parameters
     ----------
-    kind : LayerKind
-        The records' kind.
+    kind : LayerKind or str
+        The records' kind (a registered kind's name: its :func:`layer_kind`).
     records : sequence of records of ``kind``
         One per layer (MambaRecord, Mamba2Record, DeltaRecord, ...), time-major (T, N, ...), all
         of the same T and N.
@@ -167,7 +191,7 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
 
     Returns
     -------
-    MambaAnalysis
+    StateAnalysis
         Of ``kind.analysis_type``.
 
     Raises
@@ -179,13 +203,15 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         empty or longer than T; ``tokens`` not (T, N); ``layers`` or ``recomputed`` not one per
         record.
     """
+    kind = layer_kind(kind) if isinstance(kind, str) else kind
     max_lag = positive_int("max_lag", max_lag)
     if text is not None and not isinstance(text, str):
         raise TypeError(f"text must be a str or None; got {type(text).__name__}.")
     records = list(records)
     if not records:
         raise ValueError("records must hold at least one layer's record; got none.")
-    views = [kind.view(r) for r in records]
+    view = kind.view if kind.view is not None else get_kind(kind.name).view
+    views = [view(r) for r in records]
     T, N = views[0].state.shape[:2]
     if any(v.state.shape[:2] != (T, N) for v in views):
         raise ValueError(f"records must all have the same T and N; got {[v.state.shape[:2] for v in views]}.")

@@ -39,8 +39,8 @@ import and to ``_MODULES`` below. The fields:
     runs with every step recorded (``Kind.run``), which of the record's arrays are its states
     (``Kind.states``) and what the analyses read of it (``Kind.view``, a
     :class:`~hiddenstate.kinds.RecordView`); a new kind is one
-    :func:`hiddenstate.kinds.register_kind` (and its :class:`~hiddenstate.probe.layer_loop.LayerKind`
-    in :data:`hiddenstate.pipelines.family_inspection.KINDS` for the analysis's result types).
+    :func:`hiddenstate.kinds.register_kind` (its record names its analysis, a
+    :class:`~hiddenstate.probe.layer_loop.LayerKind`, and its report card).
 ``layers(model) -> list of LayerInfo``
     The layer map: per layer of the stack, in order, ``LayerInfo(index, role, class_name,
     path, parts)``; ``role`` is ``"recurrent"`` (recorded), ``"attention"``, ``"mlp"``, ``"moe"``

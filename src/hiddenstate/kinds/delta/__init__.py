@@ -8,7 +8,8 @@ This folder holds everything of the kind:
 * :mod:`~hiddenstate.kinds.delta.block`: the blocks GatedDeltaNet and KimiDeltaAttention;
 * :mod:`~hiddenstate.kinds.delta.reference`: the array-API reference step;
 * :mod:`~hiddenstate.kinds.delta.view`: the RecordView, the non-diagonal Jacobian products and the effective rank;
-* :mod:`~hiddenstate.kinds.delta.analysis`: what the analyses measure on the matrix state, per head.
+* :mod:`~hiddenstate.kinds.delta.analysis`: what the analyses measure on the matrix state, per head;
+* :mod:`~hiddenstate.kinds.delta.card`: what the family page says of both kinds.
 """
 
 from hiddenstate.core.oldpaths import moved_names

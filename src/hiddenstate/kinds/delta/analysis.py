@@ -33,11 +33,11 @@ import numpy as np
 from hiddenstate.core.validation import positive_int
 from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.kinds.delta.view import delta_view
-from hiddenstate.kinds.ssm.mamba_analysis import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
 from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
+from hiddenstate.probe.state_analysis import NEEDS_TEXT, StateAnalysis, layers_phrase, recomputed_phrase
 
 __all__ = ["GATED_DELTA", "KDA", "NOT_MEASURED_DELTA", "DeltaAnalysis", "DeltaLayerAnalysis", "analyze_delta"]
 
@@ -121,7 +121,7 @@ class DeltaLayerAnalysis:
 
 
 @dataclass(frozen=True)
-class DeltaAnalysis(MambaAnalysis):
+class DeltaAnalysis(StateAnalysis):
     """The measurements of every delta-rule layer of a model (:func:`analyze_delta`, or a transformers model's).
 
     Attributes

@@ -4,7 +4,9 @@ This folder holds everything of the kind:
 
 * :mod:`~hiddenstate.kinds.mlstm.kernel`: the recurrent, chunkwise and parallel forms, forward and exact backward (the equations);
 * :mod:`~hiddenstate.kinds.mlstm.block`: the MLSTMLayer block;
-* :mod:`~hiddenstate.kinds.mlstm.view`: the RecordView the analyses read.
+* :mod:`~hiddenstate.kinds.mlstm.view`: the RecordView the analyses read, and the kind's record;
+* :mod:`~hiddenstate.kinds.mlstm.analysis`: what the analyses measure on its state;
+* :mod:`~hiddenstate.kinds.mlstm.card`: what the family page says of it.
 """
 
 from hiddenstate.core.oldpaths import moved_names

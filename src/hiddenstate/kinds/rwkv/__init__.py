@@ -4,7 +4,9 @@ This folder holds everything of the kind:
 
 * :mod:`~hiddenstate.kinds.rwkv.kernel`: the WKV recurrence, forward and exact backward (the equations);
 * :mod:`~hiddenstate.kinds.rwkv.block`: the RWKVTimeMix block;
-* :mod:`~hiddenstate.kinds.rwkv.view`: the RecordView the analyses read.
+* :mod:`~hiddenstate.kinds.rwkv.view`: the RecordView the analyses read, and the kind's record;
+* :mod:`~hiddenstate.kinds.rwkv.analysis`: what the analyses measure on its state;
+* :mod:`~hiddenstate.kinds.rwkv.card`: what the family page says of it.
 """
 
 from hiddenstate.core.oldpaths import moved_names

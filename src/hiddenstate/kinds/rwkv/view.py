@@ -139,4 +139,6 @@ def rwkv_states(rec: RWKVRecord) -> dict:
 #: The RWKV-4 kind.
 KINDS = (Kind("rwkv", RWKVTimeMix, rwkv_view, rwkv_states, run=rwkv_run,
               description="WKV numerator and denominator (N, A) with a running maximum, a fixed decay "
-                          "exp(-exp(time_decay)) per channel"),)
+                          "exp(-exp(time_decay)) per channel",
+              analysis="hiddenstate.kinds.rwkv.analysis:RWKV", card="hiddenstate.kinds.rwkv.card:CARD",
+              analyze="hiddenstate.kinds.rwkv.analysis:analyze_rwkv", title="RWKV-4"),)

@@ -12,7 +12,8 @@ This folder holds everything of the kind:
 * :mod:`~hiddenstate.kinds.ssm.reference`: the array-API reference step of the Mamba block and its adjoint;
 * :mod:`~hiddenstate.kinds.ssm.view`: the RecordView the analyses read of a record;
 * :mod:`~hiddenstate.kinds.ssm.mamba_analysis`: what the analyses measure on Mamba's state;
-* :mod:`~hiddenstate.kinds.ssm.mamba2_analysis`: the same on Mamba-2's, per head.
+* :mod:`~hiddenstate.kinds.ssm.mamba2_analysis`: the same on Mamba-2's, per head;
+* :mod:`~hiddenstate.kinds.ssm.card`: what the family page says of both.
 """
 
 from hiddenstate.core.oldpaths import moved_names

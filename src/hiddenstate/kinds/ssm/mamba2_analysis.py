@@ -21,7 +21,7 @@ A Mamba-2 block's state ``h`` (N, H, P, S) follows ``h_t = exp(dt_t A_h) h_{t-1}
   keep gate its head's decay.
 
 The result is a :class:`Mamba2Analysis`, a :class:`~hiddenstate.kinds.ssm.mamba_analysis.MambaAnalysis` whose
-layers are :class:`Mamba2LayerAnalysis`; :func:`hiddenstate.report.family_page.build_mamba_report`
+layers are :class:`Mamba2LayerAnalysis`; :func:`hiddenstate.report.family_page.build_family_report`
 writes its report.
 
 References
@@ -41,12 +41,13 @@ from hiddenstate.kinds.base import head_products
 from hiddenstate.kinds.ssm.lm import Mamba2LM
 from hiddenstate.kinds.ssm.mamba2 import Mamba2
 from hiddenstate.kinds.ssm.mamba2_kernel import Mamba2Record
-from hiddenstate.kinds.ssm.mamba_analysis import NEEDS_TEXT, MambaAnalysis, layers_phrase, recomputed_phrase
+from hiddenstate.kinds.ssm.mamba_analysis import MambaAnalysis
 from hiddenstate.kinds.ssm.view import mamba2_view
 from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
+from hiddenstate.probe.state_analysis import NEEDS_TEXT, layers_phrase, recomputed_phrase
 
 __all__ = ["MAMBA2", "NOT_MEASURED2", "Mamba2Analysis", "Mamba2LayerAnalysis", "analyze_mamba2", "head_flow", "trace_mamba2"]
 

@@ -17,12 +17,16 @@ A Mamba block's state ``h`` (N, Di, S) follows ``h_t = exp(dt_t A) * h_{t-1} + d
   ``y = C_t . h_t + D a_t`` before the gate, its keep gate the mean decay of its S entries; with
   the text behind the steps, the channels that track text features and the explorer's data.
 
-What does not carry over is said with its reason in :attr:`MambaAnalysis.not_measured`.
+What does not carry over is said with its reason in :attr:`MambaAnalysis.not_measured`. The
+analysis base every kind shares (:class:`~hiddenstate.probe.state_analysis.StateAnalysis`),
+``NEEDS_TEXT``, :func:`layers_phrase` and :func:`recomputed_phrase` are generic and live in
+:mod:`hiddenstate.probe.state_analysis`; they are imported here as before.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -36,6 +40,7 @@ from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind, analyze_records
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
+from hiddenstate.probe.state_analysis import NEEDS_TEXT, StateAnalysis, layers_phrase, recomputed_phrase
 
 __all__ = ["MAMBA", "NEEDS_TEXT", "NOT_MEASURED", "MambaAnalysis", "MambaLayerAnalysis", "analyze_mamba", "char_ids",
            "decay_flow", "is_mamba_char_model", "layers_phrase", "recomputed_phrase", "trace_mamba"]
@@ -47,11 +52,6 @@ NOT_MEASURED = {
                     "construction, and it moves with every input (dt, B and a are functions of the input): there "
                     "is no search to run and no attractor landscape of the state alone to show",
 }
-
-#: Why the unit features and the explorer are missing from an analysis made without ``text``.
-NEEDS_TEXT = ("they need the characters behind the steps: pass text= (the characters of sequence 0, one per "
-              "step) to analyze_mamba or inspect_model")
-
 
 def is_mamba_char_model(model) -> bool:
     """Whether ``model`` is a character model of Mamba blocks (a ``CharRNN`` of ``cell="mamba"``).
@@ -234,8 +234,8 @@ class MambaLayerAnalysis:
 
 
 @dataclass(frozen=True)
-class MambaAnalysis:
-    """The measurements of every layer of a Mamba model (:func:`analyze_mamba`).
+class MambaAnalysis(StateAnalysis):
+    """The measurements of every layer of a Mamba model (:func:`analyze_mamba`), a :class:`~hiddenstate.probe.state_analysis.StateAnalysis`.
 
     Attributes
     ----------
@@ -255,12 +255,9 @@ class MambaAnalysis:
         recorded ones of role ``"recurrent"`` (:mod:`hiddenstate.interop.families`).
     """
 
-    layers: list
     not_measured: dict = field(default_factory=lambda: dict(NOT_MEASURED))
-    meta: dict = field(default_factory=dict)
-    text: str | None = None
-    explore: dict | None = None
-    layer_map: tuple | None = None
+    #: The kind of an analysis whose ``meta`` names none (Mamba's meta holds only its sizes).
+    kind: ClassVar[str] = "mamba"
 
     def summary(self) -> str:
         """One line per layer: decay, time constants, step size, gradient, memory capacity, PCA, channels.
@@ -333,43 +330,6 @@ def analyze_mamba(model, x, states=None, *, max_lag: int = 30, model_name: str |
     return analyze_records(MAMBA, records, x=char_ids(x, model.vocab_size) if char else x, tokens=tokens,
                            ids=char or isinstance(model, MambaLM), batch_first=not char and model.batch_first,
                            max_lag=max_lag, text=text, model_name=name)
-
-
-def layers_phrase(analysis) -> str:
-    """How many layers a summary's first line says were measured: of all, or of a transformers model's recurrent ones.
-
-    Parameters
-    ----------
-    analysis : MambaAnalysis
-        Any kind's analysis (``layers``, ``layer_map``).
-
-    Returns
-    -------
-    str
-        ``"2 layer(s)"`` without a layer map; with one, ``"2 of 4 recurrent layers"`` and, for a
-        hybrid, ``" (6 layers in all)"``.
-    """
-    n, layer_map = len(analysis.layers), getattr(analysis, "layer_map", None)
-    if not layer_map:
-        return f"{n} layer(s)"
-    recurrent = sum(e.role == "recurrent" for e in layer_map)
-    return (f"{n} of {recurrent} recurrent layer{'' if recurrent == 1 else 's'}"
-            + (f" ({len(layer_map)} layers in all)" if len(layer_map) > recurrent else ""))
-
-
-def recomputed_phrase(error) -> str:
-    """``; recomputed: 2.1e-07 of the model's own output`` for a summary ('' when the layer was not recomputed).
-
-    Parameters
-    ----------
-    error : float or None
-        The layer's ``recomputed`` error.
-
-    Returns
-    -------
-    str
-    """
-    return "" if error is None else f"; recomputed: {error:.2g} of the model's own output"
 
 
 def _measure(index: int, rec: MambaRecord, max_lag: int, common: dict) -> dict:

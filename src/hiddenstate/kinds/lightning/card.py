@@ -1,0 +1,16 @@
+"""What the family page says of lightning attention's layers: ``CARD``, the generic card of the rows each layer gives.
+
+The layer's analysis (:class:`~hiddenstate.probe.state_analysis.RecurrenceLayerAnalysis`, with the
+words of :mod:`hiddenstate.kinds.lightning.analysis`) lists its measurements itself
+(``card_rows()``, ``flow_note``), and its ``meta`` says what the state is, what a unit is and how
+many entries the state has: the page shows them as :data:`hiddenstate.report.cards.ROWS_CARD` does.
+"""
+
+from __future__ import annotations
+
+from hiddenstate.report.cards import ROWS_CARD
+
+__all__ = ["CARD"]
+
+#: The kind's card (registered with the kind ``"lightning"``, :mod:`hiddenstate.kinds.lightning.view`).
+CARD = ROWS_CARD

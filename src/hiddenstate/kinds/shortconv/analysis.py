@@ -1,0 +1,86 @@
+"""The hidden-state tools on LFM2's short convolution: the shared layer loop through the kind's view.
+
+A short convolution has no keep gate: its state is the window of the last K - 1 values of
+``B * x``, so its memory is exactly K - 1 steps (``flow_spectral`` 1 up to lag K - 2 and 0 from
+K - 1 on, whatever the input); the analysis says so in ``not_measured``. A layer's
+:class:`~hiddenstate.probe.state_analysis.RecurrenceLayerAnalysis` has PCA and the memory curve of
+the window, the channels' ``z = B * x`` as units. A transformers model of the ``lfm2`` family goes
+through ``hiddenstate.inspect_model``.
+"""
+
+from __future__ import annotations
+
+from hiddenstate.kinds.shortconv.view import shortconv_view
+from hiddenstate.probe.block_analysis import analyze_block
+from hiddenstate.probe.layer_loop import LayerKind
+from hiddenstate.probe.state_analysis import NEEDS_TEXT, RecurrenceAnalysis, RecurrenceLayerAnalysis
+
+__all__ = ["NOT_MEASURED_SHORTCONV", "SHORTCONV", "analyze_shortconv"]
+
+#: What the analysis of a recurrent layer measures that it does not measure on the short convolution, and why.
+NOT_MEASURED_SHORTCONV = {
+    "keep gate and time constants": "a short convolution's state is the window of the last K-1 values of B*x, "
+                                    "shifted by one each step: no gate keeps anything, so a keep gate is not "
+                                    "defined; its memory is exactly K-1 steps (dS_T/dS_(T-k) is the shift by k, "
+                                    "spectral norm 1 for k < K-1 and 0 from K-1 on)",
+    "fixed points": "after K-1 steps the window is a function of the last K-1 inputs alone: no state dynamics",
+    "output gate statistics": "the output gate C is linear in the input, not a (0, 1) gate"}
+
+_FLOW = ("The exact Jacobian product dS_T/dS_(T-k) of the window, the shift by k: spectral norm 1 while the oldest "
+         "value is still in the window, 0 from lag K-1 on:")
+
+
+def _measure(index: int, rec, max_lag: int, common: dict) -> dict:
+    """The words of the layer's card: no keep gate, a window of K-1 values."""
+    window = rec.conv.shape[-1]
+    return {"kind": "shortconv", "flow_note": _FLOW, "gate_unit": "channel",
+            "no_keep": f"none: a window of the last K-1 = {window} values, its memory exactly {window} steps"}
+
+
+def _sizes(rec) -> dict:
+    M, W = rec.conv.shape[-2:]
+    return {"kind": "shortconv", "hidden_size": M, "d_conv": W + 1, "state entries": "M*(K-1)",
+            "state": f"convolution window (M={M}, K-1={W}; no keep gate)",
+            "unit": "A channel d is a unit: its activation is z_t[d] = B_t[d] x_t[d], the value entering its window."}
+
+
+#: The short convolution's records' kind for the shared layer loop.
+SHORTCONV = LayerKind("shortconv", _measure, RecurrenceLayerAnalysis, RecurrenceAnalysis, _sizes,
+                      NOT_MEASURED_SHORTCONV, NEEDS_TEXT.replace("analyze_mamba", "analyze_recurrence"), shortconv_view)
+
+
+def analyze_shortconv(block, u, state=None, *, max_lag: int = 30, model_name: str | None = None, text: str | None = None,
+                tokens=None, **forward) -> RecurrenceAnalysis:
+    """Trace one of our ShortConv blocks and measure its state (:func:`hiddenstate.probe.block_analysis.analyze_block`).
+
+    Parameters
+    ----------
+    block : ShortConv
+    u : ndarray of shape (T, N, M), or (N, T, M) with ``block.batch_first``
+        The block's input.
+    state : optional
+        The initial state (None: zeros).
+    max_lag : int, default 30
+        Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
+    model_name : str, optional
+        What the model was, for the summary (default ``"hiddenstate ShortConv"``).
+    text : str, optional
+        The characters of sequence 0, one per step: the units that track text features and the explorer.
+    tokens : array_like of int, shape (T, N), optional
+        Ids behind the steps for the memory curve (default None: it regresses the input ``u_{t-k}``).
+    **forward
+        More keywords of the block's ``forward``.
+
+    Returns
+    -------
+    RecurrenceAnalysis
+
+    Raises
+    ------
+    TypeError
+        ``block`` of another type; ``text`` not a str; and the errors of the block's ``forward``.
+    ValueError
+        ``max_lag`` not positive; an input of no steps; ``text`` empty or longer than T.
+    """
+    return analyze_block(block, u, state, max_lag=max_lag, model_name=model_name, text=text, tokens=tokens,
+                         kinds=("shortconv",), **forward)
