@@ -21,8 +21,7 @@ from hiddenstate.kinds.delta.analysis import analyze_delta
 from hiddenstate.kinds.ssm.mamba2_analysis import analyze_mamba2
 from hiddenstate.kinds.ssm.mamba_analysis import analyze_mamba
 from hiddenstate.probe.analysis import analyze_model
-from hiddenstate.probe.mlstm_rwkv import analyze_layer
-from hiddenstate.probe.recurrences import analyze_recurrence
+from hiddenstate.probe.block_analysis import analyze_layer, analyze_recurrence
 
 BLOCKS = ("GatedDeltaNet", "KimiDeltaAttention", "LightningAttention", "MLSTMLayer", "Mamba", "Mamba2", "RGLRUBlock",
           "RWKVTimeMix", "ShortConv")

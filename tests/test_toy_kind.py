@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+import hiddenstate
 from hiddenstate import kinds
 from hiddenstate.kinds import Kind, LagNorms, RecordView, diagonal_lag_norms
 from hiddenstate.probe.block_analysis import analyze_block
@@ -141,3 +142,11 @@ def test_the_toy_kind_leaves_the_registry_after_the_test():
     assert "toy" not in kinds.KINDS and "toy" not in kinds.BLOCKS
     with pytest.raises(TypeError, match="block must be a hiddenstate"):
         analyze_block(DiagonalRecurrence(A, B), _input())
+
+
+def test_the_one_entry_point_analyses_the_toy_kind_through_its_record(toy):
+    # hiddenstate.analyze routes any block of a registered kind, a kind it has never heard of included
+    u = _input()
+    an = hiddenstate.analyze(DiagonalRecurrence(A, B), u, max_lag=6)
+    np.testing.assert_allclose(an.layers[0].time_constants, [2.0, 5.0, 10.0, 20.0], rtol=1e-9)
+    assert an.meta["kind"] == "toy"

@@ -12,11 +12,16 @@ model                                                       analysis
 a CharRNN of cell ``"mamba"``
 :class:`~hiddenstate.Mamba2`, ``Mamba2LM``                   :func:`hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`
 :class:`~hiddenstate.GatedDeltaNet`, ``KimiDeltaAttention``  :func:`hiddenstate.kinds.delta.analysis.analyze_delta`
-:class:`~hiddenstate.RGLRUBlock`, ``LightningAttention``,    :func:`hiddenstate.probe.block_analysis.analyze_recurrence`
-``ShortConv``
-:class:`~hiddenstate.MLSTMLayer`, ``RWKVTimeMix``            :func:`hiddenstate.probe.block_analysis.analyze_layer`
+:class:`~hiddenstate.RGLRUBlock`, ``LightningAttention``,    ``analyze_rglru``, ``analyze_lightning``,
+``ShortConv``, :class:`~hiddenstate.MLSTMLayer`,             ``analyze_shortconv``, ``analyze_mlstm``,
+``RWKVTimeMix``                                              ``analyze_rwkv`` (each in its kind's ``analysis``)
+a block of any other registered kind                        its kind's ``analyze``, else the generic
+                                                            :func:`hiddenstate.probe.block_analysis.analyze_block`
 a transformers model of a registered family                 :func:`hiddenstate.pipelines.family_inspection.analyze_family_model`
 ==========================================================  =====================================================
+
+Blocks are routed through the kind registry (:func:`hiddenstate.kinds.kind_of_block`), so a kind
+registered later (one folder and one registry line) is analysed here with no change to this module.
 
 The per-kind functions are imported when first used, so ``import hiddenstate`` stays lean.
 """
@@ -72,33 +77,33 @@ def _family(model, x, state, common, options):
 
 
 def _dispatch(model):
-    """The route of ``model``: a function ``(model, x, state, common, options) -> (func, args, kwargs)``, or None."""
+    """The route of ``model``: a function ``(model, x, state, common, options) -> (func, args, kwargs)``, or None.
+
+    A block of a registered kind (:mod:`hiddenstate.kinds`, a toy kind of a test included) goes to
+    its kind's own analysis, or to the generic one (:func:`~hiddenstate.probe.block_analysis.analyze_block`)
+    when the kind has none; the classic layers, the character model and our language models have
+    routes of their own, a transformers model of a registered family is recomputed from its own run.
+    """
     from hiddenstate.classic.recurrent import RecurrentLayer
-    from hiddenstate.kinds.delta.analysis import analyze_delta
-    from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
-    from hiddenstate.kinds.lightning.block import LightningAttention
-    from hiddenstate.kinds.mlstm.block import MLSTMLayer
-    from hiddenstate.kinds.rglru.block import RGLRUBlock
-    from hiddenstate.kinds.rwkv.block import RWKVTimeMix
-    from hiddenstate.kinds.shortconv.block import ShortConv
+    from hiddenstate.kinds import kind_of_block
     from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
-    from hiddenstate.kinds.ssm.mamba import Mamba
-    from hiddenstate.kinds.ssm.mamba2 import Mamba2
     from hiddenstate.kinds.ssm.mamba2_analysis import analyze_mamba2
     from hiddenstate.kinds.ssm.mamba_analysis import analyze_mamba
-    from hiddenstate.probe.block_analysis import analyze_layer, analyze_recurrence
     from hiddenstate.train.model import CharRNN
 
     def plain(func):
         return lambda m, x, state, common, options: (func, (m, x, state), {**common, **options})
 
-    routes = ((CharRNN, _char), (RecurrentLayer, _classic), ((Mamba, MambaLM), plain(analyze_mamba)),
-              ((Mamba2, Mamba2LM), plain(analyze_mamba2)), ((GatedDeltaNet, KimiDeltaAttention), plain(analyze_delta)),
-              ((RGLRUBlock, LightningAttention, ShortConv), plain(analyze_recurrence)),
-              ((MLSTMLayer, RWKVTimeMix), plain(analyze_layer)))
+    routes = ((CharRNN, _char), (RecurrentLayer, _classic), (MambaLM, plain(analyze_mamba)),
+              (Mamba2LM, plain(analyze_mamba2)))
     for classes, route in routes:
         if isinstance(model, classes) and not (route is _classic and model.kind is None):
             return route
+    kind = kind_of_block(model)
+    if kind is not None:
+        from hiddenstate.probe.block_analysis import analyze_block
+
+        return plain(kind.analyzer() or analyze_block)
     if isinstance(model, (str, bytes)) or not hasattr(model, "config"):
         return None
     from hiddenstate.interop.families import find_family
@@ -140,7 +145,7 @@ def analyze(model, x, state=None, *, max_lag: int = 30, text: str | None = None,
     **options
         Passed to the per-kind function, which must take them: ``lengths``, ``grad_steps``,
         ``n_fixed_point_starts``, ``rng``, ``echo``, ... (:func:`~hiddenstate.probe.analysis.analyze_model`);
-        ``reset`` (:func:`~hiddenstate.probe.block_analysis.analyze_recurrence`); ``layers``,
+        ``reset`` and the other options of a block's ``forward`` (its kind's analysis passes them on); ``layers``,
         ``max_bytes`` (:func:`~hiddenstate.pipelines.family_inspection.analyze_family_model`).
 
     Returns
@@ -167,7 +172,8 @@ def analyze(model, x, state=None, *, max_lag: int = 30, text: str | None = None,
     common = {"max_lag": max_lag, "text": text, "tokens": tokens, "model_name": model_name}
     func, args, kwargs = route(model, x, state, common, dict(options))
     taken = inspect.signature(func).parameters
-    unknown = sorted(k for k in options if k not in taken)
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in taken.values())  # it passes them on to the block's forward
+    unknown = [] if open_ended else sorted(k for k in options if k not in taken)
     if unknown:
         known = sorted(k for k, p in taken.items() if p.kind is p.KEYWORD_ONLY)
         raise TypeError(f"options must be keyword arguments of {func.__name__} for a {type(model).__name__} "
