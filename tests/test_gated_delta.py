@@ -2,6 +2,7 @@
 
 The reference re-implements the block's equations in float64 torch from transformers' module
 code (the fused ``in_proj_qkvz`` split per key head as ``fix_query_key_value_ordering`` does it,
+Qwen3.5's ``in_proj_qkv`` split into key, key and value widths, Qwen4-Exp's sigmoid output gate,
 the conv, the L2 norm, the decay, the per-step delta rule, the gated norm); autograd gives every
 gradient. Our layers (both forms of the rule) are held to it at 1e-10 relative.
 """
@@ -25,9 +26,10 @@ def make(kind, *, chunk=4, rng=None, **kw):
     rng = np.random.default_rng(0) if rng is None else rng
     if kind == "kimi":
         layer = KimiDeltaAttention(6, num_heads=2, head_dim=3, chunk=chunk, rng=rng, **kw)
-    else:
-        layer = GatedDeltaNet(6, num_k_heads=2, num_v_heads=4, head_k_dim=3, head_v_dim=2, layout=kind, chunk=chunk,
-                              allow_neg_eigval=kind == "olmo_hybrid", rng=rng, **kw)
+    else:  # "qwen3_5-sigmoid": Qwen3.5's split projections with Qwen4-Exp's sigmoid output gate
+        layout, _, gate = kind.partition("-")
+        layer = GatedDeltaNet(6, num_k_heads=2, num_v_heads=4, head_k_dim=3, head_v_dim=2, layout=layout, chunk=chunk,
+                              allow_neg_eigval=kind == "olmo_hybrid", gate=gate or "silu", rng=rng, **kw)
     for k, v in layer.params.items():  # off the structured initial values
         if not k.endswith("A_log"):
             v += 0.3 * rng.standard_normal(v.shape)
@@ -49,6 +51,11 @@ def torch_block(layer, p, u, S0, conv0):
         b, a = torch.split(ba, [r, r], dim=3)
         q, k, v, z = q.reshape(T, N, -1), k.reshape(T, N, -1), v.reshape(T, N, -1), z.reshape(T, N, Hv, Dv)
         b, a = b.reshape(T, N, Hv), a.reshape(T, N, Hv)
+        names = ("dt_bias", "A_log", "norm.weight", "out_proj.weight")
+    elif s.layout == "qwen3_5":  # Qwen3_5GatedDeltaNet: in_proj_qkv split [key_dim, key_dim, value_dim]
+        q, k, v = torch.split(u @ p["in_proj_qkv.weight"].T, [Hk * Dk, Hk * Dk, Hv * Dv], dim=-1)
+        z = (u @ p["in_proj_z.weight"].T).view(T, N, Hv, Dv)
+        b, a = u @ p["in_proj_b.weight"].T, u @ p["in_proj_a.weight"].T
         names = ("dt_bias", "A_log", "norm.weight", "out_proj.weight")
     else:
         q, k, v = (u @ p[f"{n}_proj.weight"].T for n in "qkv")
@@ -84,11 +91,11 @@ def torch_block(layer, p, u, S0, conv0):
         outs.append((S * q[t][..., :, None]).sum(-2))
     o = torch.stack(outs)  # (T, N, Hv, Dv)
     y = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + s.eps) * norm_w
-    y = y * (torch.sigmoid(z) if s.layout == "kimi" else F.silu(z))
+    y = y * (torch.sigmoid(z) if s.layout == "kimi" or s.gate == "sigmoid" else F.silu(z))
     return y.reshape(T, N, Hv * Dv) @ out_w.T, S, x[..., -(K - 1):]
 
 
-KINDS = ["qwen3_next", "olmo_hybrid", "kimi"]
+KINDS = ["qwen3_next", "olmo_hybrid", "qwen3_5", "qwen3_5-sigmoid", "kimi"]
 
 
 @pytest.mark.parametrize("chunk", [None, 4])

@@ -14,7 +14,9 @@ Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybr
 the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
 olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
 ``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``),
-xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``).
+xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``); the Qwen3.5 kin of the gated delta rule with split
+projections (``layout="qwen3_5"``): qwen3_5_text, qwen3_5 (multimodal, read through its text
+backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate) and lara_mini.
 
 How to add a family
 -------------------
@@ -103,13 +105,19 @@ from hiddenstate.interop.families import (
     granitemoehybrid,
     jamba,
     kimi_linear,
+    lara_mini,
     lfm2,
     mamba,
     mamba2,
     minimax,
     nemotron_h,
     olmo_hybrid,
+    qwen3_5,
+    qwen3_5_moe,
+    qwen3_5_moe_text,
+    qwen3_5_text,
     qwen3_next,
+    qwen4_exp_text,
     recurrent_gemma,
     rwkv,
     xlstm,
@@ -130,7 +138,8 @@ from hiddenstate.interop.families.registry import (
 
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
             qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
-            xlstm, rwkv)
+            xlstm, rwkv,
+            qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini)
 for _module in _MODULES:
     register(_module.FAMILY)
 

@@ -1,12 +1,12 @@
 """Our delta-rule layers from transformers' mixers: :func:`gated_delta_block`, :func:`kda_block`.
 
-transformers' ``Qwen3NextGatedDeltaNet``, ``OlmoHybridGatedDeltaNet`` and
-``KimiLinearDeltaAttention`` keep their sizes as attributes (``hidden_size``, ``num_k_heads``,
+transformers' ``Qwen3NextGatedDeltaNet``, ``OlmoHybridGatedDeltaNet``, ``Qwen3_5GatedDeltaNet`` (and
+Qwen3.5-MoE's, Qwen4-Exp's, Lara-mini's copies of it) and ``KimiLinearDeltaAttention`` keep their sizes as attributes (``hidden_size``, ``num_k_heads``,
 ``num_v_heads``, ``head_k_dim``, ``head_v_dim`` or ``num_heads``, ``head_dim``,
 ``conv_kernel_size``, ``activation``, OLMo-hybrid's ``allow_neg_eigval``, the gated norm's
 ``variance_epsilon``) and their parameters under the names our
 :class:`~hiddenstate.kinds.delta.block.GatedDeltaNet` (``layout="qwen3_next"`` or ``"olmo_hybrid"``)
-and :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` use, so one function per layer reads
+and :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` use (``layout="qwen3_5"`` for the Qwen3.5 kin), so one function per layer reads
 them. The convolution's activation must be SiLU (``hidden_act``); anything else is refused with
 its value. transformers computes these layers in float32 whatever the model's dtype (its
 ``torch_chunk_gated_delta_rule`` / ``chunk_kimi_delta_attention`` cast q, k, v, g and beta to
@@ -19,6 +19,7 @@ import numpy as np
 
 from hiddenstate.interop.families.blocks import mixer_weights
 from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
+from hiddenstate.kinds.delta.block_kernel import GATES
 
 __all__ = ["gated_delta_block", "kda_block"]
 
@@ -27,6 +28,15 @@ def _silu(mixer) -> None:
     if mixer.activation != "silu":
         raise ValueError(f"the {type(mixer).__name__}'s activation (hidden_act) must be 'silu' (the convolution's "
                          f"activation our layer computes); got {mixer.activation!r}.")
+
+
+def _gate(mixer) -> str:
+    """The output gate's activation of a Qwen3.5-like mixer (its gated norm's ``activation``), or a named refusal."""
+    act = getattr(mixer.norm, "activation", "silu")
+    if act not in GATES:
+        raise ValueError(f"the {type(mixer).__name__}'s output gate activation (output_gate_type or hidden_act) must be "
+                         f"one of {', '.join(map(repr, GATES))} (the gates our layer computes); got {act!r}.")
+    return act
 
 
 def gated_delta_block(mixer, layout: str) -> GatedDeltaNet:
@@ -38,8 +48,10 @@ def gated_delta_block(mixer, layout: str) -> GatedDeltaNet:
         ``hidden_size`` M, ``num_k_heads`` Hk, ``num_v_heads`` Hv, ``head_k_dim`` Dk,
         ``head_v_dim`` Dv, ``conv_kernel_size`` K, ``activation``, the gated norm (``norm`` or
         ``o_norm``) with its ``variance_epsilon``, OLMo-hybrid's ``allow_neg_eigval``.
-    layout : {"qwen3_next", "olmo_hybrid"}
-        Whose parameter names.
+    layout : {"qwen3_next", "olmo_hybrid", "qwen3_5"}
+        Whose parameter names (``"qwen3_5"``: ``Qwen3_5GatedDeltaNet``, ``Qwen3_5MoeGatedDeltaNet``,
+        ``Qwen4ExpTextGatedDeltaNet``, ``LaraMiniGatedDeltaNet``, whose gated norm's
+        ``activation`` is the output gate's, SiLU or sigmoid).
 
     Returns
     -------
@@ -49,14 +61,16 @@ def gated_delta_block(mixer, layout: str) -> GatedDeltaNet:
     Raises
     ------
     ValueError
-        An activation other than SiLU.
+        A convolution activation other than SiLU; an output gate activation other than SiLU or
+        sigmoid (``"qwen3_5"``).
     """
     _silu(mixer)
-    norm = mixer.norm if layout == "qwen3_next" else mixer.o_norm
+    gate = _gate(mixer) if layout == "qwen3_5" else "silu"
+    norm = mixer.o_norm if layout == "olmo_hybrid" else mixer.norm
     blk = GatedDeltaNet(int(mixer.hidden_size), num_k_heads=int(mixer.num_k_heads), num_v_heads=int(mixer.num_v_heads),
                         head_k_dim=int(mixer.head_k_dim), head_v_dim=int(mixer.head_v_dim),
                         d_conv=int(mixer.conv_kernel_size), eps=float(norm.variance_epsilon), layout=layout,
-                        allow_neg_eigval=bool(getattr(mixer, "allow_neg_eigval", False)), batch_first=True,
+                        allow_neg_eigval=bool(getattr(mixer, "allow_neg_eigval", False)), gate=gate, batch_first=True,
                         dtype=np.float64, rng=np.random.default_rng(0))
     blk.load_state_dict(mixer_weights(mixer))
     return blk

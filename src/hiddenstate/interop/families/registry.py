@@ -380,7 +380,8 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict 
         ``"mamba_decoder.mamba"``). A role may also be a callable ``role(layer, index) -> str``
         (a layer whose one attribute ``mixer`` is of several kinds).
     stack : str, default "layers"
-        The attribute of the base model that holds the layers.
+        The attribute (or dotted path) of the base model that holds the layers (a multimodal
+        model's text stack: ``"language_model.layers"``).
     parts : dict of str to str, optional
         The layer's other modules to show, attribute (or dotted path) -> role or
         ``role(layer, index)``; every one present becomes an entry of :attr:`LayerInfo.parts`
@@ -399,7 +400,7 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict 
     for name, m in model.named_modules(remove_duplicate=False):  # a module shared by layers: its first path
         paths.setdefault(id(m), name)
     out = []
-    for i, layer in enumerate(getattr(model.base_model, stack)):
+    for i, layer in enumerate(_attr(model.base_model, stack) or ()):
         attr = next((a for a in roles if _attr(layer, a) is not None), None)
         if attr is None:
             raise ValueError(f"model.base_model.{stack}[{i}] must have one of the attributes {list(roles)}; its "

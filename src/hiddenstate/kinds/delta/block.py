@@ -1,8 +1,9 @@
 """Gated DeltaNet and Kimi Delta Attention as recurrent layers with their matrix state in the open.
 
 :class:`GatedDeltaNet` is the gated delta rule's block (Yang et al. 2024) in the parameter names
-and layouts of transformers' ``Qwen3NextGatedDeltaNet`` (``layout="qwen3_next"``) or
-``OlmoHybridGatedDeltaNet`` (``layout="olmo_hybrid"``); :class:`KimiDeltaAttention` is
+and layouts of transformers' ``Qwen3NextGatedDeltaNet`` (``layout="qwen3_next"``),
+``OlmoHybridGatedDeltaNet`` (``layout="olmo_hybrid"``) or ``Qwen3_5GatedDeltaNet`` and its kin
+(``layout="qwen3_5"``, the output gate SiLU or sigmoid); :class:`KimiDeltaAttention` is
 ``KimiLinearDeltaAttention`` (the same rule with one decay per key channel). A state dict maps
 1:1 both ways. The equations are in :mod:`hiddenstate.kinds.delta.block_kernel` and
 :mod:`hiddenstate.kinds.delta.kernel`.
@@ -32,7 +33,7 @@ import numpy as np
 from hiddenstate.core.resources import check_memory
 from hiddenstate.core.validation import boolean, choice, float_dtype, generator, positive_int, real
 from hiddenstate.kinds.delta import block_kernel as kernel
-from hiddenstate.kinds.delta.block_kernel import BlockSpec, DeltaRecord, DeltaState
+from hiddenstate.kinds.delta.block_kernel import GATES, BlockSpec, DeltaRecord, DeltaState
 from hiddenstate.kinds.delta.kernel import DELTA_CHUNK
 from hiddenstate.shared.seqblock import BlockCache, SequenceBlock
 from hiddenstate.xp.arrays import is_foreign
@@ -192,10 +193,15 @@ class GatedDeltaNet(_DeltaLayer):
     eps : float, optional
         The gated norm's epsilon; default 1e-6 (``rms_norm_eps``) for ``"qwen3_next"``, 1e-5 for
         ``"olmo_hybrid"`` (which fixes it at fla's default).
-    layout : {"qwen3_next", "olmo_hybrid"}, default "qwen3_next"
-        Whose parameter names and layouts.
+    layout : {"qwen3_next", "olmo_hybrid", "qwen3_5"}, default "qwen3_next"
+        Whose parameter names and layouts: Qwen3-Next's fused ``in_proj_qkvz`` / ``in_proj_ba``,
+        OLMo-hybrid's six projections, or Qwen3.5's split ``in_proj_qkv``, ``in_proj_z``,
+        ``in_proj_b``, ``in_proj_a`` (also Qwen3.5-MoE's, Qwen4-Exp's and Lara-mini's).
     allow_neg_eigval : bool, default False
         ``beta = 2 sigmoid(b)`` (OLMo-hybrid's ``linear_allow_neg_eigval``).
+    gate : {"silu", "sigmoid"}, default "silu"
+        The output gate's activation: ``y = norm(o) * gate(z)`` (Qwen4-Exp's ``output_gate_type``
+        may be ``"sigmoid"``); the backward of either is exact.
     chunk : int or None, default 64
         The rule's form: chunks of this many steps (the WY/UT form), or None for the per-step loop
         (which keeps every state); the same results to round-off.
@@ -216,14 +222,15 @@ class GatedDeltaNet(_DeltaLayer):
     Raises
     ------
     TypeError, ValueError
-        A size that is not a positive integer, Hv not a multiple of Hk, an unknown layout, a flag
-        that is not a bool, a dtype other than float32/float64, ``eps`` not positive.
+        A size that is not a positive integer, Hv not a multiple of Hk, an unknown layout or
+        gate, a flag that is not a bool, a dtype other than float32/float64, ``eps`` not positive.
     """
 
     def __init__(self, d_model, *, num_k_heads=2, num_v_heads=None, head_k_dim=64, head_v_dim=None, d_conv=4,
-                 eps=None, layout="qwen3_next", allow_neg_eigval=False, chunk=DELTA_CHUNK, batch_first=False,
-                 dtype=np.float64, rng=None):
-        layout = choice("layout", layout, ("qwen3_next", "olmo_hybrid"))
+                 eps=None, layout="qwen3_next", allow_neg_eigval=False, gate="silu", chunk=DELTA_CHUNK,
+                 batch_first=False, dtype=np.float64, rng=None):
+        layout = choice("layout", layout, ("qwen3_next", "olmo_hybrid", "qwen3_5"))
+        gate = choice("gate", gate, GATES)
         self._init_common(d_model, d_conv, (1e-6 if layout == "qwen3_next" else 1e-5) if eps is None else eps,
                           chunk, batch_first, dtype)
         Hk = positive_int("num_k_heads", num_k_heads)
@@ -233,7 +240,7 @@ class GatedDeltaNet(_DeltaLayer):
         Dk = positive_int("head_k_dim", head_k_dim)
         Dv = Dk if head_v_dim is None else positive_int("head_v_dim", head_v_dim)
         self.spec = BlockSpec(layout, Hk, Hv, Dk, Dv, self.d_conv, self.eps,
-                              boolean("allow_neg_eigval", allow_neg_eigval))
+                              boolean("allow_neg_eigval", allow_neg_eigval), gate)
         rng = generator(rng)
         self._check_sizes(d_model=self.d_model, num_k_heads=Hk, num_v_heads=Hv, head_k_dim=Dk, head_v_dim=Dv)
         self.params = {}
@@ -252,7 +259,8 @@ class GatedDeltaNet(_DeltaLayer):
     def __repr__(self) -> str:
         s = self.spec
         return (f"GatedDeltaNet({self.d_model}, num_k_heads={s.Hk}, num_v_heads={s.Hv}, head_k_dim={s.Dk}, "
-                f"head_v_dim={s.Dv}, d_conv={s.K}, layout={s.layout!r})")
+                f"head_v_dim={s.Dv}, d_conv={s.K}, layout={s.layout!r}"
+                + ("" if s.gate == "silu" else f", gate={s.gate!r}") + ")")
 
     def shapes(self) -> dict:
         """Every parameter's shape and its legend (for :func:`hiddenstate.core.params.check_params`).
@@ -268,13 +276,17 @@ class GatedDeltaNet(_DeltaLayer):
             W = Hk * (2 * Dk) + 2 * Hv * Dv
             out["in_proj_qkvz.weight"] = ((W, M), f"(2 Hk Dk + 2 Hv Dv={W}, M={M})")
             out["in_proj_ba.weight"] = ((2 * Hv, M), f"(2 Hv={2 * Hv}, M={M})")
+        elif s.layout == "qwen3_5":
+            out["in_proj_qkv.weight"] = ((Dc, M), f"(2 Hk Dk + Hv Dv={Dc}, M={M})")
+            out["in_proj_z.weight"] = ((Hv * Dv, M), f"(Hv Dv={Hv * Dv}, M={M})")
+            out["in_proj_b.weight"] = out["in_proj_a.weight"] = ((Hv, M), f"(Hv={Hv}, M={M})")
         else:
             out["q_proj.weight"] = out["k_proj.weight"] = ((Hk * Dk, M), f"(Hk Dk={Hk * Dk}, M={M})")
             out["v_proj.weight"] = out["g_proj.weight"] = ((Hv * Dv, M), f"(Hv Dv={Hv * Dv}, M={M})")
             out["a_proj.weight"] = out["b_proj.weight"] = ((Hv, M), f"(Hv={Hv}, M={M})")
         out["conv1d.weight"] = ((Dc, 1, s.K), f"(Dc={Dc}, 1, K={s.K})")
         out["dt_bias"] = out["A_log"] = ((Hv,), f"(Hv={Hv},)")
-        norm, proj = ("norm.weight", "out_proj.weight") if s.layout == "qwen3_next" else ("o_norm.weight",
+        norm, proj = ("norm.weight", "out_proj.weight") if s.layout != "olmo_hybrid" else ("o_norm.weight",
                                                                                           "o_proj.weight")
         out[norm] = ((Dv,), f"(Dv={Dv},)")
         out[proj] = ((M, Hv * Dv), f"(M={M}, Hv Dv={Hv * Dv})")

@@ -13,6 +13,7 @@ value heads of Dv channels, r = Hv / Hk value heads per key head, Dc = 2 Hk Dk +
     g     = -exp(A_log) softplus(a + dt_bias)             log decay: per head (GDN) or per key channel (KDA)
     o, S  = delta rule(q, k, v, g, beta, S0)
     y     = norm.weight * o / sqrt(mean_Dv(o^2) + eps) * act(z)     per head; act silu (GDN) or sigmoid (KDA)
+                                                          (a GDN with ``gate="sigmoid"``: Qwen4-Exp's output_gate_type)
     out   = out_proj(y)
 
 Layouts (parameter names exactly as transformers' modules, so a state dict maps 1:1):
@@ -26,6 +27,11 @@ Layouts (parameter names exactly as transformers' modules, so a state dict maps 
     ``q_proj``, ``k_proj`` (Hk Dk, M), ``v_proj``, ``g_proj`` (Hv Dv, M) (z), ``a_proj``,
     ``b_proj`` (Hv, M) (``.weight`` each), ``conv1d.weight``, ``A_log``, ``dt_bias`` (Hv,),
     ``o_norm.weight`` (Dv,), ``o_proj.weight`` (M, Hv Dv).
+``"qwen3_5"`` (``Qwen3_5GatedDeltaNet``, ``Qwen3_5MoeGatedDeltaNet``, ``Qwen4ExpTextGatedDeltaNet``, ``LaraMiniGatedDeltaNet``)
+    ``in_proj_qkv.weight`` (2 Hk Dk + Hv Dv, M), the rows ``q (Hk Dk), k (Hk Dk), v (Hv Dv)`` in
+    that order (the convolution's channel order, not per key head); ``in_proj_z.weight`` (Hv Dv, M);
+    ``in_proj_b.weight``, ``in_proj_a.weight`` (Hv, M); ``conv1d.weight``, ``dt_bias``,
+    ``A_log``, ``norm.weight``, ``out_proj.weight`` as ``"qwen3_next"``.
 ``"kimi"`` (``KimiLinearDeltaAttention``; H = Hk = Hv heads, D = Dk = Dv)
     ``q_proj``, ``k_proj``, ``v_proj`` (H D, M), ``conv1d.weight`` (3 H D, 1, K),
     ``forget_gate.f_a_proj`` (D, M) then ``forget_gate.f_b_proj`` (H D, D) (a),
@@ -49,12 +55,15 @@ import numpy as np
 from hiddenstate.core.functional import sigmoid, sigmoid_tanh
 from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
 
-__all__ = ["LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward", "block_record",
+__all__ = ["GATES", "LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward", "block_record",
            "param_names"]
 
 #: The block layouts and the transformers module each one matches.
 LAYOUTS = {"qwen3_next": "Qwen3NextGatedDeltaNet", "olmo_hybrid": "OlmoHybridGatedDeltaNet",
-           "kimi": "KimiLinearDeltaAttention"}
+           "qwen3_5": "Qwen3_5GatedDeltaNet", "kimi": "KimiLinearDeltaAttention"}
+
+#: The output gate's activations ``act(z)`` a block computes (``BlockSpec.gate``).
+GATES = ("silu", "sigmoid")
 
 #: transformers' l2norm epsilon (inside the square root).
 L2_EPS = 1e-6
@@ -123,6 +132,8 @@ class BlockSpec(NamedTuple):
         The gated norm's epsilon.
     allow_neg_eigval : bool
         ``beta = 2 sigmoid(b)`` (OLMo-hybrid's option).
+    gate : {"silu", "sigmoid"}, default "silu"
+        The output gate's activation ``act(z)`` (KDA's is always sigmoid).
     """
 
     layout: str
@@ -133,12 +144,16 @@ class BlockSpec(NamedTuple):
     K: int
     eps: float
     allow_neg_eigval: bool
+    gate: str = "silu"
 
 
 def _chains(spec):
     """The linear maps from u: {output: [weight names applied in order]}."""
     if spec.layout == "qwen3_next":
         return {"qkvz": ["in_proj_qkvz.weight"], "ba": ["in_proj_ba.weight"]}
+    if spec.layout == "qwen3_5":
+        return {"qkv": ["in_proj_qkv.weight"], "z": ["in_proj_z.weight"], "b": ["in_proj_b.weight"],
+                "a": ["in_proj_a.weight"]}
     if spec.layout == "olmo_hybrid":
         return {"q": ["q_proj.weight"], "k": ["k_proj.weight"], "v": ["v_proj.weight"], "z": ["g_proj.weight"],
                 "b": ["b_proj.weight"], "a": ["a_proj.weight"]}
@@ -149,6 +164,10 @@ def _chains(spec):
 
 def _pieces(spec):
     """{piece: (chain output, column index or None)}: where q, k, v, z, b, a sit in the chain outputs."""
+    if spec.layout == "qwen3_5":  # q, k, v side by side in one projection, the rest one each
+        Dq, Dv = spec.Hk * spec.Dk, spec.Hv * spec.Dv
+        return {"q": ("qkv", np.arange(Dq)), "k": ("qkv", Dq + np.arange(Dq)), "v": ("qkv", 2 * Dq + np.arange(Dv)),
+                "z": ("z", None), "b": ("b", None), "a": ("a", None)}
     if spec.layout != "qwen3_next":
         return {n: (n, None) for n in "qkvzba"}
     Hk, Dk, Dv, r = spec.Hk, spec.Dk, spec.Dv, spec.Hv // spec.Hk
@@ -173,7 +192,7 @@ def param_names(spec) -> dict[str, str]:
     -------
     dict of str to str
     """
-    if spec.layout == "qwen3_next":
+    if spec.layout in ("qwen3_next", "qwen3_5"):
         return {"conv": "conv1d.weight", "dt_bias": "dt_bias", "A_log": "A_log", "norm": "norm.weight",
                 "out": "out_proj.weight"}
     if spec.layout == "olmo_hybrid":
@@ -295,7 +314,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
     inv = 1.0 / np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + spec.eps)  # (T, N, Hv, 1)
     y = o * inv
     z = pre["z"].reshape(T, N, Hv, Dv)
-    gate, d_gate = (sigmoid(z), None) if kimi else _silu(z)
+    gate, d_gate = (sigmoid(z), None) if kimi or spec.gate == "sigmoid" else _silu(z)
     nw = p[names["norm"]]
     n = (nw * y * gate).reshape(T, N, Hv * Dv)
     out = _mm(n, p[names["out"]].T)
@@ -341,7 +360,7 @@ def block_backward(cache, d_out, d_final):
     d_n = _mm(d_out, p[names["out"]]).reshape(T, N, Hv, Dv)
     nw = p[names["norm"]]
     grads[names["norm"]] = (d_n * y * gate).reshape(-1, Dv).sum(axis=0)
-    d_z = d_n * nw * y * (gate * (1.0 - gate) if kimi else d_gate)
+    d_z = d_n * nw * y * (gate * (1.0 - gate) if d_gate is None else d_gate)
     d_y = d_n * nw * gate
     d_o = inv * (d_y - y * np.mean(d_y * y, axis=-1, keepdims=True))
     d_qs, d_ks, d_v, d_g, d_beta, d_S0 = delta_backward(kc, d_o, d_S_T)
