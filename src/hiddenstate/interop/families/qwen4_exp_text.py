@@ -40,11 +40,13 @@ def tiny_config():
     -------
     transformers.Qwen4ExpTextConfig
         Random weights from it: ``transformers.Qwen4ExpForCausalLM(tiny_config())``; two
-        hyper-connection streams of rank 8, 4-expert MoEs, no per-layer embedding.
+        hyper-connection streams of rank 8, 4-expert MoEs, a QSA indexer of 2 heads (budget 8,
+        blocks of 4), no per-layer embedding.
     """
     types = ["linear_attention"] * 3 + ["indexed_attention"]
     return text_config("Qwen4ExpTextConfig", layer_types=types, output_gate_type="sigmoid", hc_count=2,
-                       hc_lowrank=8, **MOE)
+                       hc_lowrank=8, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=8, indexer_budget=8,
+                       indexer_compress_ratio=4, **MOE)
 
 
 FAMILY = qwen3_5_family("qwen4_exp_text", ("Qwen4ExpForCausalLM", "Qwen4ExpTextModel"), notes=QWEN4_NOTES,
