@@ -219,8 +219,10 @@ def _build_config(cfg: dict, cls_name: str):
 
 
 def _count(config, key: str) -> int | None:
-    """``config.key`` when it is a positive int (not a bool), else None."""
+    """``config.key`` (a multimodal config's: its text backbone's) when it is a positive int (not a bool), else None."""
     value = getattr(config, key, None)
+    if value is None and callable(getattr(config, "get_text_config", None)):  # Qwen3.5's vocab_size is text_config's
+        value = getattr(config.get_text_config(), key, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 

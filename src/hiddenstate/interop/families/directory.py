@@ -144,38 +144,67 @@ def weight_headers(directory) -> dict:
     return out
 
 
-def _stored_form(model, key: str, tensor) -> dict:
-    """How ``save_pretrained`` writes one state-dict entry: ``{stored name: tensor}``, by transformers' own mapping.
+def _stored_form(model, entries: dict) -> dict:
+    """How ``save_pretrained`` writes state-dict entries: ``{stored name: tensor}``, by transformers' own mapping.
 
-    transformers 5 renames some families' weights on saving and splits merged ones (NemotronH's
-    ``backbone.`` prefix, its experts one tensor each): ``revert_weight_conversion`` is what
-    ``save_pretrained`` applies, here to one entry.
+    transformers 5 renames some families' weights on saving, splits merged ones (NemotronH's
+    ``backbone.`` prefix, its experts one tensor each) and fuses split ones (Lara-mini's
+    ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` into one ``in_proj``):
+    ``revert_weight_conversion`` is what ``save_pretrained`` applies, here to ``entries``.
     """
     from transformers.core_model_loading import revert_weight_conversion
 
     try:
-        return revert_weight_conversion(model, {key: tensor})
+        return revert_weight_conversion(model, dict(entries))
     except Exception as error:  # a many-to-one conversion cannot be inverted one entry at a time
-        raise ValueError(f"the {type(model).__name__}'s weight {key!r} must be stored as transformers saves it, one "
-                         f"entry at a time; its conversion failed ({type(error).__name__}: {error}).") from None
+        raise ValueError(f"the {type(model).__name__}'s weights {', '.join(map(repr, entries))} must be stored as "
+                         f"transformers saves them; their conversion failed ({type(error).__name__}: {error}).") from None
+
+
+def _groups(model) -> dict:
+    """``{keys: {stored name: shape}}``: the state dict's entries grouped by the stored tensors they share.
+
+    An entry stored alone is a group of one; entries that ``save_pretrained`` fuses into one tensor
+    (Lara-mini's four input projections) are one group, whose stored form is converted together.
+    """
+    sd = model.state_dict()
+    order = {k: i for i, k in enumerate(sd)}
+    single = {k: _stored_form(model, {k: v}) for k, v in sd.items()}
+    members: dict = {}  # stored name -> the set of entries stored in it (one set object per group)
+    for k, form in single.items():
+        group = {k}.union(*(members.get(n, ()) for n in form))
+        for key in group:
+            for n in single[key]:
+                members[n] = group
+    out, done = {}, set()
+    for k, form in single.items():
+        if k in done:
+            continue
+        keys = tuple(sorted(members[next(iter(form))], key=order.get)) if form else (k,)
+        done.update(keys)
+        joint = form if len(keys) == 1 else _stored_form(model, {key: sd[key] for key in keys})
+        out[keys] = {n: tuple(t.shape) for n, t in joint.items()}
+    return out
 
 
 def _expected(model, headers: dict, source: str) -> tuple:
-    """``(forms, ties)``: each state-dict entry's stored names and shapes, a tied one's tie; held to the headers."""
+    """``(forms, ties)``: each group of state-dict entries' stored names and shapes, a tied one's tie; held to the headers."""
     params = dict(model.named_parameters(remove_duplicate=False))
     aliases = {}
     for name, p in params.items():
         aliases.setdefault(id(p), []).append(name)
-    forms = {k: {n: tuple(t.shape) for n, t in _stored_form(model, k, v).items()} for k, v in model.state_dict().items()}
+    forms = _groups(model)
+    alone = {keys[0]: form for keys, form in forms.items() if len(keys) == 1}
     ties, missing = {}, []
-    for k, form in forms.items():
+    for keys, form in forms.items():
         if all(n in headers for n in form):
             continue
-        tie = next((a for a in aliases.get(id(params.get(k)), ()) if a != k and all(n in headers for n in forms[a])),
-                   None)
-        (missing.extend(n for n in form if n not in headers) if tie is None else ties.__setitem__(k, tie))
+        tie = None if len(keys) > 1 else next(
+            (a for a in aliases.get(id(params.get(keys[0])), ()) if a != keys[0] and a in alone
+             and all(n in headers for n in alone[a])), None)
+        (missing.extend(n for n in form if n not in headers) if tie is None else ties.__setitem__(keys[0], tie))
     for k in ties:
-        del forms[k]
+        del forms[(k,)]
     unexpected = sorted(set(headers) - {n for form in forms.values() for n in form})
     if missing or unexpected:
         show = (lambda ks: ", ".join(ks[:5]) + (f" ... ({len(ks)} in all)" if len(ks) > 5 else ""))
@@ -212,30 +241,35 @@ def _read(headers: dict, names, torch) -> dict:
 
 
 def _state_dict(model, forms: dict, ties: dict, headers: dict, source: str, torch) -> dict:
-    """The model's state dict from the stored tensors: each entry's stored pieces put back where its conversion took them.
+    """The model's state dict from the stored tensors: each group's stored pieces put back where its conversion took them.
 
-    The conversion of an entry only moves its elements (renames, splits, stacks, transposes), so
-    running it on the entry's element indices says where each stored element comes from; that
-    map must be a permutation (every element once), and it puts the stored values back.
+    The conversion of a group of entries only moves their elements (renames, splits, fusions,
+    stacks, transposes), so running it on the elements' indices (numbered through the group's
+    entries in turn) says where each stored element comes from; that map must be a permutation
+    (every element once), and it puts the stored values back.
     """
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     out = {}
-    for k, form in forms.items():
+    for keys, form in forms.items():
         stored = _read(headers, list(form), torch)
-        numel = int(np.prod(shapes[k], dtype=np.int64))
-        ids = torch.arange(numel, dtype=torch.int64).reshape(shapes[k])
-        where = _stored_form(model, k, ids)
-        if list(where) == [k] and torch.equal(where[k], ids):
-            out[k] = stored[k]
+        sizes = [int(np.prod(shapes[k], dtype=np.int64)) for k in keys]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        ids = {k: torch.arange(starts[i], starts[i + 1], dtype=torch.int64).reshape(shapes[k])
+               for i, k in enumerate(keys)}
+        where = _stored_form(model, ids)
+        if len(keys) == 1 and list(where) == list(keys) and torch.equal(where[keys[0]], ids[keys[0]]):
+            out[keys[0]] = stored[keys[0]]
             continue
+        numel = starts[-1]
         flat = torch.cat([where[n].reshape(-1) for n in form])
         if set(where) != set(form) or flat.numel() != numel or not bool((torch.bincount(flat, minlength=numel) == 1).all()):
-            raise ValueError(f"{source}: transformers' conversion of the weight {k!r} must move each element once; it "
-                             "does not, so the stored tensors cannot be put back.")
+            raise ValueError(f"{source}: transformers' conversion of the weights {', '.join(map(repr, keys))} must move "
+                             "each element once; it does not, so the stored tensors cannot be put back.")
         value = torch.empty(numel, dtype=stored[next(iter(form))].dtype)
         for n in form:
             value[where[n].reshape(-1)] = stored[n].reshape(-1).to(value.dtype)
-        out[k] = value.reshape(shapes[k])
+        for i, k in enumerate(keys):
+            out[k] = value[starts[i]:starts[i + 1]].reshape(shapes[k])
     for k, tie in ties.items():
         out[k] = out[tie]
     return out
