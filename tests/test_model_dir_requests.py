@@ -79,16 +79,18 @@ def char_tokenizer(path, chars):
 @pytest.mark.parametrize("family", TINY, ids=lambda f: f.name)
 def test_config_json_counts_the_layers_of_the_layer_map_and_the_vocabulary_of_the_embedding(family, tmp_path):
     # the early checks read num_hidden_layers and vocab_size: they must be what the built model has
-    from hiddenstate.interop.families.config_file import model_config
+    from hiddenstate.interop.families.config_file import _count, model_config
 
     model = tiny(family)
     model.save_pretrained(tmp_path)
     config = model_config(tmp_path)  # transformers' config class, not the JSON: NemotronH's has no num_hidden_layers
     assert type(config) is type(model.config)
-    assert config.num_hidden_layers == len(family.layer_map(model))
-    assert config.vocab_size == model.get_input_embeddings().weight.shape[0]
+    text = config.get_text_config()  # a multimodal model's counts are its text backbone's (Qwen3.5's text_config)
+    assert _count(config, "num_hidden_layers") == text.num_hidden_layers == len(family.layer_map(model))
+    assert _count(config, "vocab_size") == text.vocab_size == model.get_input_embeddings().weight.shape[0]
     cfg = json.loads((tmp_path / "config.json").read_text())
-    assert cfg.get("num_hidden_layers", config.num_hidden_layers) == config.num_hidden_layers
+    cfg = cfg.get("text_config", cfg)
+    assert cfg.get("num_hidden_layers", text.num_hidden_layers) == text.num_hidden_layers
 
 
 @pytest.mark.parametrize("layers", [[5], 2, [0, 7], [-1]])
