@@ -40,6 +40,9 @@ FAMILIES = {
     "qwen3_5_moe": ("Qwen3_5MoeGatedDeltaNet", "Qwen3_5MoeAttention", ("moe", "Qwen3_5MoeSparseMoeBlock")),
     "qwen4_exp_text": ("Qwen4ExpTextGatedDeltaNet", "Qwen4ExpTextAttention", ("moe", "Qwen4ExpTextSparseMoeBlock")),
     "lara_mini": ("LaraMiniGatedDeltaNet", "LaraMiniAttention", ("moe", "LaraMiniSparseMoeBlock")),
+    "minicpmv4_6": ("Qwen3_5GatedDeltaNet", "Qwen3_5Attention", ("mlp", "Qwen3_5MLP")),
+    "minicpmv4_7": ("Qwen3_5GatedDeltaNet", "Qwen3_5Attention", ("mlp", "Qwen3_5MLP")),
+    "minicpm_ocr": ("Qwen3_5GatedDeltaNet", "Qwen3_5Attention", ("mlp", "Qwen3_5MLP")),
 }
 WORST = {}  # family -> worst relative error of a recomputed layer (printed with -s)
 
@@ -93,14 +96,20 @@ def test_every_recurrent_layer_is_recomputed_to_the_models_own_output_and_cache(
         assert 0.5 < rec.decay.mean() < 0.99
 
 
-@pytest.mark.parametrize("name, text", [("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")])
+@pytest.mark.parametrize("name, text", [("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text"),
+                                        ("minicpmv4_6", "qwen3_5_text"), ("minicpmv4_7", "qwen3_5_text"),
+                                        ("minicpm_ocr", "qwen3_5_text")])
 def test_a_multimodal_model_is_read_through_its_text_backbone_and_says_the_vision_tower_is_not_ours(name, text):
     model = build(name)
     fam = families.family_of(model)
     assert fam.name == name and families.family_of(model.model).name == name  # the base model too
     assert all(e.path.startswith("model.language_model.layers.") for e in fam.layer_map(model))
     assert not any("visual" in e.path or any("visual" in p[2] for p in e.parts) for e in fam.layer_map(model))
-    assert "vision tower (model.visual) is not ours" in fam.notes
+    tower = "vision tower (model.visual) is not ours" if name.startswith("qwen") else \
+        "vision encoder and its resampler (model.vision_tower, model.merger) are not ours"
+    assert tower in fam.notes and "the layer map is the text backbone's (model.language_model)" in fam.notes
+    for attr in ("visual",) if name.startswith("qwen") else ("vision_tower", "merger"):
+        assert isinstance(getattr(model.model, attr), torch.nn.Module)
     backbone = model.model.language_model  # its text model alone: the same layers, the same records
     assert families.family_of(backbone).name == text
     ids = ids_for(T=70)

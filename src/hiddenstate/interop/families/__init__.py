@@ -16,7 +16,8 @@ olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gem
 ``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``),
 xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``); the Qwen3.5 kin of the gated delta rule with split
 projections (``layout="qwen3_5"``): qwen3_5_text, qwen3_5 (multimodal, read through its text
-backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate) and lara_mini.
+backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate), lara_mini, and the
+MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicpm_ocr.
 
 How to add a family
 -------------------
@@ -109,6 +110,9 @@ from hiddenstate.interop.families import (
     lfm2,
     mamba,
     mamba2,
+    minicpm_ocr,
+    minicpmv4_6,
+    minicpmv4_7,
     minimax,
     nemotron_h,
     olmo_hybrid,
@@ -139,7 +143,8 @@ from hiddenstate.interop.families.registry import (
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
             qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
             xlstm, rwkv,
-            qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini)
+            qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
+            minicpmv4_6, minicpmv4_7, minicpm_ocr)
 for _module in _MODULES:
     register(_module.FAMILY)
 
