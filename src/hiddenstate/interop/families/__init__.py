@@ -13,7 +13,7 @@ Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybr
 (shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
 the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
 olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
-``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``),
+``rglru``), minimax (kind ``lightning``), lfm2, lfm2_moe and lfm3 (kind ``shortconv``),
 xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``).
 
 How to add a family
@@ -104,6 +104,8 @@ from hiddenstate.interop.families import (
     jamba,
     kimi_linear,
     lfm2,
+    lfm2_moe,
+    lfm3,
     mamba,
     mamba2,
     minimax,
@@ -130,7 +132,7 @@ from hiddenstate.interop.families.registry import (
 
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
             qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
-            xlstm, rwkv)
+            xlstm, rwkv, lfm2_moe, lfm3)
 for _module in _MODULES:
     register(_module.FAMILY)
 
