@@ -83,7 +83,7 @@ def test_a_sharded_directory_of_each_family_loads_bit_for_bit_and_inspects_as_th
     assert theirs.keys() == ours.keys()
     for k, v in theirs.items():
         assert ours[k].dtype == v.dtype and torch.equal(ours[k], v), k
-    ids = ids_for(model.config.vocab_size)
+    ids = ids_for(model.config.get_text_config().vocab_size)  # a multimodal model: its text backbone's
     with torch.no_grad():
         assert torch.equal(loaded(torch.from_numpy(ids)).logits, model(torch.from_numpy(ids)).logits)
     a, b = hs.inspect_model(model, ids), hs.inspect_model(path, ids)
