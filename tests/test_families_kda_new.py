@@ -176,3 +176,15 @@ def test_inspect_model_gives_the_delta_analysis_with_the_layer_map(name, tmp_pat
     assert f"Inside the recurrent layers of a {type(model).__name__}" in page and "effective rank of S_T" in page
     for la in an.layers:  # the time constants from the record's decays (the safe gate's)
         np.testing.assert_allclose(la.time_constants, 1 / (1 - la.record.decay.mean(axis=(0, 1))), rtol=1e-10)
+
+
+def test_a_glm5_next_directory_checks_layers_and_ids_against_its_text_config_before_building(tmp_path):
+    from hiddenstate.interop.families.directory import load_model_dir
+
+    build("glm5_next").save_pretrained(tmp_path)
+    where = f"from '{tmp_path / 'config.json'}'"
+    with pytest.raises(ValueError, match=r"^layers must be layer indices with 0 <= i < num_hidden_layers=4 \("
+                                         + f"{where}".replace("(", r"\(").replace(")", r"\)")):
+        load_model_dir(tmp_path, layers=[1, 9])
+    with pytest.raises(ValueError, match=r"vocab_size=50"):
+        hs.inspect_model(tmp_path, np.array([[3, 60]]))

@@ -85,9 +85,10 @@ def test_config_json_counts_the_layers_of_the_layer_map_and_the_vocabulary_of_th
     model.save_pretrained(tmp_path)
     config = model_config(tmp_path)  # transformers' config class, not the JSON: NemotronH's has no num_hidden_layers
     assert type(config) is type(model.config)
+    config, cfg = config.get_text_config(), json.loads((tmp_path / "config.json").read_text())  # a multimodal model's
+    cfg = cfg.get("text_config", cfg)  # counts are its text backbone's (the config itself for the others)
     assert config.num_hidden_layers == len(family.layer_map(model))
     assert config.vocab_size == model.get_input_embeddings().weight.shape[0]
-    cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg.get("num_hidden_layers", config.num_hidden_layers) == config.num_hidden_layers
 
 

@@ -219,8 +219,9 @@ def _build_config(cfg: dict, cls_name: str):
 
 
 def _count(config, key: str) -> int | None:
-    """``config.key`` when it is a positive int (not a bool), else None."""
-    value = getattr(config, key, None)
+    """``config.key`` when it is a positive int (not a bool), else None; a multimodal config's text config's."""
+    text = getattr(config, "get_text_config", None)
+    value = getattr(text() if callable(text) else config, key, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
