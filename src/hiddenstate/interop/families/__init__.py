@@ -12,8 +12,9 @@ family touches neither. Nothing here imports torch or transformers at module lev
 Registered: mamba, mamba2, the Mamba-2 hybrids bamba, nemotron_h, granitemoehybrid, zamba2
 (shared attention blocks) and falcon_h1 (attention and SSM side by side, muP multipliers), and
 the Mamba-1 variants falcon_mamba, jamba, zamba (Mamba kinds); the delta-rule families qwen3_next,
-olmo_hybrid (kind ``gated_delta``) and kimi_linear (kind ``kda``); recurrent_gemma (kind
-``rglru``), minimax (kind ``lightning``), lfm2 (kind ``shortconv``),
+olmo_hybrid (kind ``gated_delta``) and kimi_linear, glm5_next (its text backbone) and bailing_hybrid
+(kind ``kda``, the last two with the safe gate); recurrent_gemma (kind
+``rglru``), minimax (kind ``lightning``), lfm2, lfm2_moe and lfm3 (kind ``shortconv``),
 xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``); the Qwen3.5 kin of the gated delta rule with split
 projections (``layout="qwen3_5"``): qwen3_5_text, qwen3_5 (multimodal, read through its text
 backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate), lara_mini, and the
@@ -100,14 +101,18 @@ model's cache (``tests/test_families.py`` does this for every registered family)
 """
 
 from hiddenstate.interop.families import (
+    bailing_hybrid,
     bamba,
     falcon_h1,
     falcon_mamba,
+    glm5_next,
     granitemoehybrid,
     jamba,
     kimi_linear,
     lara_mini,
     lfm2,
+    lfm2_moe,
+    lfm3,
     mamba,
     mamba2,
     minicpm_ocr,
@@ -142,7 +147,7 @@ from hiddenstate.interop.families.registry import (
 
 _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, jamba, zamba, zamba2, falcon_h1,
             qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
-            xlstm, rwkv,
+            xlstm, rwkv, lfm2_moe, lfm3, glm5_next, bailing_hybrid,
             qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
             minicpmv4_6, minicpmv4_7, minicpm_ocr)
 for _module in _MODULES:

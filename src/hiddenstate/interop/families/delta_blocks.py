@@ -1,7 +1,9 @@
 """Our delta-rule layers from transformers' mixers: :func:`gated_delta_block`, :func:`kda_block`.
 
 transformers' ``Qwen3NextGatedDeltaNet``, ``OlmoHybridGatedDeltaNet``, ``Qwen3_5GatedDeltaNet`` (and
-Qwen3.5-MoE's, Qwen4-Exp's, Lara-mini's copies of it) and ``KimiLinearDeltaAttention`` keep their sizes as attributes (``hidden_size``, ``num_k_heads``,
+Qwen3.5-MoE's, Qwen4-Exp's, Lara-mini's copies of it) and ``KimiLinearDeltaAttention`` (and GLM-5-Next's
+``Glm5NextTextLinearAttention``, Bailing-hybrid's ``BailingHybridDeltaAttention``) keep their sizes as
+attributes (``hidden_size``, ``num_k_heads``,
 ``num_v_heads``, ``head_k_dim``, ``head_v_dim`` or ``num_heads``, ``head_dim``,
 ``conv_kernel_size``, ``activation``, OLMo-hybrid's ``allow_neg_eigval``, the gated norm's
 ``variance_epsilon``) and their parameters under the names our
@@ -76,28 +78,52 @@ def gated_delta_block(mixer, layout: str) -> GatedDeltaNet:
     return blk
 
 
-def kda_block(mixer) -> KimiDeltaAttention:
-    """Our :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` with the weights of a ``KimiLinearDeltaAttention``.
+def _lower_bound(mixer, field: str):
+    """The safe gate's bound of a KDA mixer's ``forget_gate`` (None: the softplus gate), refused unless negative."""
+    gate = mixer.forget_gate
+    if hasattr(gate, "safe_gate"):  # BailingHybridForgetGate: kda_safe_gate and kda_lower_bound
+        bound = gate.lower_bound if gate.safe_gate else None
+    else:  # Glm5NextTextForgetGate: linear_lower_bound, None for the softplus gate
+        bound = getattr(gate, "safe_gate_lower_bound", None)
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not bound < 0
+                              or not np.isfinite(bound)):
+        raise ValueError(f"config.{field} must be a finite negative number (the safe gate lower_bound * "
+                         f"sigmoid(exp(A_log) g) our KimiDeltaAttention computes bounds each log decay to "
+                         f"(lower_bound, 0)); got {bound!r}. Set it below 0, or turn the safe gate off.")
+    return None if bound is None else float(bound)
+
+
+def kda_block(mixer, layout: str = "kimi") -> KimiDeltaAttention:
+    """Our :class:`~hiddenstate.kinds.delta.block.KimiDeltaAttention` with the weights of a transformers KDA mixer.
 
     Parameters
     ----------
-    mixer : KimiLinearDeltaAttention
+    mixer : KimiLinearDeltaAttention, Glm5NextTextLinearAttention or BailingHybridDeltaAttention
         ``hidden_size`` M, ``num_heads`` H, ``head_dim`` D, ``conv_kernel_size`` K,
-        ``activation``, ``o_norm.variance_epsilon``.
+        ``activation``, ``o_norm.variance_epsilon``; GLM-5-Next's and Bailing-hybrid's
+        ``forget_gate`` with its safe gate (``safe_gate_lower_bound``, or ``safe_gate`` and
+        ``lower_bound``).
+    layout : {"kimi", "glm5_next", "bailing_hybrid"}, default "kimi"
+        Whose parameter names and shapes (our block's ``layout``).
 
     Returns
     -------
     KimiDeltaAttention
-        float64, ``batch_first=True``, the chunked form (64 steps).
+        float64, ``batch_first=True``, the chunked form (64 steps); ``lower_bound`` the mixer's
+        safe gate, or None.
 
     Raises
     ------
     ValueError
-        An activation other than SiLU.
+        An activation other than SiLU; a safe-gate bound that is not a finite negative number
+        (``config.linear_lower_bound`` / ``config.kda_lower_bound``).
     """
     _silu(mixer)
+    field = {"kimi": None, "glm5_next": "linear_lower_bound", "bailing_hybrid": "kda_lower_bound"}[layout]
+    bound = None if field is None else _lower_bound(mixer, field)
     blk = KimiDeltaAttention(int(mixer.hidden_size), num_heads=int(mixer.num_heads), head_dim=int(mixer.head_dim),
                              d_conv=int(mixer.conv_kernel_size), eps=float(mixer.o_norm.variance_epsilon),
-                             batch_first=True, dtype=np.float64, rng=np.random.default_rng(0))
+                             layout=layout, lower_bound=bound, batch_first=True, dtype=np.float64,
+                             rng=np.random.default_rng(0))
     blk.load_state_dict(mixer_weights(mixer))
     return blk

@@ -4,7 +4,8 @@
 and layouts of transformers' ``Qwen3NextGatedDeltaNet`` (``layout="qwen3_next"``),
 ``OlmoHybridGatedDeltaNet`` (``layout="olmo_hybrid"``) or ``Qwen3_5GatedDeltaNet`` and its kin
 (``layout="qwen3_5"``, the output gate SiLU or sigmoid); :class:`KimiDeltaAttention` is
-``KimiLinearDeltaAttention`` (the same rule with one decay per key channel). A state dict maps
+``KimiLinearDeltaAttention`` (the same rule with one decay per key channel), or GLM-5-Next's and
+Bailing-hybrid's variants of it (``layout=``, the safe gate ``lower_bound=``). A state dict maps
 1:1 both ways. The equations are in :mod:`hiddenstate.kinds.delta.block_kernel` and
 :mod:`hiddenstate.kinds.delta.kernel`.
 
@@ -300,7 +301,12 @@ class KimiDeltaAttention(_DeltaLayer):
     ``o_t = S_t^T q_t`` on a state (N, H, D, D), with ``g_t = -exp(A_log[h]) softplus(f_t +
     dt_bias)`` a vector over the key channels (``f`` a rank-D projection of the input), and the
     output ``o_proj(norm(o_t) * sigmoid(g_t'))`` (see :mod:`hiddenstate.kinds.delta.block_kernel`).
-    Equivalent to transformers' ``KimiLinearDeltaAttention`` with the same weights.
+    Equivalent to transformers' ``KimiLinearDeltaAttention`` with the same weights; with
+    ``layout="glm5_next"`` to ``Glm5NextTextLinearAttention`` and with ``"bailing_hybrid"`` to
+    ``BailingHybridDeltaAttention`` (full-rank ``f`` and ``g'``), each with the safe gate
+    ``g_t = lower_bound sigmoid(exp(A_log[h]) (f_t + dt_bias))`` when ``lower_bound`` is given
+    (Kimi Linear's report, Kimi Team 2025, sec. 3; fla's ``chunk_kda(safe_gate=True)``): every
+    log decay lies in ``(lower_bound, 0)``.
 
     Parameters
     ----------
@@ -314,32 +320,43 @@ class KimiDeltaAttention(_DeltaLayer):
         K (``linear_conv_kernel_dim``).
     eps : float, default 1e-6
         The gated norm's epsilon (``rms_norm_eps``).
+    layout : {"kimi", "glm5_next", "bailing_hybrid"}, default "kimi"
+        Whose parameter names and shapes: ``forget_gate.A_log`` (1, 1, H, 1) (``"kimi"``) or (H,);
+        the forget gate's and output gate's projections of rank D (``forget_gate.f_a_proj``,
+        ``f_b_proj``, ``g_a_proj``, ``g_b_proj``) or full (``forget_gate.f_proj``, ``g_proj``,
+        ``"bailing_hybrid"``).
+    lower_bound : float, optional
+        The safe gate's bound, a negative number (``linear_lower_bound`` of GLM-5-Next,
+        ``kda_lower_bound`` of Bailing-hybrid, -5 in both); None: the softplus gate.
     chunk : int or None, default 64
         Chunks of this many steps, or None for the per-step loop.
     batch_first : bool, default False
         Input and output as (N, T, M) instead of (T, N, M).
     dtype : {float64, float32}, default float64
     rng : numpy.random.Generator, optional
-        Draws the initial weights as :class:`GatedDeltaNet` does (``A_log`` (1, 1, H, 1)).
+        Draws the initial weights as :class:`GatedDeltaNet` does.
 
     Attributes
     ----------
     params : dict of str to ndarray
-        By ``KimiLinearDeltaAttention``'s names.
+        By the transformers module's names (:mod:`hiddenstate.kinds.delta.block_kernel` lists them).
     spec : BlockSpec
 
     Raises
     ------
     TypeError, ValueError
-        As :class:`GatedDeltaNet`.
+        As :class:`GatedDeltaNet`; an unknown layout; ``lower_bound`` not a finite negative number.
     """
 
-    def __init__(self, d_model, *, num_heads=2, head_dim=64, d_conv=4, eps=1e-6, chunk=DELTA_CHUNK,
-                 batch_first=False, dtype=np.float64, rng=None):
+    def __init__(self, d_model, *, num_heads=2, head_dim=64, d_conv=4, eps=1e-6, layout="kimi", lower_bound=None,
+                 chunk=DELTA_CHUNK, batch_first=False, dtype=np.float64, rng=None):
+        layout = choice("layout", layout, kernel.KDA_LAYOUTS)
+        if lower_bound is not None:
+            lower_bound = real("lower_bound", lower_bound, high=0.0, high_open=True)
         self._init_common(d_model, d_conv, eps, chunk, batch_first, dtype)
         H = positive_int("num_heads", num_heads)
         D = positive_int("head_dim", head_dim)
-        self.spec = BlockSpec("kimi", H, H, D, D, self.d_conv, self.eps, False)
+        self.spec = BlockSpec(layout, H, H, D, D, self.d_conv, self.eps, False, lower_bound)
         rng = generator(rng)
         self._check_sizes(d_model=self.d_model, num_heads=H, head_dim=D)
         self.params = {}
@@ -351,11 +368,14 @@ class KimiDeltaAttention(_DeltaLayer):
             elif key.endswith("proj.weight"):
                 self.params[key] = self._rand(rng, shape, shape[1])
         self.params["forget_gate.dt_bias"] = _inverse_softplus_dt(rng, H * D, self.dtype)
-        self.params["forget_gate.A_log"] = np.log(rng.uniform(1.0, 16.0, size=(1, 1, H, 1))).astype(self.dtype)
+        a_log = np.log(rng.uniform(1.0, 16.0, size=(1, 1, H, 1))).astype(self.dtype)
+        self.params["forget_gate.A_log"] = a_log.reshape(self.shapes()["forget_gate.A_log"][0])
 
     def __repr__(self) -> str:
         s = self.spec
-        return f"KimiDeltaAttention({self.d_model}, num_heads={s.Hv}, head_dim={s.Dk}, d_conv={s.K})"
+        extra = "" if s.layout == "kimi" else f", layout={s.layout!r}"
+        extra += "" if s.lower_bound is None else f", lower_bound={s.lower_bound!r}"
+        return f"KimiDeltaAttention({self.d_model}, num_heads={s.Hv}, head_dim={s.Dk}, d_conv={s.K}{extra})"
 
     def shapes(self) -> dict:
         """Every parameter's shape and its legend (for :func:`hiddenstate.core.params.check_params`).
@@ -366,15 +386,21 @@ class KimiDeltaAttention(_DeltaLayer):
         """
         s, M = self.spec, self.d_model
         H, D = s.Hv, s.Dk
-        hd = ((H * D, M), f"(H D={H * D}, M={M})")
-        return {"q_proj.weight": hd, "k_proj.weight": hd, "v_proj.weight": hd,
-                "conv1d.weight": ((3 * H * D, 1, s.K), f"(3 H D={3 * H * D}, 1, K={s.K})"),
-                "forget_gate.f_a_proj.weight": ((D, M), f"(D={D}, M={M})"),
-                "forget_gate.f_b_proj.weight": ((H * D, D), f"(H D={H * D}, D={D})"),
-                "forget_gate.dt_bias": ((H * D,), f"(H D={H * D},)"),
-                "forget_gate.A_log": ((1, 1, H, 1), f"(1, 1, H={H}, 1)"),
-                "b_proj.weight": ((H, M), f"(H={H}, M={M})"),
-                "g_a_proj.weight": ((D, M), f"(D={D}, M={M})"),
-                "g_b_proj.weight": ((H * D, D), f"(H D={H * D}, D={D})"),
-                "o_norm.weight": ((D,), f"(D={D},)"),
-                "o_proj.weight": ((M, H * D), f"(M={M}, H D={H * D})")}
+        hd, rank, up = ((H * D, M), f"(H D={H * D}, M={M})"), ((D, M), f"(D={D}, M={M})"), \
+            ((H * D, D), f"(H D={H * D}, D={D})")
+        out = {"q_proj.weight": hd, "k_proj.weight": hd, "v_proj.weight": hd,
+               "conv1d.weight": ((3 * H * D, 1, s.K), f"(3 H D={3 * H * D}, 1, K={s.K})")}
+        if s.layout == "bailing_hybrid":
+            out["forget_gate.f_proj.weight"] = hd
+        else:
+            out["forget_gate.f_a_proj.weight"], out["forget_gate.f_b_proj.weight"] = rank, up
+        out["forget_gate.dt_bias"] = ((H * D,), f"(H D={H * D},)")
+        out["forget_gate.A_log"] = ((1, 1, H, 1), f"(1, 1, H={H}, 1)") if s.layout == "kimi" else ((H,), f"(H={H},)")
+        out["b_proj.weight"] = ((H, M), f"(H={H}, M={M})")
+        if s.layout == "bailing_hybrid":
+            out["g_proj.weight"] = hd
+        else:
+            out["g_a_proj.weight"], out["g_b_proj.weight"] = rank, up
+        out["o_norm.weight"] = ((D,), f"(D={D},)")
+        out["o_proj.weight"] = ((M, H * D), f"(M={M}, H D={H * D})")
+        return out

@@ -11,6 +11,7 @@ value heads of Dv channels, r = Hv / Hk value heads per key head, Dc = 2 Hk Dk +
     q     = q / sqrt(Dk);  value head h reads key head h // r
     beta  = sigmoid(b)      (x 2 with ``allow_neg_eigval``, OLMo-hybrid)
     g     = -exp(A_log) softplus(a + dt_bias)             log decay: per head (GDN) or per key channel (KDA)
+    g     = lower_bound sigmoid(exp(A_log) (a + dt_bias)) KDA's "safe gate" instead (``lower_bound`` < 0 given)
     o, S  = delta rule(q, k, v, g, beta, S0)
     y     = norm.weight * o / sqrt(mean_Dv(o^2) + eps) * act(z)     per head; act silu (GDN) or sigmoid (KDA)
                                                           (a GDN with ``gate="sigmoid"``: Qwen4-Exp's output_gate_type)
@@ -37,6 +38,17 @@ Layouts (parameter names exactly as transformers' modules, so a state dict maps 
     ``forget_gate.f_a_proj`` (D, M) then ``forget_gate.f_b_proj`` (H D, D) (a),
     ``forget_gate.dt_bias`` (H D,), ``forget_gate.A_log`` (1, 1, H, 1), ``b_proj`` (H, M),
     ``g_a_proj`` (D, M) then ``g_b_proj`` (H D, D) (z), ``o_norm.weight`` (D,), ``o_proj`` (M, H D).
+``"glm5_next"`` (``Glm5NextTextLinearAttention``)
+    As ``"kimi"`` but ``forget_gate.A_log`` (H,).
+``"bailing_hybrid"`` (``BailingHybridDeltaAttention``)
+    As ``"glm5_next"`` but full-rank gate projections: ``forget_gate.f_proj`` (H D, M) (a) and
+    ``g_proj`` (H D, M) (z).
+
+The safe gate (``spec.lower_bound``, GLM-5-Next's ``linear_lower_bound``, Bailing-hybrid's
+``kda_lower_bound`` with ``kda_safe_gate``; fla's ``chunk_kda(safe_gate=True)``) bounds each
+channel's log decay to ``(lower_bound, 0)``: ``g = lb s`` with ``s = sigmoid(A x)``, ``A =
+exp(A_log)``, ``x = a + dt_bias``; its exact derivatives are ``dg/dx = lb s (1 - s) A`` and
+``dg/dA_log = lb s (1 - s) A x`` (:func:`_log_decay`).
 
 Kernel contract
 ---------------
@@ -55,15 +67,20 @@ import numpy as np
 from hiddenstate.core.functional import sigmoid, sigmoid_tanh
 from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
 
-__all__ = ["GATES", "LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward", "block_record",
+__all__ = ["GATES", "KDA_LAYOUTS", "LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward",
+           "block_record",
            "param_names"]
 
 #: The block layouts and the transformers module each one matches.
 LAYOUTS = {"qwen3_next": "Qwen3NextGatedDeltaNet", "olmo_hybrid": "OlmoHybridGatedDeltaNet",
-           "qwen3_5": "Qwen3_5GatedDeltaNet", "kimi": "KimiLinearDeltaAttention"}
+           "qwen3_5": "Qwen3_5GatedDeltaNet", "kimi": "KimiLinearDeltaAttention",
+           "glm5_next": "Glm5NextTextLinearAttention", "bailing_hybrid": "BailingHybridDeltaAttention"}
 
 #: The output gate's activations ``act(z)`` a block computes (``BlockSpec.gate``).
 GATES = ("silu", "sigmoid")
+
+#: The layouts of Kimi Delta Attention (one decay per key channel, H = Hk = Hv, D = Dk = Dv).
+KDA_LAYOUTS = ("kimi", "glm5_next", "bailing_hybrid")
 
 #: transformers' l2norm epsilon (inside the square root).
 L2_EPS = 1e-6
@@ -134,6 +151,9 @@ class BlockSpec(NamedTuple):
         ``beta = 2 sigmoid(b)`` (OLMo-hybrid's option).
     gate : {"silu", "sigmoid"}, default "silu"
         The output gate's activation ``act(z)`` (KDA's is always sigmoid).
+    lower_bound : float or None, default None
+        KDA's safe gate ``g = lower_bound sigmoid(exp(A_log) (a + dt_bias))`` (a negative float);
+        None: ``g = -exp(A_log) softplus(a + dt_bias)``.
     """
 
     layout: str
@@ -145,6 +165,7 @@ class BlockSpec(NamedTuple):
     eps: float
     allow_neg_eigval: bool
     gate: str = "silu"
+    lower_bound: float | None = None
 
 
 def _chains(spec):
@@ -157,6 +178,9 @@ def _chains(spec):
     if spec.layout == "olmo_hybrid":
         return {"q": ["q_proj.weight"], "k": ["k_proj.weight"], "v": ["v_proj.weight"], "z": ["g_proj.weight"],
                 "b": ["b_proj.weight"], "a": ["a_proj.weight"]}
+    if spec.layout == "bailing_hybrid":
+        return {"q": ["q_proj.weight"], "k": ["k_proj.weight"], "v": ["v_proj.weight"], "z": ["g_proj.weight"],
+                "b": ["b_proj.weight"], "a": ["forget_gate.f_proj.weight"]}
     return {"q": ["q_proj.weight"], "k": ["k_proj.weight"], "v": ["v_proj.weight"],
             "z": ["g_a_proj.weight", "g_b_proj.weight"], "b": ["b_proj.weight"],
             "a": ["forget_gate.f_a_proj.weight", "forget_gate.f_b_proj.weight"]}
@@ -227,6 +251,30 @@ def _softplus(x):
     return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
 
 
+def _log_decay(A, x, lower_bound):
+    """The log decay ``g`` from ``x = a + dt_bias`` and ``A = exp(A_log)``, and ``dg/dx``.
+
+    Parameters
+    ----------
+    A : ndarray
+        ``exp(A_log)``, broadcasting against ``x``.
+    x : ndarray, floating
+        The gate's pre-activation ``a + dt_bias``.
+    lower_bound : float or None
+        None: ``g = -A softplus(x)`` (Gated DeltaNet, KDA); a float: the safe gate
+        ``g = lower_bound sigmoid(A x)``.
+
+    Returns
+    -------
+    g, dg_dx : ndarray, shape and dtype of ``x``
+        ``dL/dA_log = sum(dL/dg dg/dx x)`` for the safe gate and ``sum(dL/dg g)`` otherwise.
+    """
+    if lower_bound is None:
+        return -A * _softplus(x), -A * sigmoid(x)
+    s = sigmoid(A * x)
+    return lower_bound * s, lower_bound * A * s * (1.0 - s)
+
+
 def _final_taps(lengths, T, K):
     """Index of the K - 1 inputs each row's final window holds in ``xpad`` (K-1+T, N, Dc)."""
     if lengths is None:
@@ -272,7 +320,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
     """
     T, N, _ = u.shape
     Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
-    r, kimi = Hv // Hk, spec.layout == "kimi"
+    r, kimi = Hv // Hk, spec.layout in KDA_LAYOUTS
     names = param_names(spec)
     chains, hidden = {}, {}
     for out, ws in _chains(spec).items():
@@ -305,7 +353,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
         dt_pre = pre["a"].reshape(T, N, Hv, Dk) + p[names["dt_bias"]].reshape(Hv, Dk)
     else:
         dt_pre = pre["a"] + p[names["dt_bias"]]
-    g = -A * _softplus(dt_pre)
+    g, dg_dx = _log_decay(A, dt_pre, spec.lower_bound)
     keep = None if lengths is None else np.arange(T)[:, None] < lengths[None, :]  # (T, N)
     if keep is not None:  # a padded step neither decays nor writes: the state is carried
         beta = np.where(keep[..., None], beta, 0.0)
@@ -322,7 +370,7 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
         out *= keep[..., None]
     final = DeltaState(S_T, np.ascontiguousarray(xpad[_final_taps(lengths, T, K)].transpose(1, 2, 0)))
     cache = (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y,
-             gate, d_gate, n, v, keep, lengths)
+             gate, d_gate, n, v, keep, lengths, dg_dx)
     return out, final, cache
 
 
@@ -347,10 +395,10 @@ def block_backward(cache, d_out, d_final):
         Gradients with respect to the initial matrix state and convolution window.
     """
     (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y, gate,
-     d_gate, n, v, keep, lengths) = cache
+     d_gate, n, v, keep, lengths, dg_dx) = cache
     T, N, M = u.shape
     Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
-    r, kimi = Hv // Hk, spec.layout == "kimi"
+    r, kimi = Hv // Hk, spec.layout in KDA_LAYOUTS
     names = param_names(spec)
     d_S_T, d_conv_T = (None, None) if d_final is None else d_final
     d_out = np.zeros((T, N, M), dtype=u.dtype) if d_out is None else d_out
@@ -367,10 +415,11 @@ def block_backward(cache, d_out, d_final):
     if keep is not None:  # g and beta are constants on padded steps
         d_beta = np.where(keep[..., None], d_beta, 0.0)
         d_g = np.where(keep[..., None, None] if kimi else keep[..., None], d_g, 0.0)
-    d_pre_a = d_g * (-A) * sigmoid(dt_pre)
-    d_A = (d_g * g).sum(axis=(0, 1))  # dL/dA_log = sum d_g * g (g = -exp(A_log) sp)
+    d_pre_a = d_g * dg_dx
+    # dL/dA_log: g = -exp(A_log) sp(x) gives sum d_g g; the safe gate lb sigmoid(exp(A_log) x) sum d_x x
+    d_A = (d_g * g if spec.lower_bound is None else d_pre_a * dt_pre).sum(axis=(0, 1))
     if kimi:
-        grads[names["A_log"]] = d_A.sum(axis=-1).reshape(1, 1, Hv, 1)
+        grads[names["A_log"]] = d_A.sum(axis=-1).reshape(p[names["A_log"]].shape)
         grads[names["dt_bias"]] = d_pre_a.sum(axis=(0, 1)).reshape(Hv * Dk)
         d_pre_a = d_pre_a.reshape(T, N, Hv * Dk)
     else:
@@ -431,7 +480,7 @@ def block_record(cache) -> DeltaRecord:
         Time-major arrays.
     """
     (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y, gate,
-     d_gate, n, v, keep, lengths) = cache
+     d_gate, n, v, keep, lengths, dg_dx) = cache
     T = u.shape[0]
     N = u.shape[1]
     start = np.arange(1, T + 1)[:, None] * np.ones(N, dtype=np.int64)  # (T, N): the window after step t
