@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.core.validation import real, shape_str
-from hiddenstate.interop.families.hooks import tolerance
 from hiddenstate.interop.pytorch import from_torch
 
 __all__ = ["RNNsInside", "RecoveredRNN", "find_rnns", "recompute_rnns"]
@@ -239,6 +238,8 @@ def _label(path: str, calls: tuple, total: int) -> str:
 
 def _recompute(path, module, layer, run: list, calls: tuple, total: int, tol) -> RecoveredRNN:
     """Our layer on the joined calls ``run``, held to the module's outputs and final state."""
+    from hiddenstate.interop.families.hooks import tolerance  # the families' registry loads only when needed
+
     x = np.concatenate([c["x"] for c in run])
     theirs = np.concatenate([c["out"] for c in run])
     first, last = run[0], run[-1]
