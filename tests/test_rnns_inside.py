@@ -171,3 +171,85 @@ def test_inspect_model_analyses_each_rnn_by_path_and_writes_one_report(handmade,
         hiddenstate.inspect_model(model, x, h0=torch.zeros(1, 3, 4))
     with pytest.raises(ValueError, match="layers must name RNNs of this model"):
         hiddenstate.inspect_model(model, x, layers="decoder")
+
+
+# transformers audio and speech models that hold classic RNNs: tiny random configs, built offline.
+_ENCODER = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
+            "subsampling_conv_channels": 8, "num_mel_bins": 16}
+_RNNT = {"decoder_hidden_size": 8, "num_decoder_layers": 2, "encoder_config": _ENCODER, "max_symbols_per_step": 2,
+         "vocab_size": 10, "blank_token_id": 9}
+
+
+def _encodec(tf):
+    cfg = tf.EncodecConfig(hidden_size=16, num_filters=4, upsampling_ratios=[2, 2], codebook_size=16, codebook_dim=16,
+                           num_lstm_layers=2)
+    return tf.EncodecModel(cfg), {"input_values": torch.randn(2, 1, 64)}
+
+
+def _wavtokenizer(tf):
+    cfg = tf.WavTokenizerConfig(num_filters=4, upsampling_ratios=[2, 2], hidden_size=16, codebook_size=16,
+                                codebook_dim=16, decoder_hidden_size=16, decoder_intermediate_size=32,
+                                decoder_num_layers=1, decoder_attention_num_groups=4, num_lstm_layers=2)
+    return tf.WavTokenizerModel(cfg), {"input_values": torch.randn(2, 1, 64)}
+
+
+def _rnnt(cls, config, **extra):
+    def build(tf):
+        model = getattr(tf, cls)(getattr(tf, config)(**_RNNT, **extra))
+        return model, {"input_features": torch.randn(2, 40, 16), "decoder_input_ids": torch.randint(0, 9, (2, 6))}
+    return build
+
+
+def _slanet(tf):
+    backbone = {"model_type": "pp_lcnet", "scale": 0.25, "out_features": ["stage2", "stage3", "stage4", "stage5"],
+                "out_indices": [2, 3, 4, 5], "divisor": 4}
+    cfg = tf.SLANetConfig(hidden_size=8, max_text_length=6, out_channels=30, post_conv_out_channels=8,
+                          backbone_config=backbone)
+    return tf.SLANetForTableRecognition(cfg), {"pixel_values": torch.randn(1, 3, 64, 64)}
+
+
+MODELS = {
+    "encodec": (_encodec, ["encoder.layers.7.lstm", "decoder.layers.1.lstm"]),
+    "wavtokenizer": (_wavtokenizer, ["encoder_model.encoder.layers.7.lstm"]),
+    "parakeet": (_rnnt("ParakeetForRNNT", "ParakeetRNNTConfig", pad_token_id=2), ["decoder.lstm"]),
+    "nemotron_asr_streaming": (_rnnt("NemotronAsrStreamingForRNNT", "NemotronAsrStreamingConfig", pad_token_id=0),
+                               ["decoder.lstm"]),
+    "nemotron3_5_asr": (_rnnt("Nemotron3_5AsrForRNNT", "Nemotron3_5AsrConfig", pad_token_id=0, num_prompts=4,
+                              prompt_intermediate_size=8, default_prompt_id=1), ["decoder.lstm"]),
+    "slanet": (_slanet, ["head.structure_attention_cell.rnn"]),  # an nn.GRUCell stepped by the table decoder
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # transformers' notes on defaults it falls back to
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_rnns_inside_transformers_audio_models_are_recomputed_and_analysed(name):
+    tf = pytest.importorskip("transformers")
+    build, paths = MODELS[name]
+    torch.manual_seed(0)
+    model, inputs = build(tf)
+    model.eval()
+    an = hiddenstate.inspect_model(model, inputs, max_lag=3, n_fixed_point_starts=0)
+    rec = an.recomputed
+    assert [r.path for r in rec.rnns] == paths and not rec.skipped
+    for r in rec.rnns:
+        theirs = np.concatenate(torch_outputs(model, r.path, lambda: model(**inputs)))
+        assert r.output.shape == theirs.shape and len(r.calls) == rec.calls[r.path]  # every call joined
+        assert rel(r.output, theirs) < TOL32 and r.error < TOL32, (r.name, r.error)
+        np.testing.assert_allclose(an[r.name].pca.explained_variance_ratio, explained_ratio(theirs[:, 0]),
+                                   rtol=1e-3, atol=1e-6)
+    if name == "slanet":
+        assert rec.rnns[0].layer.reset_after and len(rec.rnns[0].calls) == 7  # 7 decoding steps, one sequence
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_an_rnnt_decoder_stepping_token_by_token_in_generate_is_joined_in_time():
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = tf.ParakeetForRNNT(tf.ParakeetRNNTConfig(**_RNNT, pad_token_id=2)).eval()
+    feats = torch.randn(1, 80, 16)
+    rec = recompute_rnns(model, feats, method=model.generate, decoder_start_token_id=9, max_new_tokens=8)
+    (r,) = rec.rnns
+    steps = torch_outputs(model, "decoder.lstm", lambda: model.generate(feats, decoder_start_token_id=9,
+                                                                          max_new_tokens=8))
+    assert len(steps) == rec.calls["decoder.lstm"] > 1 and r.calls == tuple(range(len(steps)))
+    assert r.x.shape[0] == len(steps) and rel(r.output, np.concatenate(steps)) < TOL32
