@@ -42,7 +42,9 @@ LAYERS = {
     # a model of a transformers family (or one of our blocks' language models) -> report
     "pipelines.family_inspection": {CORE, "probe", "report", "interop", "pipelines.family_inspection"},
     "pipelines.inspection": {CORE, "probe", "report", "train", "interop", "pipelines.app",  # foreign models -> report
-                             "pipelines.family_inspection", "pipelines.inspection"},
+                             "pipelines.family_inspection", "pipelines.rnns_inside", "pipelines.inspection"},
+    # the RNNs inside any torch model -> their analyses -> report
+    "pipelines.rnns_inside": {CORE, "probe", "report", "interop", "pipelines.rnns_inside"},
     "pipelines.export": {CORE, "train", "interop", "pipelines.export"},  # trained models -> ONNX / torch.export files
     # hiddenstate.analyze: any model -> the analysis of its kind
     "pipelines.analyze": {CORE, "probe", "train", "interop", "pipelines.family_inspection", "pipelines.analyze"},

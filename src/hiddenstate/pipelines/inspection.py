@@ -23,9 +23,11 @@ from hiddenstate.interop.families.directory import open_request
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
+from hiddenstate.interop.torch_rnns import find_rnns
 from hiddenstate.kinds.ssm.mamba_analysis import MambaAnalysis
 from hiddenstate.pipelines.app import char_mamba_report, check_report_path
 from hiddenstate.pipelines.family_inspection import inspect_recurrent_model, is_recurrent_model
+from hiddenstate.pipelines.rnns_inside import InsideAnalysis, inspect_rnns_inside
 from hiddenstate.probe.analysis import Analysis, analyze_model
 from hiddenstate.report import build_report
 from hiddenstate.train.model import CharRNN
@@ -46,6 +48,24 @@ def _package(obj) -> str:
 
 def _is_torch_module(obj) -> bool:
     return any(c.__module__.split(".")[0] == "torch" and c.__name__ == "Module" for c in type(obj).__mro__)
+
+
+def _holds_rnns(model) -> bool:
+    """Whether ``model`` is a torch model (not itself a recurrent module) with RNNs inside (not Keras's)."""
+    if _package(model) == "keras" or not _is_torch_module(model) or type(model).__name__ in ("RNN", "GRU", "LSTM",
+                                                                                             "ChoGRU"):
+        return False
+    return bool(find_rnns(model))
+
+
+def _inside(model, x, h0, lengths, text, vocab, tokens, **options) -> InsideAnalysis:
+    """:func:`inspect_model` of a torch model with RNNs inside: what does not apply is refused by name."""
+    given = [n for n, v in (("h0", h0), ("lengths", lengths), ("text", text), ("vocab", vocab), ("tokens", tokens))
+             if v is not None]
+    if given:
+        raise ValueError(f"{given[0]} must be None for a torch model with RNNs inside (each RNN's input, state and "
+                         f"lengths are what the model passes it); got {given[0]}. Give the model's own inputs as x.")
+    return inspect_rnns_inside(model, x, **options)
 
 
 def _keras_classes(obj) -> set:
@@ -240,7 +260,7 @@ def _check_x(x, layer, source: str) -> np.ndarray:
 
 def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tokens=None, out=None, title=None,
                   max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None, echo=None,
-                  source: str | None = None, layers=None, max_bytes=MAX_BYTES) -> Analysis:
+                  source: str | None = None, layers=None, max_bytes=MAX_BYTES) -> Analysis | InsideAnalysis:
     """Measure the hidden state of a recurrent model trained anywhere, and optionally write its report.
 
     Parameters
@@ -264,11 +284,18 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         ``vocab``, ``h0`` its state pair; ``lengths`` is refused, no fixed-point search). A path:
         a ``save_pretrained`` directory of a registered family, read offline and checked
         (:func:`hiddenstate.interop.families.directory.open_request`), then as its model.
+        Any other torch model (transformers ones included) holding ``torch.nn.RNN/GRU/LSTM``
+        modules or cells anywhere in its tree runs itself on ``x`` while each of them is recomputed
+        by our layer and held to its own output
+        (:func:`hiddenstate.pipelines.rnns_inside.inspect_rnns_inside`); ``h0``, ``lengths``,
+        ``text``, ``vocab`` and ``tokens`` are refused (each RNN gets what the model passes it).
     x : array_like or torch.Tensor
         The input, in the model's own layout: torch (T, N, I), or (N, T, I) with
         ``batch_first=True``, or unbatched (T, I); Keras (N, T, I). For a CharRNN: token ids
         (T,) or (T, N), or a str (with ``vocab``). For a model directory: token ids (T,) or
         (N, T), or a str that its ``tokenizer.json`` tokenises.
+        For a torch model with RNNs inside: what the model is called with, a tensor (its one
+        argument), a tuple (its arguments) or a dict (its keywords, ``{"input_values": x}``).
     h0 : optional
         Initial state: torch's ``h0`` (L*D, N, H) or ``(h0, c0)`` for an LSTM; for Keras also its
         ``initial_state`` list (``[h]``/``[h, c]`` per direction, each (N, H)). Default zeros.
@@ -301,7 +328,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         What the report calls the model (``meta["model"]`` and the subtitle); default from what
         ``model`` is (``"torch.nn.GRU"``, ``"hiddenstate GRU"``, ...).
     layers : int or list of int, optional
-        A transformers model's recurrent layers to record (its own indices; default all).
+        A transformers model's recurrent layers to record (its own indices; default all). For a
+        torch model with RNNs inside: the RNNs to analyse by module path (str or list of str).
     max_bytes : int or None, default 4 GiB
         A transformers model's cap on the recorded states, estimated before the model runs
         (:func:`hiddenstate.interop.families.estimate_bytes`); ``layers=`` lowers the estimate.
@@ -313,7 +341,9 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         layer and direction); ``meta["model"]`` names what ``model`` was. For a Mamba model a
         :class:`~hiddenstate.kinds.ssm.mamba_analysis.MambaAnalysis` (``layers[l].record`` every step's states;
         for Mamba-2 its subclass :class:`~hiddenstate.kinds.ssm.mamba2_analysis.Mamba2Analysis`, per head; for
-        a transformers model ``layers[l].recomputed`` and ``layer_map``).
+        a transformers model ``layers[l].recomputed`` and ``layer_map``). For a torch model with
+        RNNs inside an :class:`~hiddenstate.pipelines.rnns_inside.InsideAnalysis`: one Analysis
+        per RNN by module path (``an["decoder.lstm"]``), and the recovered RNNs and errors.
 
     Raises
     ------
@@ -325,8 +355,10 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         An option the conversion cannot represent (named); ``x`` whose shape does not fit the
         model, with no sequence (N = 0), or ``lengths`` all 0; a ``text`` that is not what
         ``vocab`` decodes ``x`` to; torch ``meta`` tensors; ``out`` that may not be written;
-        ``layers`` of anything but a transformers model; a recomputed layer above the tolerance;
-        records over ``max_bytes``; and the errors of :func:`hiddenstate.analyze_model`.
+        ``layers`` of anything but a transformers model (or module paths of a torch model with
+        RNNs inside); a recomputed layer (or RNN inside) above the tolerance; ``h0``, ``lengths``,
+        ``text``, ``vocab`` or ``tokens`` given for a torch model with RNNs inside; records over
+        ``max_bytes``; and the errors of :func:`hiddenstate.analyze_model`.
     """
     out = None if out is None else check_report_path(out)
     if title is not None and not isinstance(title, str):
@@ -344,6 +376,9 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= instead.")
         return inspect_recurrent_model(model, x, h0, out=out, title=title, max_lag=max_lag, text=text, tokens=tokens,
                              source=source, layers=layers, max_bytes=max_bytes)
+    if _holds_rnns(model):  # any torch model with torch.nn.RNN/GRU/LSTM (or cells) inside
+        return _inside(model, x, h0, lengths, text, vocab, tokens, layers=layers, out=out, title=title, source=source,
+                       max_lag=max_lag, n_fixed_point_starts=n_fixed_point_starts, rng=rng, echo=echo)
     if _package(model) == "transformers":
         family_of(model)  # a model of no registered family: one line naming those there are
     if layers is not None:
