@@ -205,6 +205,16 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--ids", metavar="FILE.npy", help="token ids (T,) or (N, T); or --text FILE with its tokenizer.json")
     md.add_argument("--layers", metavar="I,J,...",  # read by the command: its errors are the command's one line
                     help="the recurrent layers to record (default all; fewer take less memory)")
+    md.add_argument("--save-states", metavar="FILE.safetensors",
+                    help="also write every recorded step's states of those layers to FILE (safetensors: one tensor "
+                         "layer{L}.{state} of shape (S, N, ...) each; a previous states file is replaced)")
+    md.add_argument("--states-window", metavar="START:STOP", help="the positions saved (default all)")
+    md.add_argument("--states-stride", type=_typed("--states-stride", int, positive_int), default=1, metavar="K",
+                    help="save every K-th step of the window (default 1)")
+    md.add_argument("--states-heads", metavar="I,J,...",
+                    help="the heads (or channels) saved, along each state's first axis (default all)")
+    md.add_argument("--states-dtype", choices=("float32", "float64"), default="float32",
+                    help="the saved dtype (default float32; the recomputation is float64)")
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",

@@ -271,12 +271,13 @@ def diagonal_lag_norms(decay, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
     K = min(positive_int("max_lag", max_lag), T) + 1
     prod = np.ones(decay.shape[1:], dtype=np.float64)
     spectral, rms = np.empty(K), np.empty(K)
-    for k in range(K):
-        if k:
-            prod *= decay[T - k]
-        flat = prod.reshape(N, -1)
-        spectral[k] = flat.max(axis=1).mean()
-        rms[k] = np.sqrt((flat ** 2).mean(axis=1)).mean()
+    with np.errstate(under="ignore"):  # a product that vanishes below the smallest float is 0: the gradient is gone
+        for k in range(K):
+            if k:
+                prod *= decay[T - k]
+            flat = prod.reshape(N, -1)
+            spectral[k] = flat.max(axis=1).mean()
+            rms[k] = np.sqrt((flat ** 2).mean(axis=1)).mean()
     return spectral, rms
 
 

@@ -280,6 +280,7 @@ def model_dir_inspect(args, path: str) -> int:
                          f"tokenizer.json) must give the model directory '{path}' its input; got "
                          f"{'both' if args.ids is not None else 'neither'}.")
     check_report_out(args.out)  # before the work, not after it
+    states = states_options(args)  # and where the states go, before the work too
     request = model_request(path, layers, name="--layers")  # config.json, once: before any weight is read
     tokenizer = os.path.join(path, TOKENIZER_FILE)
     text = None
@@ -305,7 +306,58 @@ def model_dir_inspect(args, path: str) -> int:
                              needs_text=needs)
     print(analysis.summary())
     print(f"report: {out}")
+    if states is not None:
+        from hiddenstate.interop.states_file import save_states
+
+        saved = save_states(analysis, states.pop("path"), overwrite=True, **states)
+        print(f"states: {saved} (every recorded layer's states; hiddenstate.interop.states_file.load_states reads them)")
     return 0
+
+
+def states_options(args) -> dict | None:
+    """The ``--save-states`` flags as :func:`~hiddenstate.interop.states_file.save_states` keywords, checked.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``save_states``, ``states_window`` (``"START:STOP"``), ``states_stride``, ``states_heads``
+        (``"I,J,..."``), ``states_dtype``.
+
+    Returns
+    -------
+    dict or None
+        ``path``, ``window``, ``stride``, ``heads``, ``dtype``; None without ``--save-states``.
+
+    Raises
+    ------
+    ValueError
+        A states flag without ``--save-states``; a window that is not ``START:STOP`` of integers;
+        heads that are not indices; a path that is a directory or an existing file other than a
+        previous states file.
+    """
+    from hiddenstate.interop.states_file import states_target
+
+    path = getattr(args, "save_states", None)
+    window, heads = getattr(args, "states_window", None), getattr(args, "states_heads", None)
+    if path is None:
+        extra = [f for f, v in (("--states-window", window), ("--states-heads", heads)) if v is not None]
+        if extra:
+            raise ValueError(f"{', '.join(extra)} {'needs' if len(extra) == 1 else 'need'} --save-states FILE (the "
+                             f"file the states go to); got {', '.join(extra)} alone.")
+        return None
+    if window is not None:
+        start, sep, stop = window.partition(":")
+        if not sep or not start.strip().isdigit() or not stop.strip().isdigit():
+            raise ValueError(f"--states-window must be START:STOP, two step positions (e.g. 0:100); got {window!r}.")
+        window = (int(start), int(stop))
+    if heads is not None:
+        parts = heads.split(",")
+        if not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+            raise ValueError(f"--states-heads must be comma-separated head (or channel) indices, e.g. 0,3; got "
+                             f"{heads!r}.")
+        heads = [int(p) for p in parts]
+    return {"path": states_target(path, overwrite=True), "window": window, "stride": args.states_stride,
+            "heads": heads, "dtype": args.states_dtype}
 
 
 def _run_checkpoint(path: str) -> Path:
@@ -362,7 +414,10 @@ def run_inspect(args) -> int:
     path = os.fspath(checkpoint_or_pretrained(args))
     if is_model_directory(path):
         return model_dir_inspect(args, path)
-    given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None)))
+    given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None)),
+                            ("--save-states", getattr(args, "save_states", None)),
+                            ("--states-window", getattr(args, "states_window", None)),
+                            ("--states-heads", getattr(args, "states_heads", None)))
              if v is not None]
     if given:
         raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to a save_pretrained model "

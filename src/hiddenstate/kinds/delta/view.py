@@ -70,15 +70,16 @@ def delta_lag_norms(decay, beta, k, max_lag: int) -> LagNorms:
     a = np.broadcast_to(decay[..., None] if decay.ndim == 3 else decay, (T, N, H, Dk))
     prod = np.broadcast_to(np.eye(Dk), (N, H, Dk, Dk)).copy()
     spectral, rms, heads = np.empty(K), np.empty(K), np.empty((K, H))
-    for j in range(K):
-        if j:
-            t = T - j
-            pk = prod @ k[t][..., None]  # (N, H, Dk, 1)
-            prod = (prod - beta[t][..., None, None] * pk * k[t][..., None, :]) * a[t][..., None, :]
-        sv = np.linalg.svd(prod, compute_uv=False)[..., 0]  # (N, H)
-        heads[j] = sv.mean(axis=0)
-        spectral[j] = sv.max(axis=1).mean()
-        rms[j] = np.sqrt((prod ** 2).sum(axis=(-2, -1)).mean(axis=1) / Dk).mean()
+    with np.errstate(under="ignore"):  # a product that vanishes below the smallest float is 0: the gradient is gone
+        for j in range(K):
+            if j:
+                t = T - j
+                pk = prod @ k[t][..., None]  # (N, H, Dk, 1)
+                prod = (prod - beta[t][..., None, None] * pk * k[t][..., None, :]) * a[t][..., None, :]
+            sv = np.linalg.svd(prod, compute_uv=False)[..., 0]  # (N, H)
+            heads[j] = sv.mean(axis=0)
+            spectral[j] = sv.max(axis=1).mean()
+            rms[j] = np.sqrt((prod ** 2).sum(axis=(-2, -1)).mean(axis=1) / Dk).mean()
     return LagNorms(spectral, rms, heads)
 
 
