@@ -50,7 +50,8 @@ LAYERS = {
     "pipelines.analyze": {CORE, "probe", "train", "interop", "pipelines.family_inspection", "pipelines.analyze"},
     "pipelines.inspect_command": {CORE, "train", "pipelines.app", "pipelines.inspection",  # which model a path names
                                   "pipelines.inspect_command", "interop.families",  # a model directory: its config,
-                                  "pipelines.family_inspection"},  # then its report
+                                  "pipelines.family_inspection",  # then its report
+                                  "interop.states_file"},  # and --save-states
     "cli": {CORE, "probe", "report", "train", "interop", "experiments", "pipelines", "cli"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may

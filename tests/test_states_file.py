@@ -53,7 +53,7 @@ def test_the_cli_saves_every_step_and_the_last_equals_the_models_own_cache(model
     np.testing.assert_array_equal(saved.steps, np.arange(20))
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval()
     with torch.no_grad():
-        cache = model(torch.from_numpy(ids), use_cache=True).past_key_values
+        cache = model(torch.from_numpy(ids), use_cache=True).cache
     for layer in (0, 2):
         rec = saved.states[layer]["recurrent"]  # (T, N, Hv, Dk, Dv)
         assert rec.shape == (20, 2, 4, 8, 6) and rec.dtype == np.float64

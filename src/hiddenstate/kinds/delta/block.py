@@ -356,7 +356,7 @@ class KimiDeltaAttention(_DeltaLayer):
         self._init_common(d_model, d_conv, eps, chunk, batch_first, dtype)
         H = positive_int("num_heads", num_heads)
         D = positive_int("head_dim", head_dim)
-        self.spec = BlockSpec(layout, H, H, D, D, self.d_conv, self.eps, False, lower_bound)
+        self.spec = BlockSpec(layout, H, H, D, D, self.d_conv, self.eps, False, lower_bound=lower_bound)
         rng = generator(rng)
         self._check_sizes(d_model=self.d_model, num_heads=H, head_dim=D)
         self.params = {}
