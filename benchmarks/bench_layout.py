@@ -109,7 +109,12 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.child or not a.compare:
         result = run_here(a.T, a.N, a.d, a.repeats)
-        print(json.dumps(result) if a.child else "\n".join(f"{k}: {v}" for k, v in result.items()))
+        if a.child:
+            import hiddenstate
+
+            print(json.dumps({"source": hiddenstate.__file__, "times": result}))
+        else:
+            print("\n".join(f"{k}: {v}" for k, v in result.items()))
         return
     trees = {"old": a.compare[0], "new": a.compare[1]}
     samples = {t: [] for t in trees}
@@ -121,7 +126,10 @@ def main(argv=None):
             out = subprocess.run([sys.executable, __file__, "--child", "--T", str(a.T), "--N", str(a.N),
                                   "--d", str(a.d), "--repeats", str(a.repeats)], env=env, capture_output=True,
                                  text=True, check=True)
-            samples[tree].append(json.loads(out.stdout))
+            child = json.loads(out.stdout.splitlines()[-1])
+            if not os.path.abspath(child["source"]).startswith(os.path.abspath(trees[tree])):
+                raise SystemExit(f"the {tree} tree's child imported {child['source']}, not {trees[tree]}")
+            samples[tree].append(child["times"])
     print(f"T={a.T}, N={a.N}, d={a.d}, float32, one thread; {a.rounds} interleaved rounds; load average "
           f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print("| block | pass | old (ms) | new (ms) | new / old |\n|---|---|---|---|---|")

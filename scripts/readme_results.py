@@ -321,7 +321,7 @@ def run_families() -> dict:
             continue
         torch.manual_seed(0)
         model = getattr(transformers, family.classes[0])(family.tiny_config()).eval()
-        vocab = model.config.vocab_size
+        vocab = model.config.get_text_config().vocab_size  # a multimodal model: its text backbone's
         ids = np.random.default_rng(1).integers(0, vocab, FAMILY_IDS)
         rc = families.recompute_layers(model, ids)
         recurrent = [e for e in rc.layer_map if e.role == "recurrent"]
