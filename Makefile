@@ -4,7 +4,7 @@
 #
 # A stamp file in .venv records what was installed; it is older than pyproject.toml after the
 # dependencies change, and the next run reinstalls. `demo` installs the runtime only (no torch);
-# `test` adds the [test] extra (pytest, hypothesis, torch, keras, onnx, onnxruntime, ruff, numpydoc),
+# `test` adds the [test] extra (pytest, hypothesis, torch, keras, onnx, onnxruntime, transformers, ruff, numpydoc),
 # which also satisfies `demo`. `docs` adds the [docs] extra (Sphinx, myst-parser, numpydoc, furo) to
 # the test extra and builds the documentation site from docs/ into $(DOCS_OUT) (default build/docs),
 # offline, with every warning an error; the Learn pages' figures are drawn by running their code.

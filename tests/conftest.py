@@ -1,5 +1,6 @@
-"""Test-wide settings: floating-point errors raise, BLAS uses one thread."""
+"""Test-wide settings: floating-point errors raise, BLAS uses one thread, Ctrl-C is not ignored."""
 import os
+import signal
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -8,6 +9,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import numpy as np
 import pytest
+
+# A suite started in the background (``make test &``, nohup, some CI runners) inherits SIGINT
+# ignored; the trainer keeps an ignored signal ignored on purpose (guards.py), so the tests that
+# interrupt a run with SIGINT would see nothing. They test the trainer, not the launcher: give this
+# process (and, through exec, the processes it starts) Python's own SIGINT handler back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
