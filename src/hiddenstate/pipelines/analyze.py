@@ -12,9 +12,9 @@ model                                                       analysis
 a CharRNN of cell ``"mamba"``
 :class:`~hiddenstate.Mamba2`, ``Mamba2LM``                   :func:`hiddenstate.kinds.ssm.mamba2_analysis.analyze_mamba2`
 :class:`~hiddenstate.GatedDeltaNet`, ``KimiDeltaAttention``  :func:`hiddenstate.kinds.delta.analysis.analyze_delta`
-:class:`~hiddenstate.RGLRUBlock`, ``LightningAttention``,    ``analyze_rglru``, ``analyze_lightning``,
-``ShortConv``, :class:`~hiddenstate.MLSTMLayer`,             ``analyze_shortconv``, ``analyze_mlstm``,
-``RWKVTimeMix``                                              ``analyze_rwkv`` (each in its kind's ``analysis``)
+:class:`~hiddenstate.RGLRUBlock`, ``LightningAttention``,    :func:`hiddenstate.probe.block_analysis.analyze_block`
+``ShortConv``, :class:`~hiddenstate.MLSTMLayer`,             (the generic one; each kind's ``LayerKind`` in its
+``RWKVTimeMix``                                              ``analysis`` module says what it measures)
 a block of any other registered kind                        its kind's ``analyze``, else the generic
                                                             :func:`hiddenstate.probe.block_analysis.analyze_block`
 a transformers model of a registered family                 :func:`hiddenstate.pipelines.family_inspection.analyze_family_model`

@@ -15,11 +15,10 @@ MiniMax, "MiniMax-01: Scaling Foundation Models with Lightning Attention", arXiv
 from __future__ import annotations
 
 from hiddenstate.kinds.lightning.view import lightning_view
-from hiddenstate.probe.block_analysis import analyze_block
 from hiddenstate.probe.layer_loop import LayerKind
 from hiddenstate.probe.state_analysis import NEEDS_TEXT, RecurrenceAnalysis, RecurrenceLayerAnalysis
 
-__all__ = ["LIGHTNING", "NOT_MEASURED_LIGHTNING", "analyze_lightning"]
+__all__ = ["LIGHTNING", "NOT_MEASURED_LIGHTNING"]
 
 _AFFINE = ("for a fixed input the step is affine in the state with a linear part of norm below 1 (a decay in (0, 1)), "
            "so its one fixed point exists and is stable by construction, and it moves with every input: there is no "
@@ -49,40 +48,3 @@ def _sizes(rec) -> dict:
 #: Lightning attention's records' kind for the shared layer loop.
 LIGHTNING = LayerKind("lightning", _measure, RecurrenceLayerAnalysis, RecurrenceAnalysis, _sizes,
                       NOT_MEASURED_LIGHTNING, NEEDS_TEXT.replace("analyze_mamba", "analyze_recurrence"), lightning_view)
-
-
-def analyze_lightning(block, u, state=None, *, max_lag: int = 30, model_name: str | None = None, text: str | None = None,
-                tokens=None, **forward) -> RecurrenceAnalysis:
-    """Trace one of our LightningAttention blocks and measure its state (:func:`hiddenstate.probe.block_analysis.analyze_block`).
-
-    Parameters
-    ----------
-    block : LightningAttention
-    u : ndarray of shape (T, N, M), or (N, T, M) with ``block.batch_first``
-        The block's input.
-    state : optional
-        The initial state (None: zeros).
-    max_lag : int, default 30
-        Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
-    model_name : str, optional
-        What the model was, for the summary (default ``"hiddenstate LightningAttention"``).
-    text : str, optional
-        The characters of sequence 0, one per step: the units that track text features and the explorer.
-    tokens : array_like of int, shape (T, N), optional
-        Ids behind the steps for the memory curve (default None: it regresses the input ``u_{t-k}``).
-    **forward
-        More keywords of the block's ``forward``.
-
-    Returns
-    -------
-    RecurrenceAnalysis
-
-    Raises
-    ------
-    TypeError
-        ``block`` of another type; ``text`` not a str; and the errors of the block's ``forward``.
-    ValueError
-        ``max_lag`` not positive; an input of no steps; ``text`` empty or longer than T.
-    """
-    return analyze_block(block, u, state, max_lag=max_lag, model_name=model_name, text=text, tokens=tokens,
-                         kinds=("lightning",), **forward)

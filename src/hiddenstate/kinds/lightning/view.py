@@ -53,4 +53,4 @@ def lightning_view(rec) -> RecordView:
 KINDS = (Kind("lightning", LightningAttention, lightning_view, lambda rec: {"kv": rec.kv},
               description="matrix state (N, H, D, D), a constant decay exp(-lambda_h) per head",
               analysis="hiddenstate.kinds.lightning.analysis:LIGHTNING", card="hiddenstate.kinds.lightning.card:CARD",
-              analyze="hiddenstate.kinds.lightning.analysis:analyze_lightning", title="lightning attention"),)
+              title="lightning attention"),)

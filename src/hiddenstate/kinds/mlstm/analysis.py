@@ -29,14 +29,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.kinds.mlstm.view import mlstm_view
-from hiddenstate.probe.block_analysis import analyze_block
 from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
 from hiddenstate.probe.state_analysis import NEEDS_TEXT, StateAnalysis, layers_phrase, recomputed_phrase
 
-__all__ = ["MLSTM", "NOT_MEASURED_MLSTM", "MLSTMAnalysis", "MLSTMLayerAnalysis", "analyze_mlstm"]
+__all__ = ["MLSTM", "NOT_MEASURED_MLSTM", "MLSTMAnalysis", "MLSTMLayerAnalysis"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on the mLSTM, and why.
 NOT_MEASURED_MLSTM = {
@@ -179,38 +178,3 @@ _TEXT = NEEDS_TEXT.replace("analyze_mamba", "analyze_layer")
 #: The mLSTM records' kind for the shared layer loop.
 MLSTM = LayerKind("mlstm", _measure_mlstm, MLSTMLayerAnalysis, MLSTMAnalysis, _sizes_mlstm, NOT_MEASURED_MLSTM, _TEXT,
                   mlstm_view)
-
-
-def analyze_mlstm(block, u, state=None, *, max_lag: int = 30, model_name: str | None = None, text: str | None = None,
-                tokens=None) -> MLSTMAnalysis:
-    """Trace one of our MLSTMLayer layers and measure its state (:func:`hiddenstate.probe.block_analysis.analyze_block`).
-
-    Parameters
-    ----------
-    block : MLSTMLayer
-    u : ndarray of shape (T, N, M), or (N, T, M) with ``block.batch_first``
-        The layer's input.
-    state : MLSTMState, optional
-        The initial state (None: the layer's fresh one).
-    max_lag : int, default 30
-        Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
-    model_name : str, optional
-        What the model was, for the summary (default ``"hiddenstate MLSTMLayer"``).
-    text : str, optional
-        The characters of sequence 0, one per step: the units that track text features and the explorer.
-    tokens : array_like of int, shape (T, N), optional
-        Ids behind the steps for the memory curve (default None: it regresses the input ``u_{t-k}``).
-
-    Returns
-    -------
-    MLSTMAnalysis
-
-    Raises
-    ------
-    TypeError
-        ``block`` of another type; ``text`` not a str; and the errors of the layer's ``forward``.
-    ValueError
-        ``max_lag`` not positive; an input of no steps; ``text`` empty or longer than T.
-    """
-    return analyze_block(block, u, state, max_lag=max_lag, model_name=model_name, text=text, tokens=tokens,
-                         kinds=("mlstm",))

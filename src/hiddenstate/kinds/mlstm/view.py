@@ -150,4 +150,4 @@ KINDS = (Kind("mlstm", MLSTMLayer, mlstm_view, mlstm_states, run=mlstm_run,
               description="matrix memory (N, H, Dk, Dv) with normaliser and stabiliser, a forget gate sigmoid(f) "
                           "per head, exponential input gate",
               analysis="hiddenstate.kinds.mlstm.analysis:MLSTM", card="hiddenstate.kinds.mlstm.card:CARD",
-              analyze="hiddenstate.kinds.mlstm.analysis:analyze_mlstm", title="mLSTM"),)
+              title="mLSTM"),)

@@ -47,4 +47,4 @@ def rglru_view(rec) -> RecordView:
 KINDS = (Kind("rglru", RGLRUBlock, rglru_view, lambda rec: {"rg": rec.rg, "conv": rec.conv},
               description="RG-LRU state (N, W), a decay a_t per channel; conv window (N, W, K-1)",
               analysis="hiddenstate.kinds.rglru.analysis:RGLRU", card="hiddenstate.kinds.rglru.card:CARD",
-              analyze="hiddenstate.kinds.rglru.analysis:analyze_rglru", title="RG-LRU"),)
+              title="RG-LRU"),)

@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hiddenstate.kinds.rwkv.view import rwkv_view
-from hiddenstate.probe.block_analysis import analyze_block
 from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
 from hiddenstate.probe.state_analysis import NEEDS_TEXT, StateAnalysis, layers_phrase, recomputed_phrase
 
-__all__ = ["NOT_MEASURED_RWKV", "RWKV", "RWKVAnalysis", "RWKVLayerAnalysis", "analyze_rwkv"]
+__all__ = ["NOT_MEASURED_RWKV", "RWKV", "RWKVAnalysis", "RWKVLayerAnalysis"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on RWKV-4, and why.
 NOT_MEASURED_RWKV = {
@@ -158,38 +157,3 @@ _TEXT = NEEDS_TEXT.replace("analyze_mamba", "analyze_layer")
 #: The RWKV-4 records' kind for the shared layer loop.
 RWKV = LayerKind("rwkv", _measure_rwkv, RWKVLayerAnalysis, RWKVAnalysis, _sizes_rwkv, NOT_MEASURED_RWKV, _TEXT,
                  rwkv_view)
-
-
-def analyze_rwkv(block, u, state=None, *, max_lag: int = 30, model_name: str | None = None, text: str | None = None,
-                tokens=None) -> RWKVAnalysis:
-    """Trace one of our RWKVTimeMix layers and measure its state (:func:`hiddenstate.probe.block_analysis.analyze_block`).
-
-    Parameters
-    ----------
-    block : RWKVTimeMix
-    u : ndarray of shape (T, N, M), or (N, T, M) with ``block.batch_first``
-        The layer's input.
-    state : RWKVState, optional
-        The initial state (None: the layer's fresh one).
-    max_lag : int, default 30
-        Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
-    model_name : str, optional
-        What the model was, for the summary (default ``"hiddenstate RWKVTimeMix"``).
-    text : str, optional
-        The characters of sequence 0, one per step: the units that track text features and the explorer.
-    tokens : array_like of int, shape (T, N), optional
-        Ids behind the steps for the memory curve (default None: it regresses the input ``u_{t-k}``).
-
-    Returns
-    -------
-    RWKVAnalysis
-
-    Raises
-    ------
-    TypeError
-        ``block`` of another type; ``text`` not a str; and the errors of the layer's ``forward``.
-    ValueError
-        ``max_lag`` not positive; an input of no steps; ``text`` empty or longer than T.
-    """
-    return analyze_block(block, u, state, max_lag=max_lag, model_name=model_name, text=text, tokens=tokens,
-                         kinds=("rwkv",))

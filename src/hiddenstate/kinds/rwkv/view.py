@@ -141,4 +141,4 @@ KINDS = (Kind("rwkv", RWKVTimeMix, rwkv_view, rwkv_states, run=rwkv_run,
               description="WKV numerator and denominator (N, A) with a running maximum, a fixed decay "
                           "exp(-exp(time_decay)) per channel",
               analysis="hiddenstate.kinds.rwkv.analysis:RWKV", card="hiddenstate.kinds.rwkv.card:CARD",
-              analyze="hiddenstate.kinds.rwkv.analysis:analyze_rwkv", title="RWKV-4"),)
+              title="RWKV-4"),)

@@ -11,11 +11,10 @@ through ``hiddenstate.inspect_model``.
 from __future__ import annotations
 
 from hiddenstate.kinds.shortconv.view import shortconv_view
-from hiddenstate.probe.block_analysis import analyze_block
 from hiddenstate.probe.layer_loop import LayerKind
 from hiddenstate.probe.state_analysis import NEEDS_TEXT, RecurrenceAnalysis, RecurrenceLayerAnalysis
 
-__all__ = ["NOT_MEASURED_SHORTCONV", "SHORTCONV", "analyze_shortconv"]
+__all__ = ["NOT_MEASURED_SHORTCONV", "SHORTCONV"]
 
 #: What the analysis of a recurrent layer measures that it does not measure on the short convolution, and why.
 NOT_MEASURED_SHORTCONV = {
@@ -47,40 +46,3 @@ def _sizes(rec) -> dict:
 #: The short convolution's records' kind for the shared layer loop.
 SHORTCONV = LayerKind("shortconv", _measure, RecurrenceLayerAnalysis, RecurrenceAnalysis, _sizes,
                       NOT_MEASURED_SHORTCONV, NEEDS_TEXT.replace("analyze_mamba", "analyze_recurrence"), shortconv_view)
-
-
-def analyze_shortconv(block, u, state=None, *, max_lag: int = 30, model_name: str | None = None, text: str | None = None,
-                tokens=None, **forward) -> RecurrenceAnalysis:
-    """Trace one of our ShortConv blocks and measure its state (:func:`hiddenstate.probe.block_analysis.analyze_block`).
-
-    Parameters
-    ----------
-    block : ShortConv
-    u : ndarray of shape (T, N, M), or (N, T, M) with ``block.batch_first``
-        The block's input.
-    state : optional
-        The initial state (None: zeros).
-    max_lag : int, default 30
-        Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
-    model_name : str, optional
-        What the model was, for the summary (default ``"hiddenstate ShortConv"``).
-    text : str, optional
-        The characters of sequence 0, one per step: the units that track text features and the explorer.
-    tokens : array_like of int, shape (T, N), optional
-        Ids behind the steps for the memory curve (default None: it regresses the input ``u_{t-k}``).
-    **forward
-        More keywords of the block's ``forward``.
-
-    Returns
-    -------
-    RecurrenceAnalysis
-
-    Raises
-    ------
-    TypeError
-        ``block`` of another type; ``text`` not a str; and the errors of the block's ``forward``.
-    ValueError
-        ``max_lag`` not positive; an input of no steps; ``text`` empty or longer than T.
-    """
-    return analyze_block(block, u, state, max_lag=max_lag, model_name=model_name, text=text, tokens=tokens,
-                         kinds=("shortconv",), **forward)

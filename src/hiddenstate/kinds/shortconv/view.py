@@ -72,4 +72,4 @@ def shortconv_view(rec) -> RecordView:
 KINDS = (Kind("shortconv", ShortConv, shortconv_view, lambda rec: {"conv": rec.conv},
               description="conv window (N, M, K-1): a memory of exactly K-1 steps, no keep gate",
               analysis="hiddenstate.kinds.shortconv.analysis:SHORTCONV", card="hiddenstate.kinds.shortconv.card:CARD",
-              analyze="hiddenstate.kinds.shortconv.analysis:analyze_shortconv", title="short convolution"),)
+              title="short convolution"),)
