@@ -16,7 +16,7 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
 
     Parameters
     ----------
-    model : transformers model of a registered family, str or os.PathLike, CharRNN, MambaLM or Mamba2LM
+    model : transformers model of a registered family, or str or os.PathLike
         A directory is a ``save_pretrained`` directory of a registered family (loaded offline,
         :func:`~hiddenstate.interop.families.directory.load_model_dir`).
     ids : array_like of int, shape (N, T) or (T,)
@@ -38,7 +38,7 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
     Raises
     ------
     TypeError
-        A model of no supported kind; edits that are not StateEdits; ids that are not integers.
+        A model of no registered family (our own models are not supported yet); edits that are not StateEdits; ids that are not integers.
     ValueError
         A layer that is not recurrent, a step past the ids, heads or channels out of range, a
         value of the wrong size, a source of another model or shape (each naming the argument).
@@ -48,12 +48,9 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
 
         model = load_model_dir(model)
     if type(model).__module__.startswith("hiddenstate."):
-        from hiddenstate.edit.ours import intervene_ours
-
-        if output != "delta":
-            raise ValueError(f"output must be 'delta' (the default) for our own models, which have one "
-                             f"computation; got {output!r:.60}.")
-        return intervene_ours(model, ids, edits, target=target)
+        raise TypeError(f"model must be a transformers model of a registered family or its save_pretrained "
+                        f"directory; got our {type(model).__name__}, whose interventions are not built yet. Run it "
+                        f"in segments with its forward(ids, state) and edit the state in between.")
     from hiddenstate.edit.families import intervene_family
 
     return intervene_family(model, ids, edits, target=target, output=output)

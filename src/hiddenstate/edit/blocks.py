@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hiddenstate.edit.ops import StateEdit, apply_op, part_fields
+from hiddenstate.edit.ops import apply_op, part_fields
 from hiddenstate.kinds import get_kind
 
-__all__ = ["BlockRun", "boundaries", "run_edited", "state_fields"]
+__all__ = ["BlockRun", "boundaries", "check_edits_for", "run_edited", "state_fields"]
 
 
 @dataclass(frozen=True)
