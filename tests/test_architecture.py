@@ -53,6 +53,10 @@ LAYERS = {
                                   "pipelines.family_inspection",  # then its report
                                   "interop.states_file"},  # and --save-states
     "cli": {CORE, "probe", "report", "train", "interop", "experiments", "pipelines", "cli"},
+    # interventions (issue 32): the edit record, the ops and the block-level edit stand on the core floor
+    "edit": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "edit.api"},
+    "edit.families": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "interop.families"},
+    "edit.api": {CORE, "edit.families", "interop.families.directory"},  # which model: a directory, a family
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).
@@ -118,6 +122,8 @@ def group_of(module: str) -> str:
         return "report"
     if rest[0] == "pipelines":
         return ".".join(rest[:2]) if len(rest) > 1 else TOP
+    if rest[0] == "edit":
+        return ".".join(rest[:2]) if rest[1:2] in (["families"], ["api"]) else "edit"
     if rest[0] in LAYERS:
         return rest[0]
     if rest[0] == "report" and rest[1:] == ["figures"]:

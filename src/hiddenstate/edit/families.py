@@ -28,7 +28,7 @@ import numpy as np
 from hiddenstate.edit.blocks import check_edits_for, run_edited
 from hiddenstate.edit.result import EditRun, check_target
 from hiddenstate.edit.sources import group_by_layer, source_states, target_of
-from hiddenstate.interop.families.hooks import _ids, tolerance
+from hiddenstate.interop.families.hooks import tolerance
 from hiddenstate.interop.families.registry import family_of
 from hiddenstate.kinds import get_kind
 
@@ -41,6 +41,22 @@ def _vocab(model) -> int | None:
     if V is None and callable(getattr(cfg, "get_text_config", None)):  # a multimodal model: its text config's
         V = getattr(cfg.get_text_config(), "vocab_size", None)
     return V
+
+
+def _ids(model, ids, name="ids"):
+    """``ids`` as an int64 torch tensor (N, T) on the model's device, checked against its vocabulary."""
+    import torch
+
+    arr = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    if arr.dtype == bool or arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer token ids of shape (N, T) or (T,); got dtype {arr.dtype}.")
+    arr = arr[None] if arr.ndim == 1 else arr
+    if arr.ndim != 2 or 0 in arr.shape:
+        raise ValueError(f"{name} must have shape (N, T) with N, T >= 1 (or (T,)); got shape {np.shape(ids)}.")
+    V = _vocab(model)
+    if V is not None and (arr.min() < 0 or arr.max() >= V):
+        raise ValueError(f"{name} must lie in [0, vocab_size={V}); got values in [{arr.min()}, {arr.max()}].")
+    return torch.as_tensor(arr.astype(np.int64), device=next(model.parameters()).device)
 
 
 def _run(model, ids, hooks: dict) -> np.ndarray:
@@ -143,7 +159,7 @@ def intervene_family(model, ids, edits, *, target=None, output="delta") -> EditR
     def run_ids(i):
         def states(src):
             got: dict = {}
-            _run(model, _ids(model, src), _capture(family, mixers, [i], got))
+            _run(model, _ids(model, src, 'source'), _capture(family, mixers, [i], got))
             return _clean_states(kind, blocks[i], *_once(got, i, names[i]))
         return states
 
