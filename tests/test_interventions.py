@@ -230,3 +230,12 @@ def test_a_source_of_another_model_is_refused():
 def test_a_state_edit_is_checked_when_made(kw, error, match):
     with pytest.raises(error, match=match):
         hs.StateEdit(**{"layer": 0, "step": 3, **kw})
+
+
+def test_a_directory_is_intervened_as_its_model(tmp_path):
+    model, ids = build("mamba2"), ids_for()
+    model.save_pretrained(tmp_path)
+    edit = [hs.StateEdit(1, STEP, "zero", heads=[0, 2])]
+    np.testing.assert_array_equal(hs.intervene(str(tmp_path), ids, edit).logits, hs.intervene(model, ids, edit).logits)
+    with pytest.raises(TypeError, match="our MambaLM, whose interventions are not built yet"):
+        hs.intervene(hs.MambaLM(50, 8, 1), ids, edit)
