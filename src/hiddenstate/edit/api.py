@@ -16,9 +16,12 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
 
     Parameters
     ----------
-    model : transformers model of a registered family, or str or os.PathLike
+    model : transformers model of a registered family, str or os.PathLike, or one of ours
         A directory is a ``save_pretrained`` directory of a registered family (loaded offline,
-        :func:`~hiddenstate.interop.families.directory.load_model_dir`).
+        :func:`~hiddenstate.interop.families.directory.load_model_dir`). Ours: a
+        :class:`~hiddenstate.train.model.CharRNN` of GRU, LSTM or RNN layers, a
+        :class:`~hiddenstate.MambaLM` or a :class:`~hiddenstate.Mamba2LM`
+        (:mod:`hiddenstate.edit.ours`: ``layer`` is the index in the stack).
     ids : array_like of int, shape (N, T) or (T,)
         Token ids (for every model, sequences first).
     edits : StateEdit or list of StateEdit
@@ -26,8 +29,9 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
     target : array_like of int, shape (N, T), optional
         Token ids whose probability :class:`~hiddenstate.edit.result.EditRun` reads at each position.
     output : {"delta", "ours"}, default "delta"
-        A transformers model only: what replaces the edited mixer's output
-        (:mod:`hiddenstate.edit.families`).
+        ``"delta"``: the model's own output plus the exact difference of our edited and clean
+        recomputations (of the edited mixer, :mod:`hiddenstate.edit.families`; of our model's
+        segmented run, :mod:`hiddenstate.edit.ours`); ``"ours"``: the edited recomputation itself.
 
     Returns
     -------
@@ -38,9 +42,10 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
     Raises
     ------
     TypeError
-        A model of no registered family (our own models are not supported yet); edits that are not StateEdits; ids that are not integers.
+        A model of no registered family, or of ours that is not supported (a CharRNN of minGRU,
+        minLSTM or Mamba blocks); edits that are not StateEdits; ids that are not integers.
     ValueError
-        A layer that is not recurrent, a step past the ids, heads or channels out of range, a
+        A layer that is not recurrent or past our stack, a step past the ids, heads or channels out of range, a
         value of the wrong size, a source of another model or shape (each naming the argument).
     """
     if isinstance(model, (str, os.PathLike)):
@@ -48,9 +53,9 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
 
         model = load_model_dir(model)
     if type(model).__module__.startswith("hiddenstate."):
-        raise TypeError(f"model must be a transformers model of a registered family or its save_pretrained "
-                        f"directory; got our {type(model).__name__}, whose interventions are not built yet. Run it "
-                        f"in segments with its forward(ids, state) and edit the state in between.")
+        from hiddenstate.edit.ours import intervene_ours
+
+        return intervene_ours(model, ids, edits, target=target, output=output)
     from hiddenstate.edit.families import intervene_family
 
     return intervene_family(model, ids, edits, target=target, output=output)
