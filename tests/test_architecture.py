@@ -52,6 +52,8 @@ LAYERS = {
                                   "pipelines.inspect_command", "interop.families",  # a model directory: its config,
                                   "pipelines.family_inspection",  # then its report
                                   "interop.states_file"},  # and --save-states
+    # a model directory, one edit of its state -> the effect per position (issue 32)
+    "pipelines.intervene_command": {CORE, "edit", "pipelines.inspect_command", "pipelines.intervene_command"},
     "cli": {CORE, "probe", "report", "train", "interop", "experiments", "pipelines", "cli"},
     # interventions (issue 32): the edit record, the ops and the block-level edit stand on the core floor
     "edit": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "edit.api"},
