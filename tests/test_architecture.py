@@ -52,7 +52,15 @@ LAYERS = {
                                   "pipelines.inspect_command", "interop.families",  # a model directory: its config,
                                   "pipelines.family_inspection",  # then its report
                                   "interop.states_file"},  # and --save-states
+    # a model directory, one edit of its state -> the effect per position (issue 32)
+    "pipelines.intervene_command": {CORE, "edit", "pipelines.inspect_command", "pipelines.intervene_command"},
     "cli": {CORE, "probe", "report", "train", "interop", "experiments", "pipelines", "cli"},
+    # interventions (issue 32): the edit record, the ops and the block-level edit stand on the core floor
+    "edit": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "edit.api"},
+    "edit.families": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "interop.families"},
+    "edit.api": {CORE, "edit.families", "edit.ours", "interop.families.directory"},  # a directory, a family, ours
+    # our own models in segments: the character models, the Mamba LMs (core) and trace for a stack's every layer
+    "edit.ours": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "train.model", "probe.trace"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).
@@ -118,6 +126,8 @@ def group_of(module: str) -> str:
         return "report"
     if rest[0] == "pipelines":
         return ".".join(rest[:2]) if len(rest) > 1 else TOP
+    if rest[0] == "edit":
+        return ".".join(rest[:2]) if rest[1:2] in (["families"], ["api"], ["ours"]) else "edit"
     if rest[0] in LAYERS:
         return rest[0]
     if rest[0] == "report" and rest[1:] == ["figures"]:

@@ -1,4 +1,4 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, export.
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
@@ -216,6 +216,28 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--states-dtype", choices=("float32", "float64"), default="float32",
                     help="the saved dtype (default float32; the recomputation is float64)")
 
+    # -- intervene -------------------------------------------------------------------------------
+    iv = sub.add_parser("intervene", help="change a recurrent layer's state at a step and print the effect per position",
+                        description="Edit one recurrent layer's state after a step of a save_pretrained model directory "
+                                    "(zero, the mean over the run, scale, add), let the model continue from the edited "
+                                    "state, and print per sequence and position the logit difference and the KL "
+                                    "divergence from the clean run (and the --target token's probability). Writes "
+                                    "nothing unless --out is given.")
+    iv.add_argument("model_dir", metavar="DIR", help="a save_pretrained model directory of a registered family")
+    iv.add_argument("--ids", required=True, metavar="FILE.npy", help="token ids (T,) or (N, T)")
+    iv.add_argument("--layer", required=True, type=_typed("--layer", int, nonnegative_int), metavar="L",
+                    help="the recurrent layer's index in the model's layer map")
+    iv.add_argument("--step", required=True, type=_typed("--step", int, nonnegative_int), metavar="T",
+                    help="the 0-based position whose state (after reading that token) is edited")
+    iv.add_argument("--op", required=True, choices=("zero", "mean", "scale", "add"), help="the operation")
+    iv.add_argument("--value", type=float, metavar="X", help="the factor (scale) or the number added (add)")
+    iv.add_argument("--until", type=_typed("--until", int, nonnegative_int), metavar="U",
+                    help="edit the state after every step from --step to U (default --step)")
+    iv.add_argument("--heads", metavar="I,J,...", help="only these heads (default all)")
+    iv.add_argument("--target", metavar="FILE.npy", help="token ids (N, T) whose probability is printed")
+    iv.add_argument("--out", metavar="FILE", help="also write the effects as JSON (a new file, or a previous one of "
+                                                 "this command, replaced)")
+
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
                         description="Write a trained model as a file that runs without hiddenstate: an ONNX graph "
@@ -343,6 +365,12 @@ def _cmd_inspect(args) -> int:
     return run_inspect(args)
 
 
+def _cmd_intervene(args) -> int:
+    from hiddenstate.pipelines.intervene_command import run_intervene
+
+    return run_intervene(args)
+
+
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
     from hiddenstate.pipelines.export import check_new_file, export_checkpoint, load_hint
@@ -356,7 +384,8 @@ def _cmd_export(args) -> int:
 
 
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
-             "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export}
+             "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export,
+             "intervene": _cmd_intervene}
 
 
 def _one_line(error: BaseException) -> str:
@@ -372,7 +401,7 @@ _TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", 
                 "overwrite", "cell", "dtype", "device")
 _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed", "top_k", "top_p"),
                "inspect": ("text", "out", "inputs", "kind", "prefix", "ids", "layers"), "reproduce": ("out", "seed"),
-               "export": ("out", "format")}
+               "export": ("out", "format"), "intervene": ("layer", "step", "until", "value", "heads", "ids", "target")}
 
 
 def _flagged(text: str, command: str) -> str:

@@ -1,0 +1,130 @@
+"""``hiddenstate intervene``: edit one recurrent layer's state at a step of a model directory and print the effect per position.
+
+The directory is a ``save_pretrained`` model of a registered family (as ``hiddenstate inspect``
+takes one), the ids a ``.npy`` file of integers (T,) or (N, T)
+(:func:`~hiddenstate.pipelines.inspect_command.read_ids`). One :class:`~hiddenstate.StateEdit`
+(``--layer``, ``--step``, ``--op``, ``--value``, ``--until``, ``--heads``) runs through
+:func:`hiddenstate.intervene`; stdout gets one line per sequence and position: the logit
+difference, the KL divergence of the clean from the edited next-token distribution, and with
+``--target`` the target token's probability, clean and edited. ``--out FILE`` also writes the
+same as JSON (a new file, or a previous effects file of this command, replaced; any other file
+is refused before the model is loaded). Nothing is written without ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["MARK", "check_effects_out", "effects_json", "run_intervene"]
+
+#: The key and value that mark a JSON file as written by ``hiddenstate intervene`` (so it may be replaced).
+MARK = ("hiddenstate", "intervene effects")
+
+
+def check_effects_out(out) -> Path:
+    """``--out``: a new file in an existing directory, or a previous effects file of this command.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        A directory, a file that is not a JSON object marked :data:`MARK`, a missing directory.
+    """
+    path = Path(out)
+    if not path.parent.is_dir():
+        raise ValueError(f"--out must lie in an existing directory; got '{path}' ('{path.parent}' is not one). "
+                         "Create it first, or choose another --out.")
+    if os.path.lexists(path):
+        try:
+            ours = path.is_file() and not path.is_symlink() and json.loads(path.read_text()).get(MARK[0]) == MARK[1]
+        except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+            ours = False
+        if not ours:
+            raise ValueError(f"--out must be a new file or a previous effects file of 'hiddenstate intervene'; got "
+                             f"'{path}', which is something else. Choose another --out.")
+    return path
+
+
+def effects_json(run, args) -> dict:
+    """What ``--out`` holds: the mark, the model, the edit and :meth:`~hiddenstate.EditRun.effects`.
+
+    Parameters
+    ----------
+    run : EditRun
+    args : argparse.Namespace
+        The command's flags (the edit's).
+
+    Returns
+    -------
+    dict
+        ``{"hiddenstate": "intervene effects", "model", "edit": {...}, "effects": {name: (N, T) lists}}``.
+    """
+    (e,) = run.edits
+    edit = {"layer": e.layer, "step": e.step, "until": e.until, "op": e.op, "part": e.part,
+            "value": None if e.value is None else float(e.value), "heads": None if e.heads is None else list(e.heads)}
+    return {MARK[0]: MARK[1], "model": run.model, "edit": edit, "effects": run.effects()}
+
+
+def _lines(run) -> list:
+    N, T = run.kl.shape
+    head = f"{'seq':>4} {'pos':>5} {'logit_diff':>11} {'KL':>11}"
+    head += f" {'p_target clean':>15} {'edited':>11}" if run.target is not None else ""
+    lines = [head]
+    for n in range(N):
+        for t in range(T):
+            line = f"{n:>4} {t:>5} {run.logit_diff[n, t]:>11.4g} {run.kl[n, t]:>11.4g}"
+            if run.target is not None:
+                line += f" {run.clean_target_prob[n, t]:>15.4g} {run.target_prob[n, t]:>11.4g}"
+            lines.append(line)
+    return lines
+
+
+def run_intervene(args) -> int:
+    """The ``intervene`` subcommand: read the ids, check ``--out``, run the edit, print, write JSON if asked.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``model_dir``, ``ids``, ``layer``, ``step``, ``op``, ``value``, ``until``, ``heads``,
+        ``target``, ``out``.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    ValueError, TypeError, FileNotFoundError
+        One line each (the CLI prints it, exit status 2): a directory that is not a model
+        directory, ids or a target that are not integer ``.npy`` arrays or do not fit the model,
+        a layer that is not recurrent, a step past the ids, heads out of range, ``--value``
+        missing for add and scale or given for zero and mean, an ``--out`` that is not ours.
+    """
+    from hiddenstate.edit import StateEdit, intervene
+    from hiddenstate.pipelines.inspect_command import is_model_directory, layer_list, read_ids
+
+    if not is_model_directory(args.model_dir):
+        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
+                         f"registered family; got '{args.model_dir}'.")
+    out = None if args.out is None else check_effects_out(args.out)
+    ids = read_ids(args.ids, name="--ids")
+    target = None if args.target is None else read_ids(args.target, name="--target")
+    heads = None if args.heads is None else layer_list("--heads", args.heads)
+    edit = StateEdit(args.layer, args.step, args.op, value=args.value, until=args.until, heads=heads)
+    run = intervene(str(args.model_dir), ids, [edit], target=target)
+    print(f"{run.model}: {edit!r}")
+    print("\n".join(_lines(run)))
+    if out is not None:
+        out.write_text(json.dumps(effects_json(run, args), indent=1) + "\n")
+        print(f"effects: {out}")
+    return 0
