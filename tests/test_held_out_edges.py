@@ -1,0 +1,172 @@
+"""The edges a held-back corpus of bad inputs found (issue 34): each refused in one line naming what was given.
+
+Each test failed on the commit before its fix: a hostile ``config.json`` in a model directory,
+results that were silently wrong (a string ``"False"`` read as True, PCA ratios of tiny or huge
+states, a negative layer count), raw errors naming nothing (a torch tensor that requires grad
+given to a NumPy block, a junk cache, a NUL byte in a path, ...), and a tensor on the meta device.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import hiddenstate as hs
+from hiddenstate.probe.pca import pca
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hiddenstate.interop import load_safetensors, save_safetensors  # noqa: E402
+from hiddenstate.interop.transformers_io import from_transformers, states_from_cache  # noqa: E402
+from hiddenstate.kinds.lightning.block import LightningAttention  # noqa: E402
+from hiddenstate.kinds.mlstm.block import MLSTMLayer  # noqa: E402
+from hiddenstate.kinds.rglru.block import RGLRUBlock  # noqa: E402
+from hiddenstate.kinds.rwkv.block import RWKVTimeMix  # noqa: E402
+from hiddenstate.kinds.shortconv.block import ShortConv  # noqa: E402
+from hiddenstate.kinds.ssm.lm import MambaLM  # noqa: E402
+from hiddenstate.kinds.ssm.mamba import Mamba  # noqa: E402
+
+
+def _rng():
+    return np.random.default_rng(0)
+
+
+# -- silently wrong ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["batch_first", "reset_after"])
+def test_safetensors_metadata_with_a_string_bool_is_refused_by_name(tmp_path, option):
+    from safetensors.numpy import load_file, save_file
+
+    path = save_safetensors(hs.GRU(3, 4, rng=_rng()), tmp_path / "gru.safetensors")
+    from hiddenstate.interop.safetensors_header import read_header
+
+    meta = read_header(path).metadata
+    cfg = json.loads(meta["hiddenstate"])
+    cfg[option] = "False"
+    save_file(load_file(path), path, metadata={**meta, "hiddenstate": json.dumps(cfg)})
+    with pytest.raises(ValueError, match=f"metadata {option} must be a JSON bool \\(true or false\\); got 'False'"):
+        load_safetensors(path)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e160])
+def test_pca_ratios_do_not_depend_on_the_states_scale(scale):
+    X = np.random.default_rng(0).normal(size=(50, 4)) * np.array([4.0, 2.0, 1.0, 0.5])
+    want = pca(X).explained_variance_ratio
+    for method in ("svd", "gram"):
+        got = pca(X * scale, method=method).explained_variance_ratio
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def mamba_cache():
+    cfg = transformers.MambaConfig(vocab_size=20, hidden_size=8, state_size=4, num_hidden_layers=2, expand=2,
+                                   conv_kernel=3)
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        out = model(torch.tensor([[1, 2, 3]]), use_cache=True)
+    return getattr(out, "cache", None) or out.cache_params
+
+
+@pytest.mark.parametrize("n", [-1, 0, 3])
+def test_states_from_cache_refuses_a_layer_count_outside_the_cache(mamba_cache, n):
+    assert len(states_from_cache(mamba_cache, 2)) == 2
+    with pytest.raises(ValueError, match=f"num_layers must be in \\[1, 2\\] \\(the layers the cache holds\\); got {n}"):
+        states_from_cache(mamba_cache, n)
+
+
+# -- raw errors naming nothing -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cache", [None, "abc", 5], ids=["None", "str", "int"])
+def test_states_from_cache_refuses_what_is_not_a_cache(cache):
+    with pytest.raises(TypeError, match=f"cache must be a transformers cache with recurrent states .*; got "
+                                        f"{type(cache).__name__}"):
+        states_from_cache(cache, 2)
+
+
+def test_states_from_cache_refuses_a_tensor():
+    with pytest.raises(TypeError, match="cache must be a transformers cache with recurrent states .*; got Tensor"):
+        states_from_cache(torch.zeros(3), 2)
+
+
+BLOCKS = {
+    "rglru": lambda: RGLRUBlock(4, 4, rng=_rng()),
+    "lightning": lambda: LightningAttention(4, 2, rng=_rng()),
+    "mlstm": lambda: MLSTMLayer(4, 2, rng=_rng()),
+    "rwkv": lambda: RWKVTimeMix(4, 4, rng=_rng()),
+    "shortconv": lambda: ShortConv(4, rng=_rng()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BLOCKS))
+@pytest.mark.parametrize("grad", [True, False])
+def test_the_numpy_blocks_refuse_a_torch_tensor_by_one_rule(kind, grad):
+    block = BLOCKS[kind]()
+    u = torch.zeros(3, 2, 4, dtype=torch.float64, requires_grad=grad)
+    suffix = " that requires grad" if grad else ""
+    with pytest.raises(TypeError, match=f"u must be a NumPy array for {type(block).__name__} .*; got Tensor{suffix}. "
+                                        "Convert it with .detach"):
+        block.forward(u)
+    out, _ = block(np.zeros((3, 2, 4)))  # a NumPy array (or a converted tensor) runs
+    assert out.shape == (3, 2, 4)
+
+
+@pytest.mark.parametrize("eps", [0, -1e-5, float("nan")])
+def test_mamba_lm_refuses_an_eps_that_is_not_positive(eps):
+    with pytest.raises(ValueError, match="eps must be a finite number > 0; got"):
+        MambaLM(10, 4, 1, eps=eps, d_state=2, rng=_rng())
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return MambaLM(10, 4, 2, d_state=2, rng=_rng())
+
+
+def test_mamba_lm_states_must_be_a_list(lm):
+    with pytest.raises(TypeError, match="states must be a list of one state per layer \\(L=2\\), .*; got int"):
+        lm.forward(np.zeros((1, 3), dtype=int), 7)
+
+
+def test_mamba_lm_backward_refuses_a_junk_cache(lm):
+    _, _, _ = lm.forward(np.zeros((1, 3), dtype=int))
+    with pytest.raises(TypeError, match="cache must be the cache that this model's forward returned; got tuple of length 2"):
+        lm.backward((1, 2), np.zeros((1, 3, 10)))
+
+
+def test_mamba_lm_backward_refuses_a_short_d_states(lm):
+    logits, _, cache = lm.forward(np.zeros((1, 3), dtype=int))
+    with pytest.raises(ValueError, match="d_states_n must hold one entry per layer \\(L=2; None for no gradient\\); "
+                                         "got length 1"):
+        lm.backward(cache, np.zeros_like(logits), [None])
+
+
+@pytest.mark.parametrize("limit", [0.5, 2])
+def test_from_transformers_refuses_a_mamba2_time_step_limit_that_is_not_a_pair(limit):
+    cfg = transformers.Mamba2Config(vocab_size=16, hidden_size=8, state_size=4, num_hidden_layers=1, expand=2,
+                                    head_dim=4, n_groups=1, num_heads=4, conv_kernel=3)
+    model = transformers.Mamba2ForCausalLM(cfg).eval()
+    model.config.__dict__["time_step_limit"] = limit  # past the config class's own check (an older config)
+    with pytest.raises(ValueError, match="model.config.time_step_limit must be a pair \\(lo, hi\\) with 0 <= lo <= hi"):
+        from_transformers(model)
+
+
+def test_mamba_of_a_huge_d_model_is_refused_by_the_memory_check():
+    with pytest.raises(ValueError, match="Mamba\\(d_model=2000000000, .*\\) parameters needs about .* of memory; "
+                                         "this machine allows"):
+        Mamba(2_000_000_000)
+
+
+# -- the meta device -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda: hs.GRU(3, 4, rng=_rng()), lambda: hs.GRUCell(3, 4, rng=_rng())],
+                         ids=["layer", "cell"])
+def test_the_array_api_path_refuses_a_meta_tensor(make):
+    x = torch.zeros(5, 3, device="meta") if isinstance(make(), hs.GRUCell) else torch.zeros(5, 2, 3, device="meta")
+    with pytest.raises(ValueError, match="x must hold values .*; got a Tensor of shape .* on the meta device"):
+        make()(x)
