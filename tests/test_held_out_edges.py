@@ -170,3 +170,67 @@ def test_the_array_api_path_refuses_a_meta_tensor(make):
     x = torch.zeros(5, 3, device="meta") if isinstance(make(), hs.GRUCell) else torch.zeros(5, 2, 3, device="meta")
     with pytest.raises(ValueError, match="x must hold values .*; got a Tensor of shape .* on the meta device"):
         make()(x)
+
+
+# -- the command line, the trainer's environment, a directory's max_bytes -----------------------------------------
+
+
+def _one_error_line(capsys):
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "falling back" not in line]
+    assert len(err) == 1 and err[0].startswith("hiddenstate: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("form", ["split", "joined"])
+def test_an_out_with_a_nul_byte_is_one_line_naming_the_flag(tmp_path, capsys, form):
+    from hiddenstate.cli import main
+
+    out = str(tmp_path / "a\0b")
+    argv = ["train", "--steps", "1", *(["--out", out] if form == "split" else [f"--out={out}"])]
+    assert main(argv) == 2
+    assert "--out must not hold a NUL byte" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("value", ["1e20", "1e-9"])
+def test_the_dist_timeout_is_refused_outside_its_range_by_name(monkeypatch, value):
+    from hiddenstate.train.distributed.world import timeout_s
+
+    monkeypatch.setenv("HIDDENSTATE_DIST_TIMEOUT", value)
+    with pytest.raises(ValueError, match=f"HIDDENSTATE_DIST_TIMEOUT must be a number of seconds in \\[1, 2,592,000\\] "
+                                         f".*; got '{value}'"):
+        timeout_s()
+    monkeypatch.setenv("HIDDENSTATE_DIST_TIMEOUT", "3")
+    assert timeout_s() == 3.0
+
+
+def test_resuming_the_shipped_pretrained_model_says_how_to_train_one(tmp_path, capsys):
+    from hiddenstate.cli import main
+    from hiddenstate.train.pretrained import pretrained_path
+
+    assert main(["train", "--resume", str(pretrained_path()), "--steps", "1", "--out", str(tmp_path / "r")]) == 2
+    line = _one_error_line(capsys)
+    assert "the pretrained model keeps no optimizer state" in line
+    assert "hiddenstate train --preset demo --out DIR" in line
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def mamba_dir(tmp_path_factory):
+    from hiddenstate.interop import families
+
+    fam = families.find_family("mamba")
+    torch.manual_seed(0)
+    model = getattr(transformers, fam.classes[0])(fam.tiny_config()).eval()
+    path = tmp_path_factory.mktemp("m") / "mamba"
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("max_bytes", [-5, float("nan")])
+def test_a_negative_max_bytes_on_a_directory_is_refused_by_name(mamba_dir, max_bytes):
+    from hiddenstate.interop.families.directory import load_model_dir
+
+    with pytest.raises(ValueError, match="max_bytes must be a finite number >= 0; got"):
+        hs.inspect_model(str(mamba_dir), np.array([[1, 2, 3]]), max_bytes=max_bytes)
+    with pytest.raises(ValueError, match="max_bytes must be a finite number >= 0; got"):
+        load_model_dir(mamba_dir, np.array([[1, 2, 3]]), max_bytes=max_bytes)

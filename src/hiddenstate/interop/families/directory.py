@@ -46,6 +46,7 @@ import numpy as np
 
 from hiddenstate.core.files import open_regular
 from hiddenstate.core.resources import check_memory, format_bytes
+from hiddenstate.core.validation import real
 from hiddenstate.interop.families.config_file import (
     CONFIG_FILE,
     MAX_JSON_BYTES,
@@ -370,6 +371,11 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
                  "fewer tokens; or use a machine with more memory.")
 
 
+def _max_bytes(max_bytes):
+    """``max_bytes`` checked: None (no cap) or a number of bytes >= 0 (a negative cap is not a cap on the records)."""
+    return None if max_bytes is None else real("max_bytes", max_bytes, low=0.0)
+
+
 def _given(request, **given) -> None:
     """Refuse arguments that a :class:`ModelRequest` already holds."""
     extra = [k for k, v in given.items() if v is not None]
@@ -412,6 +418,7 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
         this machine's memory (with the flag that lowers them); ``ids`` or ``layers`` with a
         ModelRequest.
     """
+    max_bytes = _max_bytes(max_bytes)
     if isinstance(directory, ModelRequest):
         _given(directory, ids=ids, layers=layers)
         request = directory
@@ -475,6 +482,7 @@ def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES):
     FileNotFoundError, ValueError, TypeError
         As :func:`open_model_dir`.
     """
+    max_bytes = _max_bytes(max_bytes)  # before config.json is read: a cap of -5 bytes is no cap on the records
     shown = os.fsdecode(os.fspath(directory)) if isinstance(directory, (str, os.PathLike)) else repr(directory)
     if not is_model_dir(directory):
         run = any(os.path.isfile(os.path.join(shown, *p)) for p in (("meta.json",), ("checkpoint", "meta.json")))
