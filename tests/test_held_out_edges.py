@@ -234,3 +234,96 @@ def test_a_negative_max_bytes_on_a_directory_is_refused_by_name(mamba_dir, max_b
         hs.inspect_model(str(mamba_dir), np.array([[1, 2, 3]]), max_bytes=max_bytes)
     with pytest.raises(ValueError, match="max_bytes must be a finite number >= 0; got"):
         load_model_dir(mamba_dir, np.array([[1, 2, 3]]), max_bytes=max_bytes)
+
+
+# -- a hostile config.json in a model directory --------------------------------------------------------------------
+
+
+def _hostile(mamba_dir, tmp_path, **fields):
+    import shutil
+
+    d = tmp_path / "hostile"
+    shutil.copytree(mamba_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(fields)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+HOSTILE = [
+    ("hidden_size", -1, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got -1"),
+    ("hidden_size", "8", TypeError, "must be an int \\(as the family's config class reads it\\); got a str '8'"),
+    ("hidden_size", 8.5, TypeError, "must be an int .*; got a float 8.5"),
+    ("hidden_size", True, TypeError, "must be an int .*; got a bool True"),
+    ("hidden_size", 2**63, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got 9223372036854775808"),
+    ("state_size", -4, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got -4"),
+    ("state_size", "4", TypeError, "must be an int .*; got a str '4'"),
+    ("state_size", 2**63, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got 9223372036854775808"),
+    ("vocab_size", -50, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got -50"),
+    ("vocab_size", "x", TypeError, "must be an int .*; got a str 'x'"),
+    ("vocab_size", 50.0, TypeError, "must be an int .*; got a float 50.0"),
+    ("vocab_size", False, TypeError, "must be an int .*; got a bool False"),
+    ("vocab_size", 2**63, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got 9223372036854775808"),
+    ("num_hidden_layers", -1, ValueError, "must be an int in \\[0, 2,147,483,647\\]; got -1"),
+    ("num_hidden_layers", "2", TypeError, "must be an int .*; got a str '2'"),
+    ("layer_norm_epsilon", {"__float__": "NaN"}, ValueError, "must be a finite number; got nan"),
+    ("layer_norm_epsilon", -1e-5, ValueError, "must be a number > 0 \\(an epsilon\\); got -1e-05"),
+    ("dtype", "bogus", ValueError, "must be one of auto, bfloat16, .*; got 'bogus'"),
+    ("dtype", "__class__", ValueError, "must be one of auto, bfloat16, .*; got '__class__'"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "error", "message"), HOSTILE,
+                         ids=[f"{f}={v!r}"[:40] for f, v, _, _ in HOSTILE])
+def test_a_hostile_config_field_is_refused_by_name_before_anything_is_built(mamba_dir, tmp_path, monkeypatch, field,
+                                                                            value, error, message):
+    d = _hostile(mamba_dir, tmp_path, **{field: value})
+    monkeypatch.setattr(transformers.MambaForCausalLM, "_from_config",
+                        classmethod(lambda *a, **k: pytest.fail("a model was built")))
+    with pytest.raises(error, match=f"config.json' field {field} {message}"):
+        hs.inspect_model(str(d), np.array([[1, 2, 3]]))
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "num_hidden_layers", "layer_norm_epsilon", "dtype"])
+def test_the_cli_refuses_a_hostile_config_in_one_line_with_exit_status_2(mamba_dir, tmp_path, capsys, field):
+    from hiddenstate.cli import main
+
+    d = _hostile(mamba_dir, tmp_path, **{field: {"hidden_size": "8", "num_hidden_layers": -1,
+                                                 "layer_norm_epsilon": -1.0, "dtype": "bogus"}[field]})
+    np.save(tmp_path / "ids.npy", np.array([1, 2, 3]))
+    assert main(["inspect", str(d), "--ids", str(tmp_path / "ids.npy"), "--out", str(tmp_path / "o")]) == 2
+    assert f"config.json' field {field} must be" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("layers", [2_000, 10_000_000])
+def test_more_layers_than_the_weights_hold_are_refused_before_the_model_is_built(mamba_dir, tmp_path, monkeypatch,
+                                                                                 layers):
+    import time
+
+    d = _hostile(mamba_dir, tmp_path, num_hidden_layers=layers)
+    monkeypatch.setattr(transformers.MambaForCausalLM, "_from_config",
+                        classmethod(lambda *a, **k: pytest.fail("a model was built")))
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=f"config.json' field num_hidden_layers must be at most the 2 layer\\(s\\) that "
+                                         f"the weights in .* hold; got {layers:,}"):
+        hs.inspect_model(str(d), np.array([[1, 2, 3]]))
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("text", ["", "the cat sat\n"], ids=["empty", "plain-text"])
+def test_a_tokenizer_json_that_is_not_json_is_one_line(mamba_dir, tmp_path, text):
+    d = _hostile(mamba_dir, tmp_path)
+    (d / "tokenizer.json").write_text(text)
+    with pytest.raises(ValueError, match="tokenizer.json must be a JSON object; got .*tokenizer.json', which is not JSON"):
+        hs.inspect_model(str(d), "the cat")
+
+
+def test_every_registered_familys_tiny_config_passes_the_field_checks():
+    from hiddenstate.interop import families
+    from hiddenstate.interop.families.config_check import check_config_fields
+    from hiddenstate.interop.families.config_file import special_floats
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for fam in families.registered():
+        cfg = json.loads(fam.tiny_config().to_json_string())
+        check_config_fields(special_floats(cfg), CONFIG_MAPPING[cfg["model_type"]], fam.name)
