@@ -319,10 +319,11 @@ def test_a_tokenizer_json_that_is_not_json_is_one_line(mamba_dir, tmp_path, text
 
 
 def test_every_registered_familys_tiny_config_passes_the_field_checks():
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     from hiddenstate.interop import families
     from hiddenstate.interop.families.config_check import check_config_fields
     from hiddenstate.interop.families.config_file import special_floats
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     for fam in families.registered():
         cfg = json.loads(fam.tiny_config().to_json_string())
