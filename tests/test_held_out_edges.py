@@ -328,3 +328,16 @@ def test_every_registered_familys_tiny_config_passes_the_field_checks():
     for fam in families.registered():
         cfg = json.loads(fam.tiny_config().to_json_string())
         check_config_fields(special_floats(cfg), CONFIG_MAPPING[cfg["model_type"]], fam.name)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), -1e-5])
+def test_a_model_objects_bad_norm_epsilon_is_refused_by_name(eps):
+    from hiddenstate.interop import families
+
+    fam = families.find_family("mamba")
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(fam.tiny_config()).eval()
+    model.config.__dict__["layer_norm_epsilon"] = eps  # past the config class's own check, as a hand-built model
+    with pytest.raises(ValueError, match=f"model.config.layer_norm_epsilon must be a number > 0 \\(an epsilon\\); "
+                                         f"got {eps}"):
+        hs.inspect_model(model, np.array([[1, 2, 3]]))

@@ -28,7 +28,7 @@ import functools
 import math
 import re
 
-__all__ = ["DTYPES", "MAX_INT", "check_config_fields", "check_layer_count"]
+__all__ = ["DTYPES", "MAX_INT", "check_config_fields", "check_epsilons", "check_layer_count"]
 
 #: The largest int a config field may hold (no size, count or id of a real model comes near it).
 MAX_INT = 2**31 - 1
@@ -119,6 +119,37 @@ def check_config_fields(cfg: dict, config_class, where: str) -> None:
         not one of :data:`DTYPES`.
     """
     _check_fields(cfg, _field_types(config_class), where)
+
+
+def check_epsilons(config, where: str = "model.config") -> None:
+    """Refuse a model object's config whose epsilons (``layer_norm_epsilon``, ``rms_norm_eps`` ...) are not > 0.
+
+    A model built in Python never passed through ``config.json``: a NaN or negative epsilon would
+    make its norms NaN, refused later as "u must be finite", naming nothing the user set.
+
+    Parameters
+    ----------
+    config : transformers config or None
+        The model's config (None: nothing to check).
+    where : str, default "model.config"
+        How the messages name it.
+
+    Raises
+    ------
+    ValueError
+        An epsilon field (nested configs included) that is NaN, infinite or not > 0.
+    """
+    fields = config.to_dict() if callable(getattr(config, "to_dict", None)) else {}
+    stack = [("", fields)]
+    while stack:
+        prefix, d = stack.pop()
+        for key, value in d.items():
+            if isinstance(value, dict) and key != "quantization_config":
+                stack.append((f"{prefix}{key}.", value))
+            elif isinstance(key, str) and ("eps" in key.lower() or "epsilon" in key.lower()) and isinstance(
+                    value, (int, float)) and not isinstance(value, bool) and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{where}.{prefix}{key} must be a number > 0 (an epsilon); got {value}. Set it on "
+                                 "the config (and the norms) before running the model.")
 
 
 def _count(config, key: str):
