@@ -319,10 +319,9 @@ def _train(world: World, config, resume, overwrite: bool, t_start: float, *, pro
 
 def _not_pretrained(ckpt, resume) -> None:
     """Refuse to resume a shipped pretrained checkpoint (it keeps no optimizer state), saying what to run instead."""
-    from hiddenstate.train.pretrained import PRETRAINED, pretrained_path
-
-    for name in PRETRAINED:
-        shipped = pretrained_path(name)
+    shipped_dir = Path(__file__).resolve().parents[1] / "data" / "pretrained"  # train.pretrained's (it imports us)
+    for shipped in sorted(shipped_dir.iterdir()) if shipped_dir.is_dir() else ():
+        name = shipped.name
         if shipped.is_dir() and os.path.samefile(ckpt, shipped):
             raise ValueError(f"--resume '{resume}' is the shipped pretrained model {name}, and the pretrained model keeps "
                              "no optimizer state (only what inference needs), so it cannot be resumed; train one like "
