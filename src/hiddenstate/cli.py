@@ -523,6 +523,14 @@ def main(argv=None) -> int:
         and 143 by SIGTERM (``train`` saves the step it was in first). argparse's own usage errors
         and ``--help`` exit (SystemExit, status 2 and 0) instead of returning.
     """
+    given = sys.argv[1:] if argv is None else list(argv)
+    for i, arg in enumerate(given):  # no path or value holds a NUL byte: the OS would refuse it, naming nothing
+        if isinstance(arg, str) and "\0" in arg:
+            flag = arg.partition("=")[0] if arg.startswith("-") else given[i - 1] if i and given[i - 1][:1] == "-" \
+                else f"argument {i + 1}"
+            print(f"{PROG}: error: {flag} must not hold a NUL byte (no path or value can); got {arg!r:.120}.",
+                  file=sys.stderr)
+            return 2
     parser = _build_parser()
     args = parser.parse_args(argv)  # exits with status 2 on unknown flags or bad values
     args.argv = sys.argv[1:] if argv is None else list(argv)

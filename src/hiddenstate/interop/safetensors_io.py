@@ -102,6 +102,10 @@ def _read(path: Path):
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"'{path}' must hold valid 'hiddenstate' metadata; got {meta[_META_KEY]!r} "
                              f"({error}).") from None
+        for option in ("batch_first", "reset_after"):  # bool("False") is True: a string would be read silently wrong
+            if option in cfg and not isinstance(cfg[option], bool):
+                raise ValueError(f"'{path}' metadata {option} must be a JSON bool (true or false); got "
+                                 f"{cfg[option]!r:.60}. Save the layer again with save_safetensors.")
     return header, shapes, cfg
 
 

@@ -117,7 +117,9 @@ def from_transformers(model, *, dtype=np.float64, scan: str = "parallel") -> Mam
                   rng=np.random.default_rng(0))
     if mamba2:
         limit = cfg.time_step_limit
-        if limit is None or len(limit) != 2 or not 0.0 <= limit[0] <= limit[1]:
+        pair = isinstance(limit, (list, tuple)) and len(limit) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in limit)
+        if not pair or not 0.0 <= limit[0] <= limit[1]:
             raise ValueError(f"model.config.time_step_limit must be a pair (lo, hi) with 0 <= lo <= hi (the clamp of "
                              f"dt; (0.0, inf) clamps nothing); got {limit!r}.")
         lm = Mamba2LM(cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, head_dim=cfg.head_dim,
@@ -223,7 +225,25 @@ def states_from_cache(cache, num_layers: int) -> list[MambaState]:
     list of MambaState
         ``ssm`` (N, Di, S) (Mamba-2: (N, H, P, S)) = the cache's recurrent state; ``conv``
         (N, Di, K-1) (Mamba-2: (N, Dc, K-1)) = the last K - 1 columns of its conv state.
+
+    Raises
+    ------
+    TypeError
+        ``cache`` is not a transformers cache with recurrent states (None, a tensor, a string),
+        ``num_layers`` is not an int.
+    ValueError
+        ``num_layers`` is not in ``[1, the cache's layers]``.
     """
+    if not all(callable(getattr(cache, m, None)) for m in ("get_recurrent_state", "get_conv_state")):
+        raise TypeError(f"cache must be a transformers cache with recurrent states (the cache of a Mamba or Mamba-2 "
+                        f"model's output, use_cache=True); got {type(cache).__name__}.")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)):
+        raise TypeError(f"num_layers must be an int; got {type(num_layers).__name__} {num_layers!r:.40}.")
+    held = getattr(cache, "layers", None)
+    held = len(held) if isinstance(held, (list, tuple)) else None
+    if num_layers < 1 or (held is not None and num_layers > held):
+        raise ValueError(f"num_layers must be in [1, {held if held is not None else 'the layers of the cache'}] (the "
+                         f"layers the cache holds); got {num_layers}. Pass the model's config.num_hidden_layers.")
     out = []
     for i in range(num_layers):
         ssm = cache.get_recurrent_state(i).detach().cpu().double().numpy()

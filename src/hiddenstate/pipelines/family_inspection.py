@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 
 from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layers
+from hiddenstate.interop.families.config_check import check_epsilons
 from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.kinds.ssm.mamba import Mamba
 from hiddenstate.kinds.ssm.mamba2 import Mamba2
@@ -109,6 +110,7 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     if text is not None and isinstance(text, str) and arr.ndim == 2 and not 1 <= len(text) <= arr.shape[1]:
         raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={arr.shape[1]} "
                          f"characters; got {len(text)}.")  # before the model runs
+    check_epsilons(getattr(model, "config", None))  # a NaN norm epsilon would surface as "u must be finite"
     rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes)
     return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
                            tokens=tokens, max_lag=max_lag, text=text,

@@ -14,6 +14,12 @@ For wide data (thousands of samples of thousands of features, a Mamba layer's fl
 ``method="gram"`` takes the eigendecomposition of the smaller Gram matrix instead of the SVD
 (about twice as fast at 2,000 x 2,048): the same axes and variances wherever the variance is
 not negligible, i.e. down to ``sqrt(eps)`` of the largest standard deviation.
+
+The decomposition is of the centred states divided by their largest magnitude, so the explained
+variance ratios do not depend on the states' scale: states scaled by 1e-170 or 1e160 give the
+ratios of the unscaled ones (their squares would under- or overflow float64). The explained
+variances themselves are ``S_k**2 / (M - 1)`` in the states' own units, which float64 may not hold
+at such scales (0 or inf).
 """
 
 from __future__ import annotations
@@ -184,15 +190,18 @@ def pca(states, n_components: int | None = None, *, mask=None, method: str = "sv
         raise ValueError(f"n_components must be in [1, min(M, H)={kmax}]; got {n_components}.")
     k = n_components
     mean = fit.mean(axis=0)
-    with np.errstate(under="ignore"):
-        S, Vt = _svd(fit - mean, method)
+    centred = fit - mean
+    scale = float(np.abs(centred).max())  # the decomposition of centred / scale: no square under- or overflows
+    with np.errstate(under="ignore", over="ignore"):
+        S, Vt = _svd(centred / scale if scale > 0 else centred, method)
         big = np.argmax(np.abs(Vt), axis=1)
         signs = np.sign(Vt[np.arange(Vt.shape[0]), big])
         signs[signs == 0] = 1.0
         Vt = Vt * signs[:, None]
-        var = S**2 / (M - 1)
-    total = var.sum()
-    ratio = var / total if total > 0 else np.zeros_like(var)
+        var = (S * scale) ** 2 / (M - 1) if scale > 0 else S**2 / (M - 1)
+    unit = S**2
+    total = unit.sum()
+    ratio = unit / total if total > 0 else np.zeros_like(unit)
     comps = Vt[:k]
     scores = ((flat - mean) @ comps.T).reshape(X.shape[:-1] + (k,))
     return PCAResult(

@@ -9,6 +9,13 @@ a block maps ``u`` (T, N, M) to ``out`` (T, N, M) through named states (a NamedT
 arrays, each with its shape per batch row), with its parameters in transformers' names. A
 subclass declares its parameter shapes (:meth:`SequenceBlock.shapes`), its state type and
 shapes, and its kernels; this class validates the inputs once at the boundary and runs them.
+
+One rule for arrays of other libraries: the blocks compute in NumPy and take NumPy arrays (or
+lists) only; a torch tensor (with or without ``requires_grad``), a CuPy array or any other
+array-API array given as ``u``, a state or ``d_out`` is refused in one line (TypeError) that says
+how to convert it, rather than converted silently (a tensor that requires grad would lose its
+graph). :class:`~hiddenstate.Mamba` alone runs such arrays, through its array-API path
+(:mod:`hiddenstate.kinds.ssm.reference`).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from hiddenstate.core.params import check_param_memory, check_params, load_into
 from hiddenstate.core.resources import check_memory
 from hiddenstate.core.validation import bool_mask, boolean, float_array, positive_int, shape_str
 from hiddenstate.core.validation import lengths as valid_lengths
+from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["BlockCache", "SequenceBlock"]
 
@@ -138,7 +146,7 @@ class SequenceBlock:
             if value is None:
                 out.append(None)
                 continue
-            a = float_array(f"{name}.{field}", value, dtype=self.dtype)
+            a = float_array(f"{name}.{field}", self._numpy_only(f"{name}.{field}", value), dtype=self.dtype)
             if a.shape != want:
                 raise ValueError(f"{name}.{field} must have shape {legend}; got {shape_str(a.shape)}. A state is never "
                                  f"broadcast over the batch.")
@@ -182,15 +190,16 @@ class SequenceBlock:
             ``u`` not of shape (T, N, M), a state of another shape, NaN/Inf, lengths out of range,
             ``lengths`` or ``reset`` for a layer that does not support them.
         TypeError
-            Non-float input, a state that is not the layer's state type, non-integer lengths,
-            a non-bool ``reset`` or ``record``.
+            Non-float input, an array of another library (torch, CuPy: see the module docstring),
+            a state that is not the layer's state type, non-integer lengths, a non-bool ``reset``
+            or ``record``.
         """
         record = boolean("record", record)
         name = type(self).__name__
         for opt, value in (("lengths", lengths), ("reset", reset)):
             if value is not None and opt not in self.supports:
                 raise ValueError(f"{opt} must be None for {name}; got {type(value).__name__}. {self._refusal(opt)}")
-        x = float_array("u", u, dtype=self.dtype)
+        x = float_array("u", self._numpy_only("u", u), dtype=self.dtype)
         legend = "(N, T, M)" if self.batch_first else "(T, N, M)"
         if x.ndim != 3 or x.shape[2] != self.d_model:
             raise ValueError(f"u must have shape {legend} with M={self.d_model}; got {shape_str(x.shape)}.")
@@ -221,6 +230,15 @@ class SequenceBlock:
 
     def _check_call(self, T, N, record) -> None:
         """Refuse a call of ``T`` steps of ``N`` rows (``record`` or not) that cannot fit in memory (none here)."""
+
+    def _numpy_only(self, name, value):
+        """``value`` itself, unless it is an array of another library (torch, CuPy, ...): then one TypeError."""
+        if is_foreign(value):
+            grad = " that requires grad" if getattr(value, "requires_grad", False) else ""
+            raise TypeError(f"{name} must be a NumPy array for {type(self).__name__} (the blocks compute in NumPy; "
+                            f"Mamba alone runs other libraries' arrays); got {type(value).__name__}{grad}. Convert it "
+                            f"with .detach().cpu().numpy() first.")
+        return value
 
     def _refusal(self, opt):
         return "Split the batch into rows of equal length and call once per document instead."
@@ -276,7 +294,7 @@ class SequenceBlock:
                              f"{type(cache.owner).__name__} layer.")
         T, N, M = cache.shape
         if d_out is not None:
-            d_out = float_array("d_out", d_out, dtype=self.dtype)
+            d_out = float_array("d_out", self._numpy_only("d_out", d_out), dtype=self.dtype)
             want = (N, T, M) if cache.batch_first else (T, N, M)
             if d_out.shape != want:
                 raise ValueError(f"d_out must have the output's shape {shape_str(want)}; got {shape_str(d_out.shape)}.")

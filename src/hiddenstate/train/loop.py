@@ -317,6 +317,18 @@ def _train(world: World, config, resume, overwrite: bool, t_start: float, *, pro
                 lock.release()
 
 
+def _not_pretrained(ckpt, resume) -> None:
+    """Refuse to resume a shipped pretrained checkpoint (it keeps no optimizer state), saying what to run instead."""
+    shipped_dir = Path(__file__).resolve().parents[1] / "data" / "pretrained"  # train.pretrained's (it imports us)
+    for shipped in sorted(shipped_dir.iterdir()) if shipped_dir.is_dir() else ():
+        name = shipped.name
+        if shipped.is_dir() and os.path.samefile(ckpt, shipped):
+            raise ValueError(f"--resume '{resume}' is the shipped pretrained model {name}, and the pretrained model keeps "
+                             "no optimizer state (only what inference needs), so it cannot be resumed; train one like "
+                             "it with `hiddenstate train --preset demo --out DIR` (it is the demo preset, 1,000 steps "
+                             "from seed 0) and resume that DIR. Sample or inspect it as it is with --pretrained.")
+
+
 def _claim(config, resume, overwrite: bool):
     """Claim the run directory; load the checkpoint to resume. Returns (lock, state, loaded, cfg, same)."""
     if resume is None:
@@ -329,6 +341,7 @@ def _claim(config, resume, overwrite: bool):
         raise ValueError(f"--resume '{resume}' holds no checkpoint: the run there was stopped before its first save. "
                          f"Start it again with `hiddenstate train --out {resume}` and its flags.")
     ckpt = resolve_checkpoint(resume, name="--resume")
+    _not_pretrained(ckpt, resume)
     run_dir = run_dir_of(ckpt)
     target = Path(_given_value(config, "out") or run_dir)
     same = os.path.abspath(target) == os.path.abspath(run_dir)

@@ -72,6 +72,8 @@ def namespace(x):
     ------
     TypeError
         ``x`` is not an array of an array-API library.
+    ValueError
+        ``x`` is a torch tensor on the ``meta`` device (shapes without values).
     """
     import array_api_compat
 
@@ -80,7 +82,12 @@ def namespace(x):
     except TypeError as error:
         raise TypeError(f"x must be an array of an array-API library (NumPy, torch, CuPy, ...); got "
                         f"{type(x).__name__} ({error}).") from None
-    return xp, array_api_compat.device(x)
+    device = array_api_compat.device(x)
+    if str(device) == "meta":  # its values do not exist: the first check that reads one fails deep in torch
+        raise ValueError(f"x must hold values (a tensor on the CPU or a GPU); got a {type(x).__name__} of shape "
+                         f"{tuple(x.shape)} on the meta device, which has shapes but no values. Move it to a real "
+                         "device first (.to_empty(device='cpu') for a module built on meta, then load its weights).")
+    return xp, device
 
 
 def to_numpy(a) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 from hiddenstate.core.files import open_regular
 from hiddenstate.core.resources import format_bytes
 from hiddenstate.core.validation import shape_str
+from hiddenstate.interop.families.config_check import check_config_fields
 from hiddenstate.interop.families.registry import Family, find_family, registered
 
 __all__ = ["CONFIG_FILE", "MAX_JSON_BYTES", "ModelRequest", "check_ids", "check_layers", "config_family",
@@ -203,10 +204,10 @@ def model_config(directory, cfg: dict | None = None):
     """
     cfg = read_config(directory) if cfg is None else cfg
     _, cls_name = config_family(directory, cfg)
-    return _build_config(cfg, cls_name)
+    return _build_config(cfg, cls_name, f"'{Path(directory) / CONFIG_FILE}'")
 
 
-def _build_config(cfg: dict, cls_name: str):
+def _build_config(cfg: dict, cls_name: str, where: str = "config.json"):
     """transformers' config of a checked ``config.json`` (its ``model_type``'s config class)."""
     transformers = offline_transformers()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -215,7 +216,14 @@ def _build_config(cfg: dict, cls_name: str):
         config_class = CONFIG_MAPPING[cfg["model_type"]]
     except KeyError:
         config_class = getattr(transformers, cls_name).config_class
-    return config_class.from_dict(special_floats(cfg))
+    cfg = special_floats(cfg)
+    check_config_fields(cfg, config_class, where)  # each field's type and range, before transformers reads one
+    try:
+        return config_class.from_dict(cfg)
+    except (TypeError, ValueError) as error:  # what the config class's own validators refuse, in one line
+        cause = getattr(error, "__cause__", None) or error
+        raise ValueError(f"{where} must be a valid {config_class.__name__}; got fields it refuses "
+                         f"({' '.join(str(cause).split())[:300]}). Fix config.json.") from None
 
 
 def _count(config, key: str) -> int | None:
@@ -338,7 +346,7 @@ def model_request(directory, layers=None, *, name: str = "layers") -> ModelReque
     d = Path(directory)
     cfg = read_json(d / CONFIG_FILE, "config.json")
     family, cls_name = config_family(d, cfg)
-    config = _build_config(cfg, cls_name)
+    config = _build_config(cfg, cls_name, f"'{d / CONFIG_FILE}'")
     return ModelRequest(d, cfg, family, cls_name, config,
                         _checked_layers(config, layers, name, f"'{d / CONFIG_FILE}'"))
 

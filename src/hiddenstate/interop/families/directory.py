@@ -10,6 +10,9 @@ before a byte of a weight is read:
    ``model_type`` of no registered family (one line naming the registered ones) and an
    ``architectures`` entry that is not one of the family's transformers classes. The model class
    is transformers' own (``getattr(transformers, name)``): no code from the directory ever runs.
+   Every field is held to the family's config class by type and range
+   (:mod:`~hiddenstate.interop.families.config_check`: a negative or string ``hidden_size``, a
+   NaN epsilon, a ``dtype`` of ``"bogus"`` are one line each).
    The layers asked for and the token ids are held to its ``num_hidden_layers`` and
    ``vocab_size`` (:mod:`~hiddenstate.interop.families.config_file`), before a model is built.
    All of it is read and checked once, into a
@@ -19,7 +22,8 @@ before a byte of a weight is read:
    a regular file, a symbolic link only to one (a dangling link, a loop, a FIFO or a device is
    refused unopened, as every reader of the package does), offsets that tile the file exactly);
    the index's shard names must be plain file names in the directory, every shard it names must
-   exist, and every tensor must lie in the shard the index says.
+   exist, and every tensor must lie in the shard the index says. ``num_hidden_layers`` must not
+   exceed the layers the headers hold (a model of 2,000 layers is never built for weights of 2).
 3. The model is built on torch's ``meta`` device (no memory); its state dict's names and shapes
    are held to the headers' (missing and unexpected keys named; a tied head, which
    ``save_pretrained`` leaves out, is its tie's); with the ids known, the records of the chosen
@@ -46,6 +50,8 @@ import numpy as np
 
 from hiddenstate.core.files import open_regular
 from hiddenstate.core.resources import check_memory, format_bytes
+from hiddenstate.core.validation import real
+from hiddenstate.interop.families.config_check import check_layer_count
 from hiddenstate.interop.families.config_file import (
     CONFIG_FILE,
     MAX_JSON_BYTES,
@@ -281,8 +287,7 @@ def _tokenizer(directory):
     if not os.path.lexists(path):
         raise ValueError(f"'{directory}' has no {TOKENIZER_FILE} to tokenise the text with; pass token ids instead "
                          "(--ids FILE.npy of shape (T,) or (N, T) on the command line, an int array in Python).")
-    with open_regular(path, name="the tokenizer"):
-        pass  # a FIFO or device is refused before the tokenizers library opens it
+    read_json(path, TOKENIZER_FILE)  # a FIFO or device refused unopened; an empty or plain text file in one line
     return offline_transformers().PreTrainedTokenizerFast(tokenizer_file=os.fspath(path))
 
 
@@ -370,6 +375,11 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
                  "fewer tokens; or use a machine with more memory.")
 
 
+def _max_bytes(max_bytes):
+    """``max_bytes`` checked: None (no cap) or a number of bytes >= 0 (a negative cap is not a cap on the records)."""
+    return None if max_bytes is None else real("max_bytes", max_bytes, low=0.0)
+
+
 def _given(request, **given) -> None:
     """Refuse arguments that a :class:`ModelRequest` already holds."""
     extra = [k for k, v in given.items() if v is not None]
@@ -412,6 +422,7 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
         this machine's memory (with the flag that lowers them); ``ids`` or ``layers`` with a
         ModelRequest.
     """
+    max_bytes = _max_bytes(max_bytes)
     if isinstance(directory, ModelRequest):
         _given(directory, ids=ids, layers=layers)
         request = directory
@@ -424,6 +435,7 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
             request = request.with_ids(ids, name="ids")
     d, ids, layers = request.directory, request.ids, request.layers
     headers = weight_headers(d)
+    check_layer_count(request.config, headers, request.where, f"'{d}'")  # 2,000 layers would hang the build
     import torch
 
     cls = getattr(offline_transformers(), request.class_name)
@@ -475,6 +487,7 @@ def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES):
     FileNotFoundError, ValueError, TypeError
         As :func:`open_model_dir`.
     """
+    max_bytes = _max_bytes(max_bytes)  # before config.json is read: a cap of -5 bytes is no cap on the records
     shown = os.fsdecode(os.fspath(directory)) if isinstance(directory, (str, os.PathLike)) else repr(directory)
     if not is_model_dir(directory):
         run = any(os.path.isfile(os.path.join(shown, *p)) for p in (("meta.json",), ("checkpoint", "meta.json")))

@@ -47,7 +47,7 @@ class _ResidualLM:
         self.vocab_size = positive_int("vocab_size", vocab_size)
         self.d_model = positive_int("d_model", d_model)
         self.num_layers = positive_int("num_layers", num_layers)
-        self.eps = real("eps", eps, low=0.0)
+        self.eps = real("eps", eps, low=0.0, low_open=True)  # 0 divides by zero on a zero row
         self.tie_embeddings = boolean("tie_embeddings", tie_embeddings)
         self.batch_first = boolean("batch_first", batch_first)
         self.dtype = float_dtype("dtype", dtype)
@@ -139,7 +139,7 @@ class _ResidualLM:
             Ids out of range or not 2-D, a wrong number of states, lengths out of [0, T] or not of
             shape (N,), a reset mask of another shape.
         TypeError
-            Non-integer ids or lengths, a reset mask that is not bool.
+            Non-integer ids or lengths, a reset mask that is not bool, ``states`` not a list.
         """
         record = boolean("record", record)
         ids = np.asarray(ids)
@@ -155,6 +155,9 @@ class _ResidualLM:
         if tm.size and (tm.min() < 0 or tm.max() >= self.vocab_size):
             where = " at the valid steps" if lens is not None else ""
             raise ValueError(f"ids must lie in [0, V={self.vocab_size}){where}; got values in [{tm.min()}, {tm.max()}].")
+        if states is not None and not isinstance(states, (list, tuple)):
+            raise TypeError(f"states must be a list of one state per layer (L={self.num_layers}), as forward returns "
+                            f"them; got {type(states).__name__}.")
         if states is not None and len(states) != self.num_layers:
             raise ValueError(f"states must hold one state per layer (L={self.num_layers}); got {len(states)}.")
         self._sync()
@@ -219,9 +222,18 @@ class _ResidualLM:
         Raises
         ------
         ValueError, TypeError
-            ``d_logits`` not of the logits' shape, or not finite floats.
+            ``d_logits`` not of the logits' shape, or not finite floats; a ``cache`` that is not
+            this model's forward's; ``d_states_n`` not one entry per layer.
         """
+        if not (isinstance(cache, tuple) and len(cache) == 6 and isinstance(cache[0], np.ndarray)
+                and isinstance(cache[1], list) and len(cache[1]) == self.num_layers):
+            raise TypeError(f"cache must be the cache that this model's forward returned; got {type(cache).__name__}"
+                            f"{f' of length {len(cache)}' if isinstance(cache, (tuple, list)) else ''}.")
         tm, steps, x, inv_f, xf, keep = cache
+        if d_states_n is not None and (not isinstance(d_states_n, (list, tuple)) or len(d_states_n) != self.num_layers):
+            got = f"length {len(d_states_n)}" if isinstance(d_states_n, (list, tuple)) else type(d_states_n).__name__
+            raise ValueError(f"d_states_n must hold one entry per layer (L={self.num_layers}; None for no gradient); "
+                             f"got {got}.")
         d_logits = float_array("d_logits", d_logits, dtype=self.dtype)
         want = (tm.shape[1], tm.shape[0], self.vocab_size) if self.batch_first else tm.shape + (self.vocab_size,)
         if d_logits.shape != want:

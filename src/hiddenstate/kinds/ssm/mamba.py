@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from hiddenstate.core.resources import check_memory
 from hiddenstate.core.validation import boolean, choice, float_dtype, generator, positive_int, real
 from hiddenstate.kinds.ssm import mamba_kernel as kernel
 from hiddenstate.kinds.ssm import reference as xp_mamba
@@ -143,6 +144,8 @@ class Mamba(SelectiveSSMBlock):
         self.dtype = float_dtype("dtype", dtype)
         rng = generator(rng)
         M, Di, S, K, R = self.d_model, self.d_inner, self.d_state, self.d_conv, self.dt_rank
+        check_memory(f"Mamba(d_model={M}, d_state={S}, expand={self.expand}) parameters",
+                     8.0 * (3 * Di * M + Di * (K + 2 * R + 3 * S + 4)), "Use a smaller d_model, d_state or expand.")
         dt_bias = dt_bias_init(rng, Di)
         p = {"in_proj.weight": linear_init(rng, 2 * Di, M, self.dtype)}
         if self.bias:

@@ -17,6 +17,10 @@ __all__ = ["DEFAULT_TIMEOUT_S", "LOCAL", "LostRank", "PeerFailed", "RendezvousFa
 
 #: Seconds a collective may wait for the other ranks before the run stops (HIDDENSTATE_DIST_TIMEOUT).
 DEFAULT_TIMEOUT_S = 60.0
+#: The shortest timeout (s): below it the ranks cannot even meet (torch's store times out first).
+MIN_TIMEOUT_S = 1.0
+#: The longest timeout (s), 30 days: longer overflows torch's timer (1e20 s is not a duration it holds).
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
 
 #: The launcher's variables that make a process one rank of a run.
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -301,7 +305,9 @@ def timeout_s() -> float:
     Raises
     ------
     ValueError
-        A value that is not a positive number.
+        A value that is not a number of seconds in [:data:`MIN_TIMEOUT_S`, :data:`MAX_TIMEOUT_S`]
+        (below, every collective would time out at once, with torch's own pages of log; above,
+        torch's timer overflows).
     """
     text = os.environ.get("HIDDENSTATE_DIST_TIMEOUT", "")
     if not text:
@@ -312,6 +318,10 @@ def timeout_s() -> float:
         value = float("nan")
     if not (value > 0 and np.isfinite(value)):
         raise ValueError(f"HIDDENSTATE_DIST_TIMEOUT must be a positive number of seconds; got {text!r}.")
+    if not MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S:
+        raise ValueError(f"HIDDENSTATE_DIST_TIMEOUT must be a number of seconds in [{MIN_TIMEOUT_S:g}, "
+                         f"{MAX_TIMEOUT_S:,.0f}] (one second to 30 days); got {text!r}. Unset it for the default "
+                         f"{DEFAULT_TIMEOUT_S:g} s.")
     return value
 
 
