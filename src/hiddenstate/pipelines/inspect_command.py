@@ -244,7 +244,9 @@ def model_dir_inspect(args, path: str) -> int:
     Parameters
     ----------
     args : argparse.Namespace
-        The ``inspect`` flags: ``--ids`` or ``--text``, ``--layers``, ``--out``.
+        The ``inspect`` flags: ``--ids`` or ``--text``, ``--layers``, ``--max-bytes`` (the cap on
+        the estimated memory, :func:`~hiddenstate.core.resources.parse_bytes`), ``--record-dtype``,
+        ``--out``.
     path : str
         The model directory (:func:`is_model_directory`).
 
@@ -261,6 +263,8 @@ def model_dir_inspect(args, path: str) -> int:
         vocab_size``, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
         model type, custom code, a damaged shard, records over the cap: ``--layers`` lowers them).
     """
+    from hiddenstate.core.resources import parse_bytes
+    from hiddenstate.interop.families import MAX_BYTES
     from hiddenstate.interop.families.config_file import model_request
     from hiddenstate.interop.families.directory import TOKENIZER_FILE, load_model_dir, token_strings, tokenize
     from hiddenstate.pipelines.app import check_report_path
@@ -268,6 +272,8 @@ def model_dir_inspect(args, path: str) -> int:
     from hiddenstate.train.corpus import load_text
 
     layers = None if args.layers is None else layer_list("--layers", args.layers)
+    max_bytes = MAX_BYTES if args.max_bytes is None else parse_bytes(args.max_bytes, name="--max-bytes")
+    record_dtype = args.record_dtype or "float64"
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
              "prefix": args.prefix, "inputs": args.inputs}
     _check_no_state_dict_flags(args, flags, f"the model directory '{path}'")
@@ -299,11 +305,11 @@ def model_dir_inspect(args, path: str) -> int:
         needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
                  f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
                  "--text gives them with a tokenizer that makes one token per character")
-    model = load_model_dir(request)
+    model = load_model_dir(request, max_bytes=max_bytes)
     source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)
     analysis = inspect_recurrent_model(model, request.ids, out=out, text=text, source=source, layers=request.layers,
-                             needs_text=needs)
+                                       needs_text=needs, max_bytes=max_bytes, record_dtype=record_dtype)
     print(analysis.summary())
     print(f"report: {out}")
     if states is not None:
@@ -415,6 +421,8 @@ def run_inspect(args) -> int:
     if is_model_directory(path):
         return model_dir_inspect(args, path)
     given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None)),
+                            ("--max-bytes", getattr(args, "max_bytes", None)),
+                            ("--record-dtype", getattr(args, "record_dtype", None)),
                             ("--save-states", getattr(args, "save_states", None)),
                             ("--states-window", getattr(args, "states_window", None)),
                             ("--states-heads", getattr(args, "states_heads", None)))
