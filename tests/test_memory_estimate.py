@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import hiddenstate as hs  # noqa: E402
+from hiddenstate.interop.families.hooks import recompute_layers  # noqa: E402
 from hiddenstate.pipelines.family_inspection import inspection_bytes  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -59,6 +60,16 @@ def traced(fn, *args, **kwargs):
     try:
         out = fn(*args, **kwargs)
         return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def kept(fn, *args, **kwargs):
+    """``fn``'s result and the bytes still allocated since it started once it returned (what it made)."""
+    tracemalloc.start()
+    try:
+        out = fn(*args, **kwargs)
+        return out, tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
 
@@ -109,3 +120,26 @@ def test_an_inspection_over_this_machines_memory_is_refused_before_the_model_run
     monkeypatch.setattr(resources, "memory_limit", lambda: int(1.01 * estimate))
     hs.inspect_model(model, ids)
     assert calls == [1]
+
+
+def test_float32_records_give_the_float64_figures_to_float32_round_off_in_half_the_bytes():
+    model, ids = build("qwen3_next"), ids_for()
+    a64, kept64 = kept(hs.inspect_model, model, ids)  # what the analysis holds once made: mostly its records
+    a32, kept32 = kept(hs.inspect_model, model, ids, record_dtype="float32")
+    r64, r32 = (record_bytes(la.record for la in a.layers) for a in (a64, a32))
+    assert r32 == r64 // 2 and all(a.dtype == np.float32 for la in a32.layers for a in la.record
+                                   if isinstance(a, np.ndarray))
+    assert 0.45 < kept32 / kept64 < 0.6, kept32 / kept64
+    for l64, l32 in zip(a64.layers, a32.layers):
+        np.testing.assert_array_equal(l32.record.recurrent, l64.record.recurrent.astype(np.float32))
+        np.testing.assert_allclose(l32.time_constants, l64.time_constants, rtol=2e-6)
+        np.testing.assert_allclose(l32.flow_spectral, l64.flow_spectral, rtol=2e-6)
+        np.testing.assert_allclose(l32.flow_rms, l64.flow_rms, rtol=2e-6)
+        np.testing.assert_allclose(l32.pca.explained_variance_ratio[:10], l64.pca.explained_variance_ratio[:10],
+                                   rtol=1e-5)
+        assert l32.recomputed == l64.recomputed  # the check against the model's output is float64 either way
+    assert inspection_bytes(model, 128, 2, record_dtype="float32") < inspection_bytes(model, 128, 2)
+    rc = recompute_layers(model, ids, record_dtype="float32")
+    assert [r.recurrent.dtype for r in rc.records] == [np.float32] * 2
+    with pytest.raises(ValueError, match=r"^record_dtype must be 'float64' or 'float32' \(the records' dtype"):
+        recompute_layers(model, ids, record_dtype="float16")
