@@ -143,3 +143,27 @@ def test_float32_records_give_the_float64_figures_to_float32_round_off_in_half_t
     assert [r.recurrent.dtype for r in rc.records] == [np.float32] * 2
     with pytest.raises(ValueError, match=r"^record_dtype must be 'float64' or 'float32' \(the records' dtype"):
         recompute_layers(model, ids, record_dtype="float16")
+
+
+def test_a_window_and_stride_keep_only_those_steps_and_the_estimate_follows():
+    from hiddenstate.pipelines.family_inspection import analyze_family_model
+
+    model, ids = build("mamba2"), ids_for()
+    full = recompute_layers(model, ids)
+    cut = recompute_layers(model, ids, window=(10, 100), stride=3, record_dtype="float32")
+    np.testing.assert_array_equal(cut.steps, np.arange(10, 100, 3))
+    assert full.steps is None and cut.errors == full.errors
+    for a, b in zip(full.records, cut.records):
+        np.testing.assert_array_equal(b.ssm, a.ssm[10:100:3].astype(np.float32))
+        np.testing.assert_array_equal(b.conv, a.conv[10:100:3].astype(np.float32))
+        assert b.ssm.base is None  # a copy: the whole record was freed
+    estimate = inspection_bytes(model, 128, 2, kept=30)
+    an, peak = traced(analyze_family_model, model, ids, window=(10, 100), stride=3)
+    assert an.meta["T"] == 30 and an.layers[0].record.ssm.shape[0] == 30
+    assert 0.8 * peak <= estimate <= 1.2 * peak, (estimate / 2 ** 20, peak / 2 ** 20)
+    assert estimate < inspection_bytes(model, 128, 2)
+    with pytest.raises(ValueError, match=r"^window must be \(start, stop\) with 0 <= start < stop <= T=128; got "
+                                         r"\(0, 200\)\. Choose positions inside the input\.$"):
+        recompute_layers(model, ids, window=(0, 200))
+    with pytest.raises(TypeError, match=r"^window must be \(start, stop\), two step positions \(ints\)"):
+        recompute_layers(model, ids, window=(1.0, 5))

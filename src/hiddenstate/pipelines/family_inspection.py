@@ -29,7 +29,7 @@ import numpy as np
 
 from hiddenstate.core.resources import check_memory, traced_peak
 from hiddenstate.interop.families import MAX_BYTES, family_of, find_family, recompute_layers
-from hiddenstate.interop.families.hooks import recompute_bytes, step_costs
+from hiddenstate.interop.families.hooks import kept_steps, recompute_bytes, step_costs
 from hiddenstate.kinds import get_kind
 from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.kinds.ssm.mamba import Mamba
@@ -93,7 +93,7 @@ def _analysis_cost(kind_name: str, blk, cast, max_lag: int) -> tuple:
 
 
 def inspection_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", max_lag: int = 30,
-                     costs=None) -> int:
+                     costs=None, kept=None) -> int:
     """The peak of what :func:`analyze_family_model` allocates beside the model's own forward pass (NumPy arrays).
 
     The larger of the recomputation's peak
@@ -117,6 +117,9 @@ def inspection_bytes(model, T: int, N: int, *, layers=None, record_dtype="float6
     costs : dict of int to StepCost, optional
         :func:`~hiddenstate.interop.families.hooks.step_costs` of the same model and layers
         (default: measured here).
+    kept : int, optional
+        Steps of each sequence the records keep (a ``window`` and ``stride``; default T): the
+        records and their analyses are of those steps.
 
     Returns
     -------
@@ -129,19 +132,20 @@ def inspection_bytes(model, T: int, N: int, *, layers=None, record_dtype="float6
         non-negative ints; ``record_dtype`` neither.
     """
     costs = step_costs(model, layers=layers) if costs is None else costs
-    peak = recompute_bytes(model, T, N, record_dtype=record_dtype, costs=costs)
+    peak = recompute_bytes(model, T, N, record_dtype=record_dtype, costs=costs, kept=kept)
     cast = np.dtype(record_dtype).type
-    kind, steps, seen = family_of(model).kind, T * N, {}
+    kind, steps, seen = family_of(model).kind, (T if kept is None else kept) * N, {}
     records = sum(steps * (c.record // 2 if cast is np.float32 else c.record) for c in costs.values())
     for c in costs.values():
         if id(c.block) not in seen:
             step, fixed, F = _analysis_cost(kind, c.block, cast, max_lag)
-            seen[id(c.block)] = fixed + steps * step + _quadratic(T, N, F)
+            seen[id(c.block)] = fixed + steps * step + _quadratic(steps, 1, F)
     return max(peak, records + max(seen.values()))
 
 
 def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_lag: int = 30, text=None, tokens=None,
-                         model_name: str | None = None, record_dtype="float64") -> StateAnalysis:
+                         model_name: str | None = None, record_dtype="float64", window=None,
+                         stride: int = 1) -> StateAnalysis:
     """Measure the recurrent layers of a transformers model of a registered family, recomputed from its own run.
 
     Parameters
@@ -169,6 +173,13 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     record_dtype : {"float64", "float32"}, default "float64"
         The records' dtype (``"float32"`` halves them; the recomputation and its check stay
         float64, and the analyses read the float32 records in float64).
+    window : (int, int), optional
+        ``(start, stop)``: record and analyse only the states of those positions (every step is
+        still computed; :func:`~hiddenstate.interop.families.hooks.recompute_layers`). The
+        analyses read the kept steps as a sequence of their own: ``text``, ``tokens`` and the
+        ids are cut alike, and with a ``stride`` the lags count kept steps.
+    stride : int, default 1
+        Keep every ``stride``-th step of the window.
 
     Returns
     -------
@@ -192,12 +203,18 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     if arr.ndim == 2 and arr.size and arr.dtype.kind in "iu":  # else recompute_layers says what is wrong
         N, T = arr.shape
         costs = step_costs(model, layers=layers)
-        total = inspection_bytes(model, T, N, record_dtype=record_dtype, max_lag=max_lag, costs=costs)
+        total = inspection_bytes(model, T, N, record_dtype=record_dtype, max_lag=max_lag, costs=costs,
+                                 kept=len(range(T)[kept_steps(T, window, stride)]))
         check_memory(f"inspecting {len(costs)} recurrent layer(s) of this "
                      f"{type(model).__name__} on T={T:,} steps of N={N} sequence(s)", total,
                      "Record fewer layers (layers=, --layers), give fewer tokens, or record_dtype='float32' "
                      "(--record-dtype float32).")
-    rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype)
+    rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype, window=window,
+                          stride=stride)
+    if rc.steps is not None:  # the analyses read the kept steps
+        arr = arr[:, rc.steps]
+        text = None if text is None else "".join(text[t] for t in rc.steps if t < len(text)) or None
+        tokens = None if tokens is None else np.asarray(tokens)[rc.steps]
     return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
                            tokens=tokens, max_lag=max_lag, text=text,
                            model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,

@@ -90,11 +90,12 @@ from typing import NamedTuple
 import numpy as np
 
 from hiddenstate.core.resources import traced_peak
-from hiddenstate.core.validation import nonnegative_int, real, shape_str
+from hiddenstate.core.validation import nonnegative_int, positive_int, real, shape_str
 from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind
 
-__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "recompute_bytes", "recompute_layers", "step_costs",
+__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "kept_steps", "recompute_bytes",
+           "recompute_layers", "step_costs",
            "tolerance"]
 
 #: The default cap on :func:`estimate_bytes` (4 GiB).
@@ -159,6 +160,9 @@ class Recomputed:
         The bound every error was held to (:func:`tolerance` of ``dtype``).
     dtype : str
         The model's dtype (``"float32"``).
+    steps : ndarray of int or None
+        The positions (0 to T-1) whose states the records keep, in order, when a ``window`` or
+        ``stride`` chose them; None: every step.
     """
 
     family: Family
@@ -168,6 +172,7 @@ class Recomputed:
     errors: tuple
     tolerance: float
     dtype: str
+    steps: np.ndarray | None = None
 
 
 def _ids(model, ids):
@@ -297,6 +302,47 @@ def step_costs(model, *, layers=None) -> dict:
     return out
 
 
+def kept_steps(T: int, window=None, stride: int = 1) -> slice:
+    """The steps a record keeps: ``window`` (start, stop) of the T positions, every ``stride``-th, as a slice.
+
+    Parameters
+    ----------
+    T : int
+        Steps of the input.
+    window : tuple of int, optional
+        ``(start, stop)`` with ``0 <= start < stop <= T`` (default the whole input).
+    stride : int, default 1
+        Keep every ``stride``-th step of the window, from its first.
+
+    Returns
+    -------
+    slice
+
+    Raises
+    ------
+    TypeError, ValueError
+        A window that is not two ints in that range; a stride that is not a positive int.
+    """
+    stride = positive_int("stride", stride)
+    if window is None:
+        return slice(0, T, stride)
+    items = list(window) if isinstance(window, (tuple, list)) else None
+    if (items is None or len(items) != 2
+            or any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (numbers.Integral, np.integer)) for i in items)):
+        raise TypeError(f"window must be (start, stop), two step positions (ints); got {window!r:.60}.")
+    start, stop = (int(i) for i in items)
+    if not 0 <= start < stop <= T:
+        raise ValueError(f"window must be (start, stop) with 0 <= start < stop <= T={T}; got ({start}, {stop}). Choose "
+                         "positions inside the input.")
+    return slice(start, stop, stride)
+
+
+def _cut(a: np.ndarray, keep: slice, cast, T: int, N: int) -> np.ndarray:
+    """A record's array: its kept steps (a time-major (T, N, ...) array) in ``cast`` (float64 arrays), copied."""
+    part = a[keep] if a.ndim >= 2 and a.shape[:2] == (T, N) else a
+    return part.astype(cast if a.dtype == np.float64 else a.dtype)
+
+
 def _record_dtype(record_dtype):
     """``record_dtype`` checked: np.float64 or np.float32."""
     if not isinstance(record_dtype, str | type | np.dtype) or str(np.dtype(record_dtype) if not isinstance(
@@ -306,7 +352,7 @@ def _record_dtype(record_dtype):
     return np.dtype(record_dtype).type
 
 
-def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", costs=None) -> int:
+def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", costs=None, kept=None) -> int:
     """The peak of what :func:`recompute_layers` allocates beside the model's own forward pass (NumPy arrays).
 
     Layer after layer, in model order: the records already made (in ``record_dtype``), the
@@ -325,6 +371,8 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
         The records' dtype.
     costs : dict of int to StepCost, optional
         :func:`step_costs` of the same model and layers (default: measured here).
+    kept : int, optional
+        Steps of each sequence the records keep (a ``window`` and ``stride``; default T).
 
     Returns
     -------
@@ -346,6 +394,9 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
         record = steps * c.record
         layer = (0 if c.itemsize == 8 else 2 * io) + max(c.fixed + steps * c.run, record + 3 * io,
                                                          record + record // 2 + io if half else 0)
+        if kept is not None and kept < T:  # the kept steps copied out of the whole record
+            layer = max(layer, (0 if c.itemsize == 8 else 2 * io) + record + io + kept * N * c.record // (2 if half else 1))
+            record = kept * N * c.record
         peak = max(peak, done + sum(hooked[j] for j in costs if j >= i) + layer)
         done += record // 2 if half else record
     return peak
@@ -427,7 +478,8 @@ def check_cap(family, per_layer: dict, T: int, N: int, max_bytes, dtype: str = "
                          f"fewer steps, record_dtype='float32', or a larger max_bytes.")
 
 
-def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, record_dtype="float64") -> Recomputed:
+def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, record_dtype="float64", window=None,
+                     stride: int = 1) -> Recomputed:
     """Run a transformers model on ``ids`` and recompute its recurrent layers with our block, every step recorded.
 
     Parameters
@@ -449,10 +501,18 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
         The stored records' dtype: ``"float32"`` halves them. The recomputation and its check
         against the model's output are float64 either way; each layer's record is cast once
         checked.
+    window : (int, int), optional
+        ``(start, stop)``: keep only the states of positions start to stop - 1 (default all;
+        :func:`kept_steps`). Every step is still computed (the state at ``start`` depends on all
+        before it); each layer's record is cut to the kept steps once checked, so the records of
+        all layers take only those steps (the estimate checked against ``max_bytes`` follows).
+    stride : int, default 1
+        Keep every ``stride``-th step of the window.
 
     Returns
     -------
     Recomputed
+        ``steps`` the kept positions when ``window`` or ``stride`` chose them.
 
     Raises
     ------
@@ -479,8 +539,12 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
     chosen = _chosen(family, model, layer_map, layers)
     ids = _ids(model, ids)
     N, T = ids.shape
-    check_cap(family, estimate_bytes(model, T, N, layers=chosen, record_dtype=cast), T, N, max_bytes,
-                  np.dtype(cast).name)
+    keep = kept_steps(T, window, stride)
+    kept = len(range(T)[keep])
+    half = 2 if cast is np.float32 else 1  # the records kept, and every step's hooked input and output
+    per = {i: N * (kept * (c.record // half) + T * 2 * c.d_model * c.itemsize)
+           for i, c in step_costs(model, layers=chosen).items()}
+    check_cap(family, per, T, N, max_bytes, np.dtype(cast).name)
     mixers = family.mixers(model)
     seen: dict = {i: [] for i in chosen}
 
@@ -528,11 +592,11 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
             raise ValueError(f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the "
                              f"model's own output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
                              f"for a {str(dtype).replace('torch.', '')} model: not analysed. {why}")
-        if cast is not np.float64:
-            rec = type(rec)(*(a.astype(cast) if isinstance(a, np.ndarray) and a.dtype == np.float64 else a
-                              for a in rec))
+        if cast is not np.float64 or kept < T:  # copies: the whole record is freed
+            rec = type(rec)(*(_cut(a, keep, cast, T, N) if isinstance(a, np.ndarray) else a for a in rec))
         records.append(rec)
         errors.append(err)
         del u, theirs, ours
     return Recomputed(family=family, layer_map=layer_map, layers=chosen, records=tuple(records), errors=tuple(errors),
-                      tolerance=tol, dtype=str(dtype).replace("torch.", ""))
+                      tolerance=tol, dtype=str(dtype).replace("torch.", ""),
+                      steps=None if kept == T else np.arange(T)[keep])
