@@ -87,3 +87,22 @@ def test_a_larger_cap_and_float32_records_inspect_the_directory(mamba_dir, tmp_p
 
     states = load_states(tmp_path / "s.safetensors")
     assert states  # the float32 records were saved
+
+
+def test_every_stage_of_a_directory_inspection_prints_one_line_on_stderr(mamba_dir, tmp_path, capsys):
+    _, path = mamba_dir
+    np.save(tmp_path / "ids.npy", np.arange(40) % 50)
+    assert main(["inspect", os.fspath(path), "--ids", os.fspath(tmp_path / "ids.npy"), "--save-states",
+                 os.fspath(tmp_path / "s.safetensors"), "--out", os.fspath(tmp_path / "r.html")]) == 0
+    lines = [line[len("hiddenstate: inspect: "):] for line in capsys.readouterr().err.splitlines()
+             if line.startswith("hiddenstate: inspect: ")]
+    expected = [r"loaded the MambaForCausalLM from '.*mamba' in \d+\.\d s",
+                r"estimated peak .* beside the model's own forward pass",
+                r"the MambaForCausalLM's forward pass on N=1 x T=40 tokens, 2 recurrent layer\(s\) hooked",
+                r"recomputing layer 0 \(MambaMixer\) in float64, 1 of 2",
+                r"recomputing layer 1 \(MambaMixer\) in float64, 2 of 2",
+                r"analysing layer 0, 1 of 2", r"analysing layer 1, 2 of 2",
+                r"writing the report .*r\.html", r"writing the states .*s\.safetensors"]
+    assert len(lines) == len(expected), lines
+    for line, pattern in zip(lines, expected):
+        assert re.fullmatch(pattern, line), (line, pattern)

@@ -27,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from hiddenstate.core.resources import check_memory, traced_peak
+from hiddenstate.core.resources import check_memory, format_bytes, traced_peak
 from hiddenstate.interop.families import MAX_BYTES, family_of, find_family, recompute_layers
 from hiddenstate.interop.families.hooks import kept_steps, recompute_bytes, step_costs
 from hiddenstate.kinds import get_kind
@@ -145,7 +145,7 @@ def inspection_bytes(model, T: int, N: int, *, layers=None, record_dtype="float6
 
 def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_lag: int = 30, text=None, tokens=None,
                          model_name: str | None = None, record_dtype="float64", window=None,
-                         stride: int = 1) -> StateAnalysis:
+                         stride: int = 1, echo=None) -> StateAnalysis:
     """Measure the recurrent layers of a transformers model of a registered family, recomputed from its own run.
 
     Parameters
@@ -180,6 +180,9 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         ids are cut alike, and with a ``stride`` the lags count kept steps.
     stride : int, default 1
         Keep every ``stride``-th step of the window.
+    echo : callable, optional
+        ``echo(line)`` is told each stage once its checks have passed: the memory estimate, the
+        forward pass, each layer's recomputation, each layer's analyses.
 
     Returns
     -------
@@ -209,8 +212,10 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
                      f"{type(model).__name__} on T={T:,} steps of N={N} sequence(s)", total,
                      "Record fewer layers (layers=, --layers), give fewer tokens, or record_dtype='float32' "
                      "(--record-dtype float32).")
+        if echo is not None:
+            echo(f"estimated peak {format_bytes(total)} beside the model's own forward pass")
     rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype, window=window,
-                          stride=stride)
+                          stride=stride, echo=echo)
     if rc.steps is not None:  # the analyses read the kept steps
         arr = arr[:, rc.steps]
         text = None if text is None else "".join(text[t] for t in rc.steps if t < len(text)) or None
@@ -218,12 +223,12 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
                            tokens=tokens, max_lag=max_lag, text=text,
                            model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,
-                           recomputed=rc.errors, layer_map=rc.layer_map)
+                           recomputed=rc.errors, layer_map=rc.layer_map, echo=echo)
 
 
 def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
                             source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None,
-                            record_dtype="float64") -> StateAnalysis:
+                            record_dtype="float64", echo=None) -> StateAnalysis:
     """:func:`hiddenstate.inspect_model` of a model of recurrent layers: measure it and optionally write its report.
 
     Parameters
@@ -257,6 +262,9 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
         ``text=``. Used by the summary and the report's "Not measured" card alike.
     record_dtype : {"float64", "float32"}, default "float64"
         A transformers model's records' dtype (see :func:`analyze_family_model`).
+    echo : callable, optional
+        ``echo(line)`` is told each stage of a transformers model's inspection
+        (:func:`analyze_family_model`), then the report's writing.
 
     Returns
     -------
@@ -286,7 +294,7 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
                              "the recurrent layers are recomputed from, starts from zero states; got a state.")
         source = source or f"transformers {type(model).__name__}"
         an = analyze_family_model(model, x, layers=layers, max_bytes=max_bytes, max_lag=max_lag, text=text,
-                                  tokens=tokens, model_name=source, record_dtype=record_dtype)
+                                  tokens=tokens, model_name=source, record_dtype=record_dtype, echo=echo)
         errors = [la.recomputed for la in an.layers]
         n_rec = sum(e.role == "recurrent" for e in an.layer_map)
         subtitle = (f"{source}: {len(an.layers)} of its {n_rec} recurrent layer(s) ({len(an.layer_map)} layers in "
@@ -298,6 +306,8 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
     if needs_text is not None and NEEDS_TEXT_KEY in an.not_measured:
         an = dataclasses.replace(an, not_measured={**an.not_measured, NEEDS_TEXT_KEY: needs_text})
     if out is not None:
+        if echo is not None:
+            echo(f"writing the report {out}")
         build_family_report(out, an, title=title or "", subtitle=subtitle)
     return an
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 __all__ = ["FIXED_POINT_STARTS", "character_model_file", "check_report_out", "checkpoint_or_pretrained",
@@ -69,7 +70,12 @@ def stage_lines():
     """
     if sys.stderr.isatty():
         return None
-    return lambda line: print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
+    return _stage
+
+
+def _stage(line: str) -> None:
+    """Print ``hiddenstate: inspect: <line>`` on stderr, flushed."""
+    print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
 
 
 def checkpoint_or_pretrained(args):
@@ -237,7 +243,9 @@ def model_dir_inspect(args, path: str) -> int:
 
     ``--layers`` and then the token ids (of ``--ids``, or the tokens of ``--text``) are held to
     the directory's ``config.json`` (``num_hidden_layers``, ``vocab_size``) before a weight is
-    read or a model is built. With ``--text`` and a tokenizer that makes one token per character,
+    read or a model is built. Each stage, once its checks have passed, prints one line on stderr
+    (``hiddenstate: inspect: ...``: the model loaded, the memory estimate, the forward pass, each
+    layer's recomputation and analyses, the report, the states). With ``--text`` and a tokenizer that makes one token per character,
     those characters give the unit features and the explorer; otherwise the "not measured" line
     says so in terms of the flags.
 
@@ -305,16 +313,20 @@ def model_dir_inspect(args, path: str) -> int:
         needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
                  f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
                  "--text gives them with a tokenizer that makes one token per character")
+    started = time.perf_counter()
     model = load_model_dir(request, max_bytes=max_bytes)
+    _stage(f"loaded the {type(model).__name__} from '{path}' in {time.perf_counter() - started:.1f} s")
     source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)
     analysis = inspect_recurrent_model(model, request.ids, out=out, text=text, source=source, layers=request.layers,
-                                       needs_text=needs, max_bytes=max_bytes, record_dtype=record_dtype)
+                                       needs_text=needs, max_bytes=max_bytes, record_dtype=record_dtype,
+                                       echo=_stage)  # every stage on stderr, a terminal or not: no progress bar here
     print(analysis.summary())
     print(f"report: {out}")
     if states is not None:
         from hiddenstate.interop.states_file import save_states
 
+        _stage(f"writing the states {states['path']}")
         saved = save_states(analysis, states.pop("path"), overwrite=True, **states)
         print(f"states: {saved} (every recorded layer's states; hiddenstate.interop.states_file.load_states reads them)")
     return 0

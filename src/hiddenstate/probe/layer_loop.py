@@ -161,7 +161,8 @@ def _units(view, feats: dict) -> dict:
 
 
 def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool, tokens=None, max_lag: int = 30,
-                    text: str | None = None, model_name: str = "", layers=None, recomputed=None, layer_map=None):
+                    text: str | None = None, model_name: str = "", layers=None, recomputed=None, layer_map=None,
+                    echo=None):
     """Measure every recorded layer: decay as keep gate, time constants, gradient against lag, memory, PCA, channels.
 
     Parameters
@@ -193,6 +194,8 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         Per layer, the relative error of its recomputation against the model's own output.
     layer_map : sequence of LayerInfo, optional
         The whole model's layers (index, role, class name, path), kept for the report.
+    echo : callable, optional
+        ``echo(line)`` is told as each layer's analyses start.
 
     Returns
     -------
@@ -240,7 +243,10 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         skip_memory = None
     feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
     out = []
-    for i, rec, err in zip(layers, records, recomputed):
+    for k, (i, rec, err) in enumerate(zip(layers, records, recomputed)):
+        if echo is not None:
+            echo(f"analysing layer {i}, {k + 1} of {len(records)}")
+        v = None  # the previous layer's view (its states may be a copy) is freed before this one is made
         v = view(rec)
         flat = v.state  # every state entry a feature
         common = view_measures(v, i, max_lag)

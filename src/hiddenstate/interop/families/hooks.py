@@ -479,7 +479,7 @@ def check_cap(family, per_layer: dict, T: int, N: int, max_bytes, dtype: str = "
 
 
 def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, record_dtype="float64", window=None,
-                     stride: int = 1) -> Recomputed:
+                     stride: int = 1, echo=None) -> Recomputed:
     """Run a transformers model on ``ids`` and recompute its recurrent layers with our block, every step recorded.
 
     Parameters
@@ -508,6 +508,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
         all layers take only those steps (the estimate checked against ``max_bytes`` follows).
     stride : int, default 1
         Keep every ``stride``-th step of the window.
+    echo : callable, optional
+        ``echo(line)`` is told each stage once the checks have passed: the forward pass, then
+        each layer's recomputation (the command line prints them on stderr).
 
     Returns
     -------
@@ -561,6 +564,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
         for i in chosen:
             handles.append(mixers[i].register_forward_hook(hook(i), with_kwargs=True))
         model.eval()
+        if echo is not None:
+            echo(f"the {type(model).__name__}'s forward pass on N={N} x T={T:,} tokens, {len(chosen)} recurrent "
+                 "layer(s) hooked")
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
     finally:
@@ -575,7 +581,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
     tol = default if tol is None else tol
     names = {e.index: e.class_name for e in layer_map}
     records, errors = [], []
-    for i in chosen:
+    for k, i in enumerate(chosen):
+        if echo is not None:
+            echo(f"recomputing layer {i} ({names[i]}) in float64, {k + 1} of {len(chosen)}")
         if len(seen[i]) != 1:
             raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recomputed; it "
                              f"ran {len(seen[i])} times.")
