@@ -205,6 +205,13 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--ids", metavar="FILE.npy", help="token ids (T,) or (N, T); or --text FILE with its tokenizer.json")
     md.add_argument("--layers", metavar="I,J,...",  # read by the command: its errors are the command's one line
                     help="the recurrent layers to record (default all; fewer take less memory)")
+    md.add_argument("--max-bytes", metavar="SIZE",  # read by the command: its errors are the command's one line
+                    help="the cap on the inspection's estimated memory (records, their recomputation and "
+                         "analyses), checked before the model runs: bytes, or with a unit K, M, G (powers of 1000) or "
+                         "Ki, Mi, Gi (powers of 1024), e.g. 8G (default 4Gi)")
+    md.add_argument("--record-dtype", choices=("float64", "float32"), default=None,
+                    help="the recorded states' dtype (default float64; float32 halves them, the recomputation "
+                         "and its check stay float64)")
     md.add_argument("--save-states", metavar="FILE.safetensors",
                     help="also write every recorded step's states of those layers to FILE (safetensors: one tensor "
                          "layer{L}.{state} of shape (S, N, ...) each; a previous states file is replaced)")

@@ -17,9 +17,11 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 
-__all__ = ["check_memory", "format_bytes", "memory_limit"]
+__all__ = ["check_memory", "format_bytes", "memory_limit", "parse_bytes", "traced_peak"]
 
 _UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
@@ -101,3 +103,85 @@ def check_memory(what: str, nbytes: float, hint: str, *, limit: int | None = Non
         raise ValueError(f"{what} needs about {format_bytes(nbytes)} of memory; this machine allows "
                          f"{format_bytes(limit)}. {hint}")
     return nbytes
+
+
+_SCALE = {"": 1, "K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12,
+          "KI": 2 ** 10, "MI": 2 ** 20, "GI": 2 ** 30, "TI": 2 ** 40}
+
+
+def parse_bytes(text: str, *, name: str = "max_bytes") -> int:
+    """A byte count written for people: ``"8G"`` (10**9), ``"8Gi"`` / ``"8GiB"`` (2**30), ``"512M"``, ``"1e9"``.
+
+    Parameters
+    ----------
+    text : str
+        A number >= 0, optionally followed by K, M, G or T (powers of 1000) or Ki, Mi, Gi or Ti
+        (powers of 1024), with an optional trailing B, in any case.
+    name : str, default "max_bytes"
+        What the message calls the value (a command line's flag, ``"--max-bytes"``).
+
+    Returns
+    -------
+    int
+        The bytes, rounded down.
+
+    Raises
+    ------
+    ValueError
+        Not a finite number >= 0 with one of those units, in one line naming ``name``.
+
+    Examples
+    --------
+    >>> parse_bytes("8G"), parse_bytes("1.5Ki"), parse_bytes("4GiB")
+    (8000000000, 1536, 4294967296)
+    """
+    found = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*([KMGTkmgt][iI]?)?[bB]?\s*", str(text))
+    value = None
+    if found:
+        with contextlib.suppress(ValueError):
+            value = float(found.group(1)) * _SCALE[(found.group(2) or "").upper()]
+    if value is None or not math.isfinite(value):
+        raise ValueError(f"{name} must be a number of bytes >= 0, optionally with a unit K, M, G, T (powers of 1000) or "
+                         f"Ki, Mi, Gi, Ti (powers of 1024), such as 8G or 512Mi; got {str(text)!r:.60}.")
+    return int(value)
+
+
+def traced_peak(fn, *args, **kwargs) -> tuple:
+    """``fn(*args, **kwargs)`` and the most bytes allocated at once while it ran, beyond those held before.
+
+    Measured with :mod:`tracemalloc` (NumPy's arrays are traced). A trace already under way (a
+    caller measuring its own peak) is not disturbed: its peak is reset for the measurement and
+    raised back afterwards by an allocation of the missing bytes that is never written (so it
+    takes no memory) and freed at once.
+
+    Parameters
+    ----------
+    fn : callable
+    *args, **kwargs
+        Its arguments.
+
+    Returns
+    -------
+    tuple
+        ``(fn's result, peak bytes)``.
+    """
+    import tracemalloc
+
+    import numpy as np
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    before, peak_before = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    try:
+        out = fn(*args, **kwargs)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        if started:
+            tracemalloc.stop()
+        else:
+            now = tracemalloc.get_traced_memory()[0]
+            if peak_before > now:
+                np.empty(peak_before - now, dtype=np.uint8)  # the caller's peak, raised back
+    return out, max(peak - before, 0)

@@ -27,8 +27,11 @@ import dataclasses
 
 import numpy as np
 
-from hiddenstate.interop.families import MAX_BYTES, find_family, recompute_layers
+from hiddenstate.core.resources import check_memory, format_bytes, traced_peak
+from hiddenstate.interop.families import MAX_BYTES, family_of, find_family, recompute_layers
 from hiddenstate.interop.families.config_check import check_epsilons
+from hiddenstate.interop.families.hooks import kept_steps, recompute_bytes, step_costs
+from hiddenstate.kinds import get_kind
 from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.kinds.ssm.mamba import Mamba
 from hiddenstate.kinds.ssm.mamba2 import Mamba2
@@ -38,7 +41,8 @@ from hiddenstate.probe.layer_loop import NEEDS_TEXT_KEY, analyze_records, layer_
 from hiddenstate.probe.state_analysis import StateAnalysis
 from hiddenstate.report.family_page import build_family_report
 
-__all__ = ["analyze_family_model", "inspect_mamba", "inspect_recurrent_model", "is_mamba_model", "is_recurrent_model"]
+__all__ = ["analyze_family_model", "inspect_mamba", "inspect_recurrent_model", "inspection_bytes", "is_mamba_model",
+           "is_recurrent_model"]
 
 # Our own models this pipeline traces as they compute (the other kinds' blocks: analyze_block)
 _OURS = (Mamba, MambaLM, Mamba2, Mamba2LM)
@@ -68,8 +72,81 @@ def _ids_array(ids) -> np.ndarray:
     return arr[None] if arr.ndim == 1 else arr
 
 
+def _quadratic(T: int, N: int, F: int) -> int:
+    """The Gram matrix of a layer's PCA and its eigenvectors: 2 min(T N, F)^2 float64 entries."""
+    return 2 * min(T * N, F) ** 2 * 8
+
+
+def _analysis_cost(kind_name: str, blk, cast, max_lag: int) -> tuple:
+    """What one layer's analyses hold at their peak beside its record: bytes a step, fixed, and F (dry runs)."""
+    kind, loop = get_kind(kind_name), layer_kind(kind_name)
+    peaks = []
+    for T0 in (48, 96):  # long enough for every analysis (the memory curve's held-out split) to run
+        rng = np.random.default_rng(0)
+        _, rec = kind.run(blk, rng.normal(0.0, 0.5, (1, T0, blk.d_model)))
+        rec = type(rec)(*(a.astype(cast) if isinstance(a, np.ndarray) and a.dtype == np.float64 else a for a in rec))
+        F = kind.view(rec).state.shape[-1]
+        ids = rng.integers(0, 50, (1, T0))
+        _, peak = traced_peak(analyze_records, loop, [rec], x=ids, ids=True, batch_first=True, max_lag=max_lag)
+        peaks.append(peak - _quadratic(T0, 1, F))
+    step = max(peaks[1] - peaks[0], 0) // 48
+    return step, max(peaks[0] - 48 * step, 0), F
+
+
+def inspection_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", max_lag: int = 30,
+                     costs=None, kept=None) -> int:
+    """The peak of what :func:`analyze_family_model` allocates beside the model's own forward pass (NumPy arrays).
+
+    The larger of the recomputation's peak
+    (:func:`~hiddenstate.interop.families.hooks.recompute_bytes`) and the analyses' peak: every
+    record, and the largest of one layer's analyses beside them (what they hold a step, from
+    dry runs of the layer's block on 48 and 96 steps under :mod:`tracemalloc`, and the Gram
+    matrix of its PCA, ``2 min(T N, F)^2`` float64 entries for F state entries). Measured against
+    the peak :mod:`tracemalloc` sees around ``inspect_model(model, ids)`` (tests/test_memory_estimate.py).
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+    T, N : int
+        Steps and sequences.
+    layers : int or list of int, optional
+        Recurrent layer indices (default all).
+    record_dtype : {"float64", "float32"}, default "float64"
+        The records' dtype.
+    max_lag : int, default 30
+        The analyses' largest lag.
+    costs : dict of int to StepCost, optional
+        :func:`~hiddenstate.interop.families.hooks.step_costs` of the same model and layers
+        (default: measured here).
+    kept : int, optional
+        Steps of each sequence the records keep (a ``window`` and ``stride``; default T): the
+        records and their analyses are of those steps.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``model`` of no registered family; ``layers`` not recurrent layers; ``T``, ``N`` not
+        non-negative ints; ``record_dtype`` neither.
+    """
+    costs = step_costs(model, layers=layers) if costs is None else costs
+    peak = recompute_bytes(model, T, N, record_dtype=record_dtype, costs=costs, kept=kept)
+    cast = np.dtype(record_dtype).type
+    kind, steps, seen = family_of(model).kind, (T if kept is None else kept) * N, {}
+    records = sum(steps * (c.record // 2 if cast is np.float32 else c.record) for c in costs.values())
+    for c in costs.values():
+        if id(c.block) not in seen:
+            step, fixed, F = _analysis_cost(kind, c.block, cast, max_lag)
+            seen[id(c.block)] = fixed + steps * step + _quadratic(steps, 1, F)
+    return max(peak, records + max(seen.values()))
+
+
 def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_lag: int = 30, text=None, tokens=None,
-                         model_name: str | None = None) -> StateAnalysis:
+                         model_name: str | None = None, record_dtype="float64", window=None,
+                         stride: int = 1, echo=None) -> StateAnalysis:
     """Measure the recurrent layers of a transformers model of a registered family, recomputed from its own run.
 
     Parameters
@@ -81,7 +158,11 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     layers : int or list of int, optional
         The recurrent layers to record (model indices; default all).
     max_bytes : int or None, default 4 GiB
-        The cap on the records' estimated size, checked before the model runs.
+        The cap on the records' estimated size, checked before the model runs
+        (:func:`~hiddenstate.interop.families.hooks.recompute_layers`). The whole inspection's
+        peak (:func:`inspection_bytes`: the records, their recomputation and their analyses) is
+        estimated too and refused, before the model runs, over this machine's memory
+        (:func:`~hiddenstate.core.resources.check_memory`).
     max_lag : int, default 30
         Largest lag of the Jacobian products and of the memory curve.
     text : str, optional
@@ -90,6 +171,19 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         The ids the memory curve decodes (default ``ids``, time-major).
     model_name : str, optional
         What the analysis calls the model (default ``"transformers <class name>"``).
+    record_dtype : {"float64", "float32"}, default "float64"
+        The records' dtype (``"float32"`` halves them; the recomputation and its check stay
+        float64, and the analyses read the float32 records in float64).
+    window : (int, int), optional
+        ``(start, stop)``: record and analyse only the states of those positions (every step is
+        still computed; :func:`~hiddenstate.interop.families.hooks.recompute_layers`). The
+        analyses read the kept steps as a sequence of their own: ``text``, ``tokens`` and the
+        ids are cut alike, and with a ``stride`` the lags count kept steps.
+    stride : int, default 1
+        Keep every ``stride``-th step of the window.
+    echo : callable, optional
+        ``echo(line)`` is told each stage once its checks have passed: the memory estimate, the
+        forward pass, each layer's recomputation, each layer's analyses.
 
     Returns
     -------
@@ -111,15 +205,32 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={arr.shape[1]} "
                          f"characters; got {len(text)}.")  # before the model runs
     check_epsilons(getattr(model, "config", None))  # a NaN norm epsilon would surface as "u must be finite"
-    rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes)
+    if arr.ndim == 2 and arr.size and arr.dtype.kind in "iu":  # else recompute_layers says what is wrong
+        N, T = arr.shape
+        costs = step_costs(model, layers=layers)
+        total = inspection_bytes(model, T, N, record_dtype=record_dtype, max_lag=max_lag, costs=costs,
+                                 kept=len(range(T)[kept_steps(T, window, stride)]))
+        check_memory(f"inspecting {len(costs)} recurrent layer(s) of this "
+                     f"{type(model).__name__} on T={T:,} steps of N={N} sequence(s)", total,
+                     "Record fewer layers (layers=, --layers), give fewer tokens, or record_dtype='float32' "
+                     "(--record-dtype float32).")
+        if echo is not None:
+            echo(f"estimated peak {format_bytes(total)} beside the model's own forward pass")
+    rc = recompute_layers(model, ids, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype, window=window,
+                          stride=stride, echo=echo)
+    if rc.steps is not None:  # the analyses read the kept steps
+        arr = arr[:, rc.steps]
+        text = None if text is None else "".join(text[t] for t in rc.steps if t < len(text)) or None
+        tokens = None if tokens is None else np.asarray(tokens)[rc.steps]
     return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
                            tokens=tokens, max_lag=max_lag, text=text,
                            model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,
-                           recomputed=rc.errors, layer_map=rc.layer_map)
+                           recomputed=rc.errors, layer_map=rc.layer_map, echo=echo)
 
 
 def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
-                            source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None) -> StateAnalysis:
+                            source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None,
+                            record_dtype="float64", echo=None) -> StateAnalysis:
     """:func:`hiddenstate.inspect_model` of a model of recurrent layers: measure it and optionally write its report.
 
     Parameters
@@ -151,6 +262,11 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
         Why the unit features and the explorer are missing when there is no ``text``, in the
         caller's words (the command line names its flag); default the analyses' own, which name
         ``text=``. Used by the summary and the report's "Not measured" card alike.
+    record_dtype : {"float64", "float32"}, default "float64"
+        A transformers model's records' dtype (see :func:`analyze_family_model`).
+    echo : callable, optional
+        ``echo(line)`` is told each stage of a transformers model's inspection
+        (:func:`analyze_family_model`), then the report's writing.
 
     Returns
     -------
@@ -180,7 +296,7 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
                              "the recurrent layers are recomputed from, starts from zero states; got a state.")
         source = source or f"transformers {type(model).__name__}"
         an = analyze_family_model(model, x, layers=layers, max_bytes=max_bytes, max_lag=max_lag, text=text,
-                                  tokens=tokens, model_name=source)
+                                  tokens=tokens, model_name=source, record_dtype=record_dtype, echo=echo)
         errors = [la.recomputed for la in an.layers]
         n_rec = sum(e.role == "recurrent" for e in an.layer_map)
         subtitle = (f"{source}: {len(an.layers)} of its {n_rec} recurrent layer(s) ({len(an.layer_map)} layers in "
@@ -192,6 +308,8 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
     if needs_text is not None and NEEDS_TEXT_KEY in an.not_measured:
         an = dataclasses.replace(an, not_measured={**an.not_measured, NEEDS_TEXT_KEY: needs_text})
     if out is not None:
+        if echo is not None:
+            echo(f"writing the report {out}")
         build_family_report(out, an, title=title or "", subtitle=subtitle)
     return an
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 __all__ = ["FIXED_POINT_STARTS", "character_model_file", "check_report_out", "checkpoint_or_pretrained",
@@ -69,7 +70,12 @@ def stage_lines():
     """
     if sys.stderr.isatty():
         return None
-    return lambda line: print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
+    return _stage
+
+
+def _stage(line: str) -> None:
+    """Print ``hiddenstate: inspect: <line>`` on stderr, flushed."""
+    print(f"hiddenstate: inspect: {line}", file=sys.stderr, flush=True)
 
 
 def checkpoint_or_pretrained(args):
@@ -237,14 +243,18 @@ def model_dir_inspect(args, path: str) -> int:
 
     ``--layers`` and then the token ids (of ``--ids``, or the tokens of ``--text``) are held to
     the directory's ``config.json`` (``num_hidden_layers``, ``vocab_size``) before a weight is
-    read or a model is built. With ``--text`` and a tokenizer that makes one token per character,
+    read or a model is built. Each stage, once its checks have passed, prints one line on stderr
+    (``hiddenstate: inspect: ...``: the model loaded, the memory estimate, the forward pass, each
+    layer's recomputation and analyses, the report, the states). With ``--text`` and a tokenizer that makes one token per character,
     those characters give the unit features and the explorer; otherwise the "not measured" line
     says so in terms of the flags.
 
     Parameters
     ----------
     args : argparse.Namespace
-        The ``inspect`` flags: ``--ids`` or ``--text``, ``--layers``, ``--out``.
+        The ``inspect`` flags: ``--ids`` or ``--text``, ``--layers``, ``--max-bytes`` (the cap on
+        the estimated memory, :func:`~hiddenstate.core.resources.parse_bytes`), ``--record-dtype``,
+        ``--out``.
     path : str
         The model directory (:func:`is_model_directory`).
 
@@ -261,6 +271,8 @@ def model_dir_inspect(args, path: str) -> int:
         vocab_size``, and what :func:`hiddenstate.inspect_model` refuses of a directory (an unknown
         model type, custom code, a damaged shard, records over the cap: ``--layers`` lowers them).
     """
+    from hiddenstate.core.resources import parse_bytes
+    from hiddenstate.interop.families import MAX_BYTES
     from hiddenstate.interop.families.config_file import model_request
     from hiddenstate.interop.families.directory import TOKENIZER_FILE, load_model_dir, token_strings, tokenize
     from hiddenstate.pipelines.app import check_report_path
@@ -268,6 +280,8 @@ def model_dir_inspect(args, path: str) -> int:
     from hiddenstate.train.corpus import load_text
 
     layers = None if args.layers is None else layer_list("--layers", args.layers)
+    max_bytes = MAX_BYTES if args.max_bytes is None else parse_bytes(args.max_bytes, name="--max-bytes")
+    record_dtype = args.record_dtype or "float64"
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
              "prefix": args.prefix, "inputs": args.inputs}
     _check_no_state_dict_flags(args, flags, f"the model directory '{path}'")
@@ -299,16 +313,20 @@ def model_dir_inspect(args, path: str) -> int:
         needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
                  f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
                  "--text gives them with a tokenizer that makes one token per character")
-    model = load_model_dir(request)
+    started = time.perf_counter()
+    model = load_model_dir(request, max_bytes=max_bytes)
+    _stage(f"loaded the {type(model).__name__} from '{path}' in {time.perf_counter() - started:.1f} s")
     source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)
     analysis = inspect_recurrent_model(model, request.ids, out=out, text=text, source=source, layers=request.layers,
-                             needs_text=needs)
+                                       needs_text=needs, max_bytes=max_bytes, record_dtype=record_dtype,
+                                       echo=_stage)  # every stage on stderr, a terminal or not: no progress bar here
     print(analysis.summary())
     print(f"report: {out}")
     if states is not None:
         from hiddenstate.interop.states_file import save_states
 
+        _stage(f"writing the states {states['path']}")
         saved = save_states(analysis, states.pop("path"), overwrite=True, **states)
         print(f"states: {saved} (every recorded layer's states; hiddenstate.interop.states_file.load_states reads them)")
     return 0
@@ -415,6 +433,8 @@ def run_inspect(args) -> int:
     if is_model_directory(path):
         return model_dir_inspect(args, path)
     given = [f for f, v in (("--ids", getattr(args, "ids", None)), ("--layers", getattr(args, "layers", None)),
+                            ("--max-bytes", getattr(args, "max_bytes", None)),
+                            ("--record-dtype", getattr(args, "record_dtype", None)),
                             ("--save-states", getattr(args, "save_states", None)),
                             ("--states-window", getattr(args, "states_window", None)),
                             ("--states-heads", getattr(args, "states_heads", None)))

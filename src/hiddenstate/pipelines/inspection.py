@@ -260,7 +260,8 @@ def _check_x(x, layer, source: str) -> np.ndarray:
 
 def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tokens=None, out=None, title=None,
                   max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None, echo=None,
-                  source: str | None = None, layers=None, max_bytes=MAX_BYTES) -> Analysis | InsideAnalysis:
+                  source: str | None = None, layers=None, max_bytes=MAX_BYTES,
+                  record_dtype="float64") -> Analysis | InsideAnalysis:
     """Measure the hidden state of a recurrent model trained anywhere, and optionally write its report.
 
     Parameters
@@ -332,7 +333,11 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         torch model with RNNs inside: the RNNs to analyse by module path (str or list of str).
     max_bytes : int or None, default 4 GiB
         A transformers model's cap on the recorded states, estimated before the model runs
-        (:func:`hiddenstate.interop.families.estimate_bytes`); ``layers=`` lowers the estimate.
+        (:func:`hiddenstate.pipelines.family_inspection.inspection_bytes`: the records, their
+        recomputation and their analyses); ``layers=`` and ``record_dtype="float32"`` lower it.
+    record_dtype : {"float64", "float32"}, default "float64"
+        A transformers model's records' dtype: ``"float32"`` halves them (the recomputation and
+        its check against the model's output stay float64).
 
     Returns
     -------
@@ -375,7 +380,10 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         if vocab is not None:
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= instead.")
         return inspect_recurrent_model(model, x, h0, out=out, title=title, max_lag=max_lag, text=text, tokens=tokens,
-                             source=source, layers=layers, max_bytes=max_bytes)
+                             source=source, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype)
+    if record_dtype != "float64":
+        raise ValueError(f"record_dtype must be 'float64' unless model is a transformers model of a registered family "
+                         f"(whose recurrent layers are recomputed and recorded); got {record_dtype!r:.40}.")
     if _holds_rnns(model):  # any torch model with torch.nn.RNN/GRU/LSTM (or cells) inside
         return _inside(model, x, h0, lengths, text, vocab, tokens, layers=layers, out=out, title=title, source=source,
                        max_lag=max_lag, n_fixed_point_starts=n_fixed_point_starts, rng=rng, echo=echo)

@@ -14,7 +14,9 @@ per layer, for every kind:
 * the exact gradient against lag, the norms of ``dS_T/dS_{T-k}`` (``flow_spectral``,
   ``flow_rms``; per head ``head_flow`` where the kind has heads);
 * the output gate's statistics, where the kind's output gate is a (0, 1) gate (``gate``);
-* PCA of the state flattened to its entries (:func:`~hiddenstate.probe.pca.pca`, Gram form),
+* PCA of the state flattened to its entries (:func:`~hiddenstate.probe.pca.pca`, Gram form;
+  the explained variance of every component, the first :data:`PCA_AXES` axes and their scores:
+  all of them would be as large as the states),
 * the memory curve of that flattened state (:mod:`hiddenstate.probe.state_memory`),
 * for a matrix state, its effective rank per step and head (``effective_rank``: the entropy
   effective rank of Roy & Vetterli; ``numerical_rank``: the singular values above 1% of the
@@ -46,7 +48,10 @@ from hiddenstate.probe.state_units import view_explore_data
 from hiddenstate.probe.textfeatures import usable_text_features
 from hiddenstate.probe.unitfeatures import best_units
 
-__all__ = ["NEEDS_TEXT_KEY", "LayerKind", "analyze_records", "layer_kind", "view_measures"]
+__all__ = ["NEEDS_TEXT_KEY", "PCA_AXES", "LayerKind", "analyze_records", "layer_kind", "view_measures"]
+
+#: How many principal axes (and their scores) a layer's PCA keeps: the plane a figure draws, and one more.
+PCA_AXES = 3
 
 #: The entry of ``not_measured`` that an analysis made without a text has (its value: the kind's ``needs_text``).
 NEEDS_TEXT_KEY = "unit features and the explorer"
@@ -156,7 +161,8 @@ def _units(view, feats: dict) -> dict:
 
 
 def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool, tokens=None, max_lag: int = 30,
-                    text: str | None = None, model_name: str = "", layers=None, recomputed=None, layer_map=None):
+                    text: str | None = None, model_name: str = "", layers=None, recomputed=None, layer_map=None,
+                    echo=None):
     """Measure every recorded layer: decay as keep gate, time constants, gradient against lag, memory, PCA, channels.
 
     Parameters
@@ -188,6 +194,8 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         Per layer, the relative error of its recomputation against the model's own output.
     layer_map : sequence of LayerInfo, optional
         The whole model's layers (index, role, class name, path), kept for the report.
+    echo : callable, optional
+        ``echo(line)`` is told as each layer's analyses start.
 
     Returns
     -------
@@ -211,10 +219,10 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
     if not records:
         raise ValueError("records must hold at least one layer's record; got none.")
     view = kind.view if kind.view is not None else get_kind(kind.name).view
-    views = [view(r) for r in records]
-    T, N = views[0].state.shape[:2]
-    if any(v.state.shape[:2] != (T, N) for v in views):
-        raise ValueError(f"records must all have the same T and N; got {[v.state.shape[:2] for v in views]}.")
+    shapes = [view(r).state.shape[:2] for r in records]  # a view may copy the states: one at a time, dropped
+    T, N = shapes[0]
+    if any(s != (T, N) for s in shapes):
+        raise ValueError(f"records must all have the same T and N; got {shapes}.")
     if T == 0:
         raise ValueError("x must have at least one step; got T = 0.")
     if text is not None and not 1 <= len(text) <= T:
@@ -235,17 +243,22 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         skip_memory = None
     feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
     out = []
-    for i, rec, view, err in zip(layers, records, views, recomputed):
-        flat = view.state  # every state entry a feature
-        common = view_measures(view, i, max_lag)
-        gate = None if view.out_gate is None else gate_statistics(
-            view.out_gate, name=f"layer {i} output gate {view.out_gate_name}", keep=False)
+    for k, (i, rec, err) in enumerate(zip(layers, records, recomputed)):
+        if echo is not None:
+            echo(f"analysing layer {i}, {k + 1} of {len(records)}")
+        v = None  # the previous layer's view (its states may be a copy) is freed before this one is made
+        v = view(rec)
+        flat = v.state  # every state entry a feature
+        common = view_measures(v, i, max_lag)
+        gate = None if v.out_gate is None else gate_statistics(
+            v.out_gate, name=f"layer {i} output gate {v.out_gate_name}", keep=False)
         out.append(kind.layer_type(
             layer=i, record=rec, **common, **kind.measure(i, rec, max_lag, common), gate=gate,
-            pca=pca(flat, method="gram"),  # wide: thousands of steps of thousands of entries
+            pca=pca(flat, method="gram", keep=min(PCA_AXES, *flat.shape[-1:], T * N)),  # wide: thousands of entries
             memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
-            units=_units(view, feats) if feats and len(text) >= 2 else None,
+            units=_units(v, feats) if feats and len(text) >= 2 else None,
             recomputed=err))
+        del flat
     meta = {"T": T, "N": N, **kind.sizes(records[0]), "num_layers": len(records), "model": model_name}
     not_measured = dict(kind.not_measured)
     if skip_memory:
@@ -258,7 +271,7 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         not_measured.update(skipped)
         if not feats:
             not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
-    explore = view_explore_data(views[-1], text, out[-1].units) if text is not None else None
+    explore = view_explore_data(v, text, out[-1].units) if text is not None else None
     return kind.analysis_type(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore,
                               layer_map=None if layer_map is None else tuple(layer_map))
 

@@ -41,13 +41,14 @@ class PCAResult:
     ----------
     mean : ndarray of shape (H,)
         Mean state subtracted before the SVD.
-    components : ndarray of shape (K, H)
-        Orthonormal principal axes, strongest first.
+    components : ndarray of shape (K', H)
+        Orthonormal principal axes, strongest first: all K of them, or the first K' that
+        :func:`pca`'s ``keep`` asked for.
     explained_variance : ndarray of shape (K,)
         Variance along each axis (``S**2 / (M - 1)``).
     explained_variance_ratio : ndarray of shape (K,)
         Fraction of the total variance along each axis.
-    scores : ndarray of shape states.shape[:-1] + (K,)
+    scores : ndarray of shape states.shape[:-1] + (K',)
         The input states projected on the axes (the trajectory in PC coordinates).
     """
 
@@ -115,24 +116,25 @@ class PCAResult:
         return int(min(np.searchsorted(cum, fraction - 1e-12) + 1, cum.size))
 
 
-def _svd(Xc: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray]:
-    """Singular values (descending) and right singular vectors (rows) of the centred ``Xc`` (M, H)."""
+def _svd(Xc: np.ndarray, method: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values (descending, all) and the first ``rows`` right singular vectors (rows) of the centred ``Xc`` (M, H)."""
     if method == "svd":
         _, S, Vt = np.linalg.svd(Xc, full_matrices=False)
-        return S, Vt
+        return S, (Vt[:rows].copy() if rows < Vt.shape[0] else Vt)
     M, H = Xc.shape
     if M > H:  # Xc^T Xc = V S^2 V^T: V is orthonormal as eigh returns it
         w, V = np.linalg.eigh(Xc.T @ Xc)
-        return np.sqrt(np.clip(w[::-1], 0.0, None)), V[:, ::-1].T
+        return np.sqrt(np.clip(w[::-1], 0.0, None)), V[:, ::-1][:, :rows].T.copy()
     w, U = np.linalg.eigh(Xc @ Xc.T)  # Xc Xc^T = U S^2 U^T, and V^T = S^-1 U^T Xc
     sv, U = np.sqrt(np.clip(w[::-1], 0.0, None)), U[:, ::-1]
-    Vt = np.zeros((M, H))
     live = sv > np.sqrt(np.finfo(np.float64).eps) * sv[0]  # none when Xc is 0
-    Vt[live] = (U[:, live].T @ Xc) / sv[live, None]
+    Vt = np.zeros((rows, H))  # only the rows kept: a (M, H) Vt is as large as the states
+    top = live[:rows]
+    Vt[top] = (U[:, :rows][:, top].T @ Xc) / sv[:rows][top, None]
     return np.where(live, sv, 0.0), Vt  # below sqrt(eps) of the largest, the Gram matrix has no accurate digit left
 
 
-def pca(states, n_components: int | None = None, *, mask=None, method: str = "svd") -> PCAResult:
+def pca(states, n_components: int | None = None, *, mask=None, method: str = "svd", keep: int | None = None) -> PCAResult:
     """Principal component analysis of hidden states.
 
     Parameters
@@ -149,6 +151,12 @@ def pca(states, n_components: int | None = None, *, mask=None, method: str = "sv
         ``"gram"``: the eigendecomposition of the smaller Gram matrix (faster on wide data; the
         components whose standard deviation is below ``sqrt(eps)`` of the largest come back as
         zero vectors of zero variance, when there are fewer samples than features).
+    keep : int, optional
+        How many of the ``n_components`` axes to keep as ``components`` rows and ``scores``
+        columns (default all); the explained variance (and its ratio) of all ``n_components`` is
+        returned either way, so ``n_components_for`` still counts them. For wide states (a
+        recurrent layer's thousands of entries) the full set of axes is as large as the states
+        themselves, while a report draws two.
 
     Returns
     -------
@@ -162,7 +170,7 @@ def pca(states, n_components: int | None = None, *, mask=None, method: str = "sv
         ``method`` that is not a str.
     ValueError
         If fewer than 2 samples are valid, H is 0, the states are not finite,
-        ``n_components`` is out of range, or ``method`` is neither.
+        ``n_components`` or ``keep`` is out of range, or ``method`` is neither.
     """
     if not isinstance(method, str):  # an array here made `not in` ambiguous
         raise TypeError(f"method must be 'svd' or 'gram'; got {type(method).__name__} {method!r:.60}.")
@@ -189,21 +197,25 @@ def pca(states, n_components: int | None = None, *, mask=None, method: str = "sv
     if not (1 <= n_components <= kmax):
         raise ValueError(f"n_components must be in [1, min(M, H)={kmax}]; got {n_components}.")
     k = n_components
+    rows = k if keep is None else positive_int("keep", keep)
+    if rows > k:
+        raise ValueError(f"keep must be at most n_components={k}; got {rows}.")
     mean = fit.mean(axis=0)
     centred = fit - mean
     scale = float(np.abs(centred).max())  # the decomposition of centred / scale: no square under- or overflows
     with np.errstate(under="ignore", over="ignore"):
-        S, Vt = _svd(centred / scale if scale > 0 else centred, method)
+        S, Vt = _svd(centred / scale if scale > 0 else centred, method, rows)
         big = np.argmax(np.abs(Vt), axis=1)
         signs = np.sign(Vt[np.arange(Vt.shape[0]), big])
         signs[signs == 0] = 1.0
-        Vt = Vt * signs[:, None]
+        Vt *= signs[:, None]
         var = (S * scale) ** 2 / (M - 1) if scale > 0 else S**2 / (M - 1)
     unit = S**2
     total = unit.sum()
     ratio = unit / total if total > 0 else np.zeros_like(unit)
-    comps = Vt[:k]
-    scores = ((flat - mean) @ comps.T).reshape(X.shape[:-1] + (k,))
+    comps = Vt
+    scores = ((centred if mask is None else flat - mean) @ comps.T).reshape(X.shape[:-1] + (rows,))
+    del centred
     return PCAResult(
         mean=mean, components=comps, explained_variance=var[:k], explained_variance_ratio=ratio[:k],
         scores=scores,

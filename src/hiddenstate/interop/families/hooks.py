@@ -65,25 +65,38 @@ with the model and its ``inference_state_dtype`` in float64 the error is 3.9e-15
 xLSTM does not run on the CPU in transformers 5.25 itself: its kernel mixes float32 and bfloat16).
 
 **Memory.** The records of all chosen layers are kept (the analyses read them): per layer and
-per step of each sequence, the bytes one recorded step of that block takes (measured by a
-two-step dry run of the block, so every block kind and size is counted as it records). Before
-the model runs and before any record exists, :func:`estimate_bytes` (records of every chosen
-layer, one more layer's worth for the forward pass's own arrays, and the hooked inputs and
-outputs) is checked against ``max_bytes``; ``layers=`` lowers it.
+per step of each sequence, the bytes one recorded step of that block takes, in float64 or, with
+``record_dtype="float32"``, half (the recomputation and its check stay float64; each record is
+cast once checked). What a layer costs a step is measured by dry runs of its block
+(:func:`step_costs`: its record, and the peak of its recording run, record, output and scratch,
+as the slope between a 64-step and a 192-step run under :mod:`tracemalloc`). Before the model runs
+and before any record exists, the records and the hooked inputs and outputs
+(:func:`estimate_bytes`, plus one layer's worth) are checked against ``max_bytes``; ``layers=``
+lowers them. :func:`recompute_bytes` follows the recomputation layer by layer (records made,
+hooked arrays waiting, the layer's run), and
+:func:`hiddenstate.pipelines.family_inspection.inspection_bytes`, which ``inspect_model`` checks,
+adds the analyses: within 20% of the peak :mod:`tracemalloc` measures around ``inspect_model``
+(tests/test_memory_estimate.py; the model's own forward pass, torch's allocations, is not
+counted). The hooked inputs and outputs are copied into NumPy arrays of the model's dtype as the
+forward pass goes.
 """
 
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from hiddenstate.core.validation import nonnegative_int, real, shape_str
+from hiddenstate.core.resources import traced_peak
+from hiddenstate.core.validation import nonnegative_int, positive_int, real, shape_str
 from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind
 
-__all__ = ["MAX_BYTES", "Recomputed", "estimate_bytes", "recompute_layers", "tolerance"]
+__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "kept_steps", "recompute_bytes",
+           "recompute_layers", "step_costs",
+           "tolerance"]
 
 #: The default cap on :func:`estimate_bytes` (4 GiB).
 MAX_BYTES = 4 * 2 ** 30
@@ -147,6 +160,9 @@ class Recomputed:
         The bound every error was held to (:func:`tolerance` of ``dtype``).
     dtype : str
         The model's dtype (``"float32"``).
+    steps : ndarray of int or None
+        The positions (0 to T-1) whose states the records keep, in order, when a ``window`` or
+        ``stride`` chose them; None: every step.
     """
 
     family: Family
@@ -156,6 +172,7 @@ class Recomputed:
     errors: tuple
     tolerance: float
     dtype: str
+    steps: np.ndarray | None = None
 
 
 def _ids(model, ids):
@@ -183,6 +200,14 @@ def _ids(model, ids):
     return torch.as_tensor(arr.astype(np.int64), device=device)
 
 
+def _host(t) -> np.ndarray:
+    """A hooked tensor copied into a NumPy array of its dtype (bfloat16, which NumPy lacks, as float32)."""
+    import torch
+
+    t = t.detach().cpu()
+    return np.array((t.float() if t.dtype == torch.bfloat16 else t).numpy())
+
+
 def _chosen(family: Family, model, layer_map, layers) -> tuple:
     """The recurrent layer indices to record: all by default, else ``layers`` checked."""
     recurrent = [e.index for e in layer_map if e.role == "recurrent"]
@@ -204,13 +229,180 @@ def _chosen(family: Family, model, layer_map, layers) -> tuple:
     return tuple(wanted)
 
 
-def _step_bytes(kind, blk) -> int:
-    """Bytes one recorded step of one sequence takes in ``blk``'s record (a two-step dry run of its kind's ``run``)."""
+class StepCost(NamedTuple):
+    """What one recurrent layer of a model costs per recorded step of one sequence (dry runs of its block).
+
+    Attributes
+    ----------
+    record : int
+        Bytes its float64 record takes a step (a 2-step run).
+    run : int
+        Bytes the block's recording run holds at its peak, a step: record, output and scratch
+        (the slope between a 64-step and a 192-step run, measured with :mod:`tracemalloc`).
+    fixed : int
+        What that peak holds whatever the steps (>= 0).
+    d_model : int
+        The layer's width M (its hooked input and output are (N, T, M)).
+    itemsize : int
+        Bytes of one element of the hooked input and output as kept (the model's dtype;
+        bfloat16, which NumPy lacks, as float32).
+    block : SequenceBlock
+        The converted block (float64).
+    """
+
+    record: int
+    run: int
+    fixed: int
+    d_model: int
+    itemsize: int
+    block: object
+
+
+def _dry_run(kind, blk) -> tuple:
+    """Record bytes a step (a 2-step run); the run's peak bytes a step and its fixed part (64- and 192-step runs: whole chunks of 64)."""
     _, rec = kind.run(blk, np.zeros((1, 2, blk.d_model)))
-    return sum(a.nbytes for a in rec if isinstance(a, np.ndarray)) // 2
+    _, low = traced_peak(kind.run, blk, np.zeros((1, 64, blk.d_model)))
+    _, high = traced_peak(kind.run, blk, np.zeros((1, 192, blk.d_model)))
+    step = max(high - low, 0) // 128
+    return sum(a.nbytes for a in rec if isinstance(a, np.ndarray)) // 2, step, max(low - 64 * step, 0)
 
 
-def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
+def step_costs(model, *, layers=None) -> dict:
+    """Per chosen recurrent layer, what a recorded step costs (:class:`StepCost`; layers of one size measured once).
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+    layers : int or list of int, optional
+        Recurrent layer indices (default all).
+
+    Returns
+    -------
+    dict of int to StepCost
+        In model order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``model`` of no registered family; ``layers`` not recurrent layers.
+    """
+    family = family_of(model)
+    chosen = _chosen(family, model, family.layer_map(model), layers)
+    mixers = family.mixers(model)
+    seen, out = {}, {}
+    for i in chosen:
+        params = mixers[i].state_dict()
+        shapes = tuple((k, tuple(v.shape)) for k, v in params.items())
+        if shapes not in seen:  # layers of the same sizes cost the same
+            blk = family.convert(mixers[i], model.config)
+            seen[shapes] = (*_dry_run(get_kind(family.kind), blk), blk)
+        record, run, fixed, blk = seen[shapes]
+        size = next(iter(params.values())).element_size() if params else 4
+        out[i] = StepCost(record, run, fixed, blk.d_model, 4 if size == 2 else size, blk)
+    return out
+
+
+def kept_steps(T: int, window=None, stride: int = 1) -> slice:
+    """The steps a record keeps: ``window`` (start, stop) of the T positions, every ``stride``-th, as a slice.
+
+    Parameters
+    ----------
+    T : int
+        Steps of the input.
+    window : tuple of int, optional
+        ``(start, stop)`` with ``0 <= start < stop <= T`` (default the whole input).
+    stride : int, default 1
+        Keep every ``stride``-th step of the window, from its first.
+
+    Returns
+    -------
+    slice
+
+    Raises
+    ------
+    TypeError, ValueError
+        A window that is not two ints in that range; a stride that is not a positive int.
+    """
+    stride = positive_int("stride", stride)
+    if window is None:
+        return slice(0, T, stride)
+    items = list(window) if isinstance(window, (tuple, list)) else None
+    if (items is None or len(items) != 2
+            or any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (numbers.Integral, np.integer)) for i in items)):
+        raise TypeError(f"window must be (start, stop), two step positions (ints); got {window!r:.60}.")
+    start, stop = (int(i) for i in items)
+    if not 0 <= start < stop <= T:
+        raise ValueError(f"window must be (start, stop) with 0 <= start < stop <= T={T}; got ({start}, {stop}). Choose "
+                         "positions inside the input.")
+    return slice(start, stop, stride)
+
+
+def _cut(a: np.ndarray, keep: slice, cast, T: int, N: int) -> np.ndarray:
+    """A record's array: its kept steps (a time-major (T, N, ...) array) in ``cast`` (float64 arrays), copied."""
+    part = a[keep] if a.ndim >= 2 and a.shape[:2] == (T, N) else a
+    return part.astype(cast if a.dtype == np.float64 else a.dtype)
+
+
+def _record_dtype(record_dtype):
+    """``record_dtype`` checked: np.float64 or np.float32."""
+    if not isinstance(record_dtype, str | type | np.dtype) or str(np.dtype(record_dtype) if not isinstance(
+            record_dtype, str) else record_dtype) not in ("float64", "float32"):
+        raise ValueError(f"record_dtype must be 'float64' or 'float32' (the records' dtype; the recomputation itself is "
+                         f"float64 either way); got {record_dtype!r:.60}.")
+    return np.dtype(record_dtype).type
+
+
+def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", costs=None, kept=None) -> int:
+    """The peak of what :func:`recompute_layers` allocates beside the model's own forward pass (NumPy arrays).
+
+    Layer after layer, in model order: the records already made (in ``record_dtype``), the
+    hooked inputs and outputs not yet recomputed, and this layer's float64 input and output, its
+    block's run (:class:`StepCost`) and the comparison of the outputs (or the cast of its record);
+    the largest of these sums.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+    T, N : int
+        Steps and sequences.
+    layers : int or list of int, optional
+        Recurrent layer indices (default all).
+    record_dtype : {"float64", "float32"}, default "float64"
+        The records' dtype.
+    costs : dict of int to StepCost, optional
+        :func:`step_costs` of the same model and layers (default: measured here).
+    kept : int, optional
+        Steps of each sequence the records keep (a ``window`` and ``stride``; default T).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`step_costs`; ``T`` or ``N`` not a non-negative int; ``record_dtype`` neither.
+    """
+    T, N = nonnegative_int("T", T), nonnegative_int("N", N)
+    half = _record_dtype(record_dtype) == np.float32
+    costs = step_costs(model, layers=layers) if costs is None else costs
+    steps = T * N
+    hooked = {i: 2 * steps * c.d_model * c.itemsize for i, c in costs.items()}
+    done, peak = 0, 0
+    for i, c in costs.items():
+        io = steps * c.d_model * 8  # one float64 (N, T, M) array
+        record = steps * c.record
+        layer = (0 if c.itemsize == 8 else 2 * io) + max(c.fixed + steps * c.run, record + 3 * io,
+                                                         record + record // 2 + io if half else 0)
+        if kept is not None and kept < T:  # the kept steps copied out of the whole record
+            layer = max(layer, (0 if c.itemsize == 8 else 2 * io) + record + io + kept * N * c.record // (2 if half else 1))
+            record = kept * N * c.record
+        peak = max(peak, done + sum(hooked[j] for j in costs if j >= i) + layer)
+        done += record // 2 if half else record
+    return peak
+
+
+def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", costs=None) -> dict:
     """What recording ``layers`` of ``model`` on N sequences of T steps takes, before anything runs.
 
     Parameters
@@ -221,12 +413,19 @@ def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
     layers : int or list of int, optional
         Recurrent layer indices (default all).
 
+    record_dtype : {"float64", "float32"}, default "float64"
+        The records' dtype.
+    costs : dict of int to StepCost, optional
+        :func:`step_costs` of the same model and layers (default: measured here).
+
     Returns
     -------
     dict of int to int
-        Bytes per chosen layer: its record (float64) and its hooked input and output. The total
-        checked against a cap is their sum plus the largest one (the forward pass's own arrays
-        while one layer is recomputed).
+        Bytes per chosen layer: its record and its hooked input and output. The total
+        :func:`recompute_layers` checks against its cap is their sum plus the largest one (one
+        layer's recomputation); :func:`recompute_bytes` follows the recomputation layer by
+        layer, and :func:`hiddenstate.pipelines.family_inspection.inspection_bytes` adds the
+        analyses.
 
     Raises
     ------
@@ -234,22 +433,10 @@ def estimate_bytes(model, T: int, N: int, *, layers=None) -> dict:
         ``model`` of no registered family (:func:`~hiddenstate.interop.families.registry.family_of`);
         ``layers`` not recurrent layers; ``T`` or ``N`` not a non-negative int.
     """
-    family = family_of(model)
     T, N = nonnegative_int("T", T), nonnegative_int("N", N)
-    layer_map = family.layer_map(model)
-    chosen = _chosen(family, model, layer_map, layers)
-    mixers = family.mixers(model)
-    seen, out = {}, {}
-    for i in chosen:
-        params = mixers[i].state_dict()
-        shapes = tuple((k, tuple(v.shape)) for k, v in params.items())
-        if shapes not in seen:  # layers of the same sizes record the same bytes a step
-            blk = family.convert(mixers[i], model.config)
-            seen[shapes] = (_step_bytes(get_kind(family.kind), blk), blk.d_model)
-        step, M = seen[shapes]
-        itemsize = next(iter(params.values())).element_size() if params else 4
-        out[i] = T * N * (step + 2 * M * itemsize)
-    return out
+    half = _record_dtype(record_dtype) == np.float32
+    return {i: T * N * ((c.record // 2 if half else c.record) + 2 * c.d_model * c.itemsize)
+            for i, c in (step_costs(model, layers=layers) if costs is None else costs).items()}
 
 
 def _size(n: float) -> str:
@@ -260,17 +447,39 @@ def _size(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _check_memory(family, per_layer: dict, T: int, N: int, max_bytes) -> None:
-    total = sum(per_layer.values()) + max(per_layer.values())
+def check_cap(family, per_layer: dict, T: int, N: int, max_bytes, dtype: str = "float64", total=None) -> None:
+    """Refuse, in one line, a request whose estimated ``total`` (default: the sum of ``per_layer`` plus its largest) exceeds ``max_bytes``.
+
+    Parameters
+    ----------
+    family : Family
+    per_layer : dict of int to int
+        Bytes per chosen layer (:func:`estimate_bytes`).
+    T, N : int
+        Steps and sequences.
+    max_bytes : float or None
+        The cap (None: none).
+    dtype : str, default "float64"
+        The records' dtype, for the message.
+    total : int, optional
+        The estimate checked.
+
+    Raises
+    ------
+    ValueError
+        ``max_bytes (...) must cover the records: ...``, naming the layers, the sizes and what lowers them.
+    """
+    total = sum(per_layer.values()) + max(per_layer.values()) if total is None else total
     if max_bytes is not None and total > max_bytes:
         raise ValueError(f"max_bytes ({_size(max_bytes)}) must cover the records: recording layers "
                          f"{sorted(per_layer)} of this {family.name} model on T={T} steps of N={N} sequence(s) "
-                         f"would take about {_size(total)} (every step's state, float64; up to "
+                         f"would take about {_size(total)} (every step's state, {dtype}; up to "
                          f"{_size(max(per_layer.values()))} a layer). Pass layers=[...] with fewer recurrent layers, "
-                         f"fewer steps, or a larger max_bytes.")
+                         f"fewer steps, record_dtype='float32', or a larger max_bytes.")
 
 
-def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) -> Recomputed:
+def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, record_dtype="float64", window=None,
+                     stride: int = 1, echo=None) -> Recomputed:
     """Run a transformers model on ``ids`` and recompute its recurrent layers with our block, every step recorded.
 
     Parameters
@@ -288,10 +497,25 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
     tol : float, optional
         The largest relative error a layer may have (a finite number >= 0); default
         :func:`tolerance` of the model's dtype.
+    record_dtype : {"float64", "float32"}, default "float64"
+        The stored records' dtype: ``"float32"`` halves them. The recomputation and its check
+        against the model's output are float64 either way; each layer's record is cast once
+        checked.
+    window : (int, int), optional
+        ``(start, stop)``: keep only the states of positions start to stop - 1 (default all;
+        :func:`kept_steps`). Every step is still computed (the state at ``start`` depends on all
+        before it); each layer's record is cut to the kept steps once checked, so the records of
+        all layers take only those steps (the estimate checked against ``max_bytes`` follows).
+    stride : int, default 1
+        Keep every ``stride``-th step of the window.
+    echo : callable, optional
+        ``echo(line)`` is told each stage once the checks have passed: the forward pass, then
+        each layer's recomputation (the command line prints them on stderr).
 
     Returns
     -------
     Recomputed
+        ``steps`` the kept positions when ``window`` or ``stride`` chose them.
 
     Raises
     ------
@@ -313,11 +537,17 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         max_bytes = real("max_bytes", max_bytes, low=0.0)
     if tol is not None:  # checked before the model runs
         tol = real("tol", tol, low=0.0)
+    cast = _record_dtype(record_dtype)
     layer_map = family.layer_map(model)
     chosen = _chosen(family, model, layer_map, layers)
     ids = _ids(model, ids)
     N, T = ids.shape
-    _check_memory(family, estimate_bytes(model, T, N, layers=chosen), T, N, max_bytes)
+    keep = kept_steps(T, window, stride)
+    kept = len(range(T)[keep])
+    half = 2 if cast is np.float32 else 1  # the records kept, and every step's hooked input and output
+    per = {i: N * (kept * (c.record // half) + T * 2 * c.d_model * c.itemsize)
+           for i, c in step_costs(model, layers=chosen).items()}
+    check_cap(family, per, T, N, max_bytes, np.dtype(cast).name)
     mixers = family.mixers(model)
     seen: dict = {i: [] for i in chosen}
 
@@ -325,7 +555,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         def keep(module, args, kwargs, output):
             got = family.hooked(args, kwargs, output)
             u, out, extra = got if len(got) == 3 else (*got, {})
-            seen[index].append((u.detach().clone(), out.detach().clone(), extra))
+            seen[index].append((_host(u), _host(out), extra))
         return keep
 
     handles = []
@@ -334,6 +564,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
         for i in chosen:
             handles.append(mixers[i].register_forward_hook(hook(i), with_kwargs=True))
         model.eval()
+        if echo is not None:
+            echo(f"the {type(model).__name__}'s forward pass on N={N} x T={T:,} tokens, {len(chosen)} recurrent "
+                 "layer(s) hooked")
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
     finally:
@@ -348,12 +581,14 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
     tol = default if tol is None else tol
     names = {e.index: e.class_name for e in layer_map}
     records, errors = [], []
-    for i in chosen:
+    for k, i in enumerate(chosen):
+        if echo is not None:
+            echo(f"recomputing layer {i} ({names[i]}) in float64, {k + 1} of {len(chosen)}")
         if len(seen[i]) != 1:
             raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recomputed; it "
                              f"ran {len(seen[i])} times.")
         u, theirs, extra = seen[i].pop()
-        u, theirs = (t.cpu().double().numpy() for t in (u, theirs))
+        u, theirs = (np.asarray(t, dtype=np.float64) for t in (u, theirs))
         blk = family.convert(mixers[i], model.config)
         if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
@@ -365,7 +600,11 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None) 
             raise ValueError(f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the "
                              f"model's own output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
                              f"for a {str(dtype).replace('torch.', '')} model: not analysed. {why}")
+        if cast is not np.float64 or kept < T:  # copies: the whole record is freed
+            rec = type(rec)(*(_cut(a, keep, cast, T, N) if isinstance(a, np.ndarray) else a for a in rec))
         records.append(rec)
         errors.append(err)
+        del u, theirs, ours
     return Recomputed(family=family, layer_map=layer_map, layers=chosen, records=tuple(records), errors=tuple(errors),
-                      tolerance=tol, dtype=str(dtype).replace("torch.", ""))
+                      tolerance=tol, dtype=str(dtype).replace("torch.", ""),
+                      steps=None if kept == T else np.arange(T)[keep])
