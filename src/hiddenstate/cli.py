@@ -224,26 +224,9 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="the saved dtype (default float32; the recomputation is float64)")
 
     # -- intervene -------------------------------------------------------------------------------
-    iv = sub.add_parser("intervene", help="change a recurrent layer's state at a step and print the effect per position",
-                        description="Edit one recurrent layer's state after a step of a save_pretrained model directory "
-                                    "(zero, the mean over the run, scale, add), let the model continue from the edited "
-                                    "state, and print per sequence and position the logit difference and the KL "
-                                    "divergence from the clean run (and the --target token's probability). Writes "
-                                    "nothing unless --out is given.")
-    iv.add_argument("model_dir", metavar="DIR", help="a save_pretrained model directory of a registered family")
-    iv.add_argument("--ids", required=True, metavar="FILE.npy", help="token ids (T,) or (N, T)")
-    iv.add_argument("--layer", required=True, type=_typed("--layer", int, nonnegative_int), metavar="L",
-                    help="the recurrent layer's index in the model's layer map")
-    iv.add_argument("--step", required=True, type=_typed("--step", int, nonnegative_int), metavar="T",
-                    help="the 0-based position whose state (after reading that token) is edited")
-    iv.add_argument("--op", required=True, choices=("zero", "mean", "scale", "add"), help="the operation")
-    iv.add_argument("--value", type=float, metavar="X", help="the factor (scale) or the number added (add)")
-    iv.add_argument("--until", type=_typed("--until", int, nonnegative_int), metavar="U",
-                    help="edit the state after every step from --step to U (default --step)")
-    iv.add_argument("--heads", metavar="I,J,...", help="only these heads (default all)")
-    iv.add_argument("--target", metavar="FILE.npy", help="token ids (N, T) whose probability is printed")
-    iv.add_argument("--out", metavar="FILE", help="also write the effects as JSON (a new file, or a previous one of "
-                                                 "this command, replaced)")
+    from hiddenstate.pipelines.intervene_command import add_parser as add_intervene
+
+    add_intervene(sub, lambda flag: _typed(flag, int, nonnegative_int))
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
