@@ -106,3 +106,22 @@ def test_every_stage_of_a_directory_inspection_prints_one_line_on_stderr(mamba_d
     assert len(lines) == len(expected), lines
     for line, pattern in zip(lines, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
+
+
+def test_the_directory_check_holds_float32_records_to_the_cap_as_float32(mamba_dir, tmp_path):
+    # a new user's find: from a directory the cap was held to float64 records whatever --record-dtype said
+    import hiddenstate as hs
+    from hiddenstate.interop.families.hooks import estimate_bytes
+
+    model, path = mamba_dir
+    ids = np.random.default_rng(0).integers(0, model.config.vocab_size, (1, 48))
+    totals = {}
+    for dtype in ("float64", "float32"):
+        per = estimate_bytes(model, 48, 1, record_dtype=dtype)
+        totals[dtype] = sum(per.values()) + max(per.values())  # what the directory check holds to the cap
+    assert totals["float32"] < totals["float64"]
+    cap = (totals["float32"] + totals["float64"]) // 2
+    with pytest.raises(ValueError, match=r"every step's state, float64; .* over the cap"):
+        hs.inspect_model(str(path), ids, max_bytes=cap)
+    an = hs.inspect_model(str(path), ids, max_bytes=cap, record_dtype="float32")
+    assert an.layers and an.layers[0].record.ssm.dtype == np.float32

@@ -171,7 +171,8 @@ class StateEdit:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("heads", "channels") if getattr(self, k) is not None)
         extra += f", until={self.until}" if self.until != self.step else ""
         extra += f", part={self.part!r}" if self.part != "state" else ""
-        extra += "" if self.value is None else f", value=<{shape_str(self.value.shape)}>"
+        if self.value is not None:  # a number as itself, an array by its shape
+            extra += f", value={self.value.item():g}" if self.value.ndim == 0 else f", value=<{shape_str(self.value.shape)}>"
         extra += "" if self.source is None else f", source=<{type(self.source).__name__}>"
         return f"StateEdit(layer={self.layer}, step={self.step}, op={self.op!r}{extra})"
 

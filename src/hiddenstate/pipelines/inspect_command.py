@@ -314,7 +314,7 @@ def model_dir_inspect(args, path: str) -> int:
                  f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
                  "--text gives them with a tokenizer that makes one token per character")
     started = time.perf_counter()
-    model = load_model_dir(request, max_bytes=max_bytes)
+    model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype)
     _stage(f"loaded the {type(model).__name__} from '{path}' in {time.perf_counter() - started:.1f} s")
     source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)

@@ -371,7 +371,8 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
-        model, request, named = open_request(model, x, layers=layers, max_bytes=max_bytes)
+        model, request, named = open_request(model, x, layers=layers, max_bytes=max_bytes,
+                                              record_dtype=record_dtype)
         x, layers, source = request.ids, request.layers, source or named  # read and checked once
     if is_recurrent_model(model):
         if lengths is not None:  # the measurements would average over the padded steps

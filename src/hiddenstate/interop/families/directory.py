@@ -342,7 +342,8 @@ def tokenize(directory, text: str) -> np.ndarray:
     return ids[None]
 
 
-def _check_records(model, family, ids, layers, max_bytes, weights: int, source: str) -> None:
+def _check_records(model, family, ids, layers, max_bytes, weights: int, source: str,
+                   record_dtype: str = "float64") -> None:
     """Records of the chosen layers under max_bytes, weights within memory: one line each (before any allocation)."""
     import torch
 
@@ -357,7 +358,7 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
                     t.zero_()
     N, T = ids.shape
     try:
-        per = estimate_bytes(model, T, N, layers=layers)
+        per = estimate_bytes(model, T, N, layers=layers, record_dtype=record_dtype)
     except ValueError as error:  # a family that checks buffers the zeroed stand-in lacks (Falcon-H1's mup_vector)
         if str(error).startswith("layers must"):
             raise
@@ -366,7 +367,7 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
     total = sum(per.values()) + max(per.values())
     if max_bytes is not None and total > max_bytes:
         raise ValueError(f"recording layers {sorted(per)} of {source} on T={T:,} tokens of N={N} sequence(s) would "
-                         f"take about {format_bytes(total)} (every step's state, float64; up to "
+                         f"take about {format_bytes(total)} (every step's state, {record_dtype}; up to "
                          f"{format_bytes(max(per.values()))} a layer), over the cap of {format_bytes(max_bytes)}: "
                          f"record fewer layers (--layers {min(per)} on the command line, layers=[{min(per)}] in "
                          "Python) or give fewer tokens.")
@@ -388,7 +389,7 @@ def _given(request, **given) -> None:
                         f"{' and '.join(extra)}); got {', '.join(type(given[k]).__name__ for k in extra)}.")
 
 
-def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
+def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, record_dtype="float64"):
     """Build a registered family's transformers model from a ``save_pretrained`` directory, offline and checked.
 
     Parameters
@@ -406,6 +407,8 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
         The recurrent layers that will be recorded (default all).
     max_bytes : int or None, default MAX_BYTES (4 GiB)
         The cap on the records (None: none).
+    record_dtype : {"float64", "float32"}, default "float64"
+        The dtype the records will be kept in (what the cap is held to).
 
     Returns
     -------
@@ -449,7 +452,7 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
     weights = sum(p.numel() * p.element_size() for p in shell.parameters()) + sum(
         e.nbytes for _, e in headers.values())  # the model, and the tensors read before they are copied into it
     if ids is not None:
-        _check_records(shell, request.family, ids, layers, max_bytes, weights, source)
+        _check_records(shell, request.family, ids, layers, max_bytes, weights, source, record_dtype)
     else:
         check_memory(f"loading {source}", weights, "Use a machine with more memory.")
     del shell
@@ -460,7 +463,7 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES):
     return model.eval()
 
 
-def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES):
+def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES, record_dtype="float64"):
     """``inspect_model(DIR, x)``: the directory's model and the checked request it was loaded by.
 
     Parameters
@@ -473,6 +476,8 @@ def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES):
         The recurrent layers to record (default all).
     max_bytes : int or None, default MAX_BYTES
         The cap on their records, checked before the model is built.
+    record_dtype : {"float64", "float32"}, default "float64"
+        The dtype the records will be kept in (what the cap is held to).
 
     Returns
     -------
@@ -501,7 +506,7 @@ def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES):
         x = tokenize(directory, x)
         name = f"x, tokenised by '{Path(directory) / TOKENIZER_FILE}',"
     request = request.with_ids(x, name=name)  # vocab_size before the model is built
-    model = load_model_dir(request, max_bytes=max_bytes)
+    model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype)
     return model, request, f"transformers {type(model).__name__} from '{shown}'"
 
 
