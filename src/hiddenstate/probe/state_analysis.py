@@ -23,7 +23,7 @@ from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
 
 __all__ = ["NEEDS_TEXT", "RecurrenceAnalysis", "RecurrenceLayerAnalysis", "StateAnalysis", "kind_of",
-           "layers_phrase", "recomputed_phrase"]
+           "layers_phrase", "per_head_mean", "recomputed_phrase", "summary_tail", "tau_phrase"]
 
 #: Why the unit features and the explorer are missing from an analysis made without ``text``.
 NEEDS_TEXT = ("they need the characters behind the steps: pass text= (the characters of sequence 0, one per "
@@ -80,6 +80,51 @@ def recomputed_phrase(error) -> str:
     str
     """
     return "" if error is None else f"; recomputed: {error:.2g} of the model's own output"
+
+
+def summary_tail(la) -> str:
+    """A summary line's end: ``; 3 PCs explain 90%; memory capacity 0.5 (r2); recomputed: ...``.
+
+    Parameters
+    ----------
+    la : layer analysis
+        With ``pca``, ``memory`` (or None) and ``recomputed`` (or None).
+
+    Returns
+    -------
+    str
+    """
+    mem = "" if la.memory is None else f"; memory capacity {la.memory.capacity:.3g} ({la.memory.metric})"
+    return f"; {la.pca.n_components_for(0.9)} PCs explain 90%{mem}" + recomputed_phrase(la.recomputed)
+
+
+def tau_phrase(tau) -> str:
+    """``median 4.2, max 31 steps`` of time constants.
+
+    Parameters
+    ----------
+    tau : ndarray
+        Time constants in steps (any shape, finite).
+
+    Returns
+    -------
+    str
+    """
+    return f"median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} steps"
+
+
+def per_head_mean(a) -> np.ndarray:
+    """The mean over every axis but the last: (..., H) -> (H,).
+
+    Parameters
+    ----------
+    a : ndarray of shape (..., H)
+
+    Returns
+    -------
+    ndarray of shape (H,)
+    """
+    return a.reshape(-1, a.shape[-1]).mean(axis=0)
 
 
 @dataclass(frozen=True)

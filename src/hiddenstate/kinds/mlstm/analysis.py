@@ -33,7 +33,14 @@ from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
-from hiddenstate.probe.state_analysis import NEEDS_TEXT, StateAnalysis, layers_phrase, recomputed_phrase
+from hiddenstate.probe.state_analysis import (
+    NEEDS_TEXT,
+    StateAnalysis,
+    layers_phrase,
+    per_head_mean,
+    summary_tail,
+    tau_phrase,
+)
 
 __all__ = ["MLSTM", "NOT_MEASURED_MLSTM", "MLSTMAnalysis", "MLSTMLayerAnalysis"]
 
@@ -101,18 +108,6 @@ class MLSTMLayerAnalysis:
     recomputed: float | None = None
 
 
-def _tail(la) -> str:
-    mem = "" if la.memory is None else f"; memory capacity {la.memory.capacity:.3g} ({la.memory.metric})"
-    return f"; {la.pca.n_components_for(0.9)} PCs explain 90%{mem}" + recomputed_phrase(la.recomputed)
-
-
-def _tau(tau) -> str:
-    return f"median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} steps"
-
-
-def _per_head(a) -> np.ndarray:
-    return a.reshape(-1, a.shape[-1]).mean(axis=0)
-
 
 @dataclass(frozen=True)
 class MLSTMAnalysis(StateAnalysis):
@@ -150,11 +145,11 @@ class MLSTMAnalysis(StateAnalysis):
         full = min(m.get("head_k_dim", 0), m.get("head_v_dim", 0))
         for la in self.layers:
             lines.append(f"layer {la.layer}: mean forget gate {float(np.mean(la.decay.mean)):.3f}; head time constants "
-                         f"{_tau(la.time_constants)}; mean log input gate {float(np.mean(la.mean_input_gate)):.3g} (the "
+                         f"{tau_phrase(la.time_constants)}; mean log input gate {float(np.mean(la.mean_input_gate)):.3g} (the "
                          f"stabiliser took it on {100 * float(np.mean(la.input_wins)):.0f}% of steps); "
                          f"|dC_T/dC_(T-{la.flow_spectral.size - 1})| {la.flow_spectral[-1]:.3g}; effective rank at the "
                          f"last step {float(la.effective_rank[-1].mean()):.3g} of {full} (numerical "
-                         f"{float(la.numerical_rank[-1].mean()):.3g})" + _tail(la))
+                         f"{float(la.numerical_rank[-1].mean()):.3g})" + summary_tail(la))
         lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
         return "\n".join(lines)
 
@@ -165,7 +160,7 @@ class MLSTMAnalysis(StateAnalysis):
 
 def _measure_mlstm(index: int, rec, max_lag: int, common: dict) -> dict:
     """An mLSTM layer's own measurements beyond the view's: the mean log input gate, how often it set the stabiliser."""
-    return {"mean_input_gate": _per_head(rec.igate), "input_wins": _per_head((rec.m[..., 0] == rec.igate) * 1.0)}
+    return {"mean_input_gate": per_head_mean(rec.igate), "input_wins": per_head_mean((rec.m[..., 0] == rec.igate) * 1.0)}
 
 
 def _sizes_mlstm(rec) -> dict:

@@ -29,7 +29,14 @@ from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.layer_loop import LayerKind
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
-from hiddenstate.probe.state_analysis import NEEDS_TEXT, StateAnalysis, layers_phrase, recomputed_phrase
+from hiddenstate.probe.state_analysis import (
+    NEEDS_TEXT,
+    StateAnalysis,
+    layers_phrase,
+    per_head_mean,
+    summary_tail,
+    tau_phrase,
+)
 
 __all__ = ["NOT_MEASURED_RWKV", "RWKV", "RWKVAnalysis", "RWKVLayerAnalysis"]
 
@@ -85,18 +92,6 @@ class RWKVLayerAnalysis:
     recomputed: float | None = None
 
 
-def _tail(la) -> str:
-    mem = "" if la.memory is None else f"; memory capacity {la.memory.capacity:.3g} ({la.memory.metric})"
-    return f"; {la.pca.n_components_for(0.9)} PCs explain 90%{mem}" + recomputed_phrase(la.recomputed)
-
-
-def _tau(tau) -> str:
-    return f"median {float(np.median(tau)):.3g}, max {float(np.max(tau)):.3g} steps"
-
-
-def _per_head(a) -> np.ndarray:
-    return a.reshape(-1, a.shape[-1]).mean(axis=0)
-
 
 @dataclass(frozen=True)
 class RWKVAnalysis(StateAnalysis):
@@ -132,9 +127,9 @@ class RWKVAnalysis(StateAnalysis):
                  f" numerators and denominators) per sequence, {m.get('T')} steps of {m.get('N')} sequence(s)"]
         for la in self.layers:
             lines.append(f"layer {la.layer}: mean channel decay {float(np.mean(la.decay.mean)):.3f}; channel time "
-                         f"constants {_tau(la.time_constants)}; current token's share of the readout "
+                         f"constants {tau_phrase(la.time_constants)}; current token's share of the readout "
                          f"{float(np.mean(la.current_share)):.3g}; |dS_T/dS_(T-{la.flow_spectral.size - 1})| "
-                         f"{la.flow_spectral[-1]:.3g}" + _tail(la))
+                         f"{la.flow_spectral[-1]:.3g}" + summary_tail(la))
         lines += [f"not measured: {k}: {v}" for k, v in self.not_measured.items()]
         return "\n".join(lines)
 
@@ -145,7 +140,7 @@ class RWKVAnalysis(StateAnalysis):
 
 def _measure_rwkv(index: int, rec, max_lag: int, common: dict) -> dict:
     """An RWKV layer's own measurement beyond the view's: each channel's mean current-token share."""
-    return {"current_share": _per_head(rec.current)}
+    return {"current_share": per_head_mean(rec.current)}
 
 
 def _sizes_rwkv(rec) -> dict:
