@@ -463,13 +463,13 @@ def _blas_threads():
     The matrices of a recurrent step are small: OpenBLAS's threads cost more than they save, and
     on a busy 2-core machine they made ``train`` and ``inspect`` 20-100x slower (measured).
     Setting ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` leaves BLAS alone.
+    Every BLAS is limited, SciPy's included (:func:`~hiddenstate.core.threads.blas_threads`).
     """
     import contextlib
 
     if any(os.environ.get(v) for v in _THREAD_VARS):
         return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
+    from hiddenstate.core.threads import blas_threads
     from hiddenstate.core.validation import positive_int
 
     n = _convert("HIDDENSTATE_NUM_THREADS", os.environ.get("HIDDENSTATE_NUM_THREADS", "1"), int, positive_int)
@@ -478,7 +478,7 @@ def _blas_threads():
         n, notice = _free_threads(n, os.getloadavg()[0], cpus)
         if notice:
             warnings.warn(notice, UserWarning, stacklevel=2)
-    return threadpool_limits(limits=n, user_api="blas")
+    return blas_threads(n)
 
 
 def _free_threads(n: int, load: float, cpus: int) -> tuple:

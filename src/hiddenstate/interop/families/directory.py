@@ -441,6 +441,10 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, rec
     check_layer_count(request.config, headers, request.where, f"'{d}'")  # 2,000 layers would hang the build
     import torch
 
+    from hiddenstate.core.threads import follow_policy
+
+    follow_policy()  # torch loaded inside the CLI's thread limit: its pool follows it
+
     cls = getattr(offline_transformers(), request.class_name)
     config = request.config  # transformers' _from_config copies it
     if type(config) is not cls.config_class:  # a model_type whose config class is not the architecture's
