@@ -538,9 +538,10 @@ def main(argv=None) -> int:
     except Exception as error:  # a user error is one line, never a traceback
         if os.environ.get("HIDDENSTATE_DEBUG"):
             raise
-        from hiddenstate.train.distributed import LostRank, RendezvousFailed, follower
+        from hiddenstate.train.distributed import LostRank, RendezvousFailed, first_of_another_node, follower
 
-        quiet = follower() and not isinstance(error, (LostRank, RendezvousFailed))  # rank 0 reports what all refused
+        # rank 0 reports what all refused, and the first rank of each other node says it to that node's user
+        quiet = follower() and not first_of_another_node() and not isinstance(error, (LostRank, RendezvousFailed))
         with contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
             return _report(error, args.command)
 

@@ -148,7 +148,9 @@ class DeferredSignals:
     """A context in which SIGINT and SIGTERM only set :attr:`received`; a second one interrupts at once.
 
     Installed only in the main thread (elsewhere, or where a signal is ignored, nothing changes);
-    the previous handlers come back on exit.
+    the previous handlers come back on exit, except after a signal with ``relay_grace_s`` (a rank of
+    a distributed run, which is now exiting): then a signal within the grace of the exit is ignored
+    until the process ends, and a later one acts as it did before the context.
 
     Parameters
     ----------
@@ -179,7 +181,7 @@ class DeferredSignals:
         self.received = None
         self.forced = None
         self._previous = {}
-        self._grace_s, self._first_at = relay_grace_s, None
+        self._grace_s, self._first_at, self._exit_at = relay_grace_s, None, 0.0
         self._watch_parent, self._watcher, self._stop_watching = watch_parent, None, threading.Event()
 
     def _watch(self, parent: int) -> None:
@@ -211,11 +213,27 @@ class DeferredSignals:
                 self._watcher.start()
         return self
 
+    def _late(self, signum, frame) -> None:
+        """After the context, while the rank exits: a relay within the grace is the same signal, ignored."""
+        if time.monotonic() - self._exit_at < self._grace_s:
+            return
+        for sig, handler in self._previous.items():  # a signal after the grace is a new one: as before the run
+            signal.signal(sig, handler)
+        signal.raise_signal(signum)
+
     def __exit__(self, *exc) -> None:
         if self._watcher is not None:
             self._stop_watching.set()
             self._watcher.join(timeout=5.0)
             self._watcher = None
+        if self.received is not None and self._grace_s and self._previous:
+            # A rank that stopped for a signal is now exiting (the other ranks too): torchrun relays the
+            # signal again, or sends SIGTERM when the first rank exits; with the default handler back, it
+            # killed this rank with -15 before its exit status (4 of 6 runs). Keep ours until exit.
+            self._exit_at = time.monotonic()
+            for signum in self._previous:
+                signal.signal(signum, self._late)
+            return
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}

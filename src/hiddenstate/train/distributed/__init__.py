@@ -55,7 +55,7 @@ from hiddenstate.train.distributed.torchworld import TorchWorld
 from hiddenstate.train.distributed.world import LOCAL, LostRank, PeerFailed, RendezvousFailed, World, env_int
 
 __all__ = ["LOCAL", "LostRank", "PeerFailed", "RendezvousFailed", "RowGenerator", "TorchWorld", "World", "check_cores",
-           "exit_status", "follower", "join", "launched"]
+           "exit_status", "first_of_another_node", "follower", "join", "launched"]
 
 
 def launched() -> bool:
@@ -107,6 +107,23 @@ def follower() -> bool:
     except ValueError:
         return False
     return 0 < rank < size
+
+
+def first_of_another_node() -> bool:
+    """Whether this process is the first local rank of a node other than rank 0's (it speaks for that node).
+
+    A run refused before its first step (a ``--data`` that differs on node B, say) is refused on
+    every rank with the same one line; rank 0 prints it, and so does the first rank of every other
+    node, so that the user at node B reads why its torchrun exited 2 (``LOCAL_RANK`` 0 and
+    ``RANK`` > 0, as torchrun sets them).
+
+    Returns
+    -------
+    bool
+    """
+    if not follower():
+        return False
+    return os.environ.get("LOCAL_RANK", "").strip() == "0"
 
 
 def join(device: str = "cpu") -> World:
