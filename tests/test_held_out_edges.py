@@ -341,3 +341,20 @@ def test_a_model_objects_bad_norm_epsilon_is_refused_by_name(eps):
     with pytest.raises(ValueError, match=f"model.config.layer_norm_epsilon must be a number > 0 \\(an epsilon\\); "
                                          f"got {eps}"):
         hs.inspect_model(model, np.array([[1, 2, 3]]))
+
+
+@pytest.mark.parametrize("fields", [{"sliding_window": -1}, {"rope_theta": 10**10}, {"seed": 2**40},
+                                    {"attn_layer_offset": -1}])
+def test_an_int_that_is_no_size_may_be_negative_or_large_as_real_configs_write_it(mamba_dir, tmp_path, fields):
+    """``sliding_window: -1`` marks none in some configs, a ``rope_theta`` may be 1e10: read, not refused."""
+    ids = np.array([[1, 2, 3]])
+    plain = hs.inspect_model(str(mamba_dir), ids)
+    odd = hs.inspect_model(str(_hostile(mamba_dir, tmp_path, **fields)), ids)
+    assert np.array_equal(odd.layers[0].record.ssm, plain.layers[0].record.ssm)
+
+
+@pytest.mark.parametrize(("field", "value"), [("conv_kernel", -1), ("time_step_rank", -2), ("expand", 2**40),
+                                              ("max_position_embeddings", -1), ("intermediate_size", 2**31)])
+def test_a_size_or_count_stays_in_0_to_max_int(mamba_dir, tmp_path, field, value):
+    with pytest.raises(ValueError, match=f"field {field} must be an int in \\[0, 2,147,483,647\\]; got {value}"):
+        hs.inspect_model(str(_hostile(mamba_dir, tmp_path, **{field: value})), np.array([[1, 2, 3]]))

@@ -10,8 +10,10 @@ config class needs, each refusal one line naming the field, the rule and the val
 * a field that the family's config class declares ``int`` must be an int (not a bool, a float or
   a string), one it declares ``float`` a number (a union such as Mamba's ``time_step_rank: str |
   int`` takes what the class takes);
-* every int lies in ``[0, MAX_INT]``; a token id (a key ending in ``_id`` or ``_ids``) may be
-  negative (``-1`` marks none in some configs), but no lower than ``-MAX_INT``;
+* an int that is a size or a count (a key naming a size, dim, number, heads, layers, vocab,
+  rank, kernel, chunk, state, expand or experts) lies in ``[0, MAX_INT]``; a token id (a key
+  ending in ``_id`` or ``_ids``) in ``[-MAX_INT, MAX_INT]``; any other int (``sliding_window: -1``
+  marking none, a large integer ``rope_theta``, a seed) fits an int64, as torch reads it;
 * every float is finite (inside a list, as in ``time_step_limit``, inf is allowed, NaN is not);
   an epsilon (a key holding ``eps`` or ``epsilon``) is a number > 0;
 * ``dtype`` (and ``torch_dtype``) is one of :data:`DTYPES`;
@@ -34,6 +36,9 @@ __all__ = ["DTYPES", "MAX_INT", "check_config_fields", "check_epsilons", "check_
 MAX_INT = 2**31 - 1
 #: The ``dtype`` values a config may name (transformers' spellings of torch's floating dtypes).
 DTYPES = ("auto", "bfloat16", "float16", "float32", "float64", "half", "float", "double")
+#: An int field's key that names a size or a count: never negative, at most MAX_INT.
+_SIZE_KEY = re.compile(r"size|dim|^n_|_n_|num_|_num|heads|layers|vocab|rank|kernel|chunk|state|expand|experts|"
+                       r"intermediate|width|position|^d_|_d_", re.IGNORECASE)
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|blocks|layer|h)\.(\d+)\.")
 
 
@@ -65,9 +70,14 @@ def _check_scalar(key: str, value, declared, where: str, *, shown: str, in_list:
         return
     eps = "eps" in key.lower() or "epsilon" in key.lower()
     if isinstance(value, int):
-        low = -MAX_INT if key.endswith(("_id", "_ids")) else 0
-        if not low <= value <= MAX_INT:
-            raise ValueError(f"{name} must be an int in [{low:,}, {MAX_INT:,}]; got {value}. Fix config.json.")
+        if key.endswith(("_id", "_ids")):
+            low, high = -MAX_INT, MAX_INT
+        elif _SIZE_KEY.search(key):
+            low, high = 0, MAX_INT
+        else:  # no size: a flag value such as sliding_window -1, or a large rope_theta
+            low, high = -(2**63), 2**63 - 1
+        if not low <= value <= high:
+            raise ValueError(f"{name} must be an int in [{low:,}, {high:,}]; got {value}. Fix config.json.")
         if eps and value <= 0:
             raise ValueError(f"{name} must be a number > 0 (an epsilon); got {value}. Fix config.json.")
         return
@@ -114,7 +124,8 @@ def check_config_fields(cfg: dict, config_class, where: str) -> None:
         A field declared ``int`` given as a bool, float or string (or a number field given
         as something else).
     ValueError
-        An int outside ``[0, MAX_INT]`` (a token id may be negative), a float that is NaN or
+        A size or count outside ``[0, MAX_INT]``, a token id outside ``[-MAX_INT, MAX_INT]``,
+        another int outside int64, a float that is NaN or
         infinite (inf is allowed inside a list), an epsilon that is not > 0, a ``dtype`` that is
         not one of :data:`DTYPES`.
     """
