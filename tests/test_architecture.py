@@ -45,7 +45,9 @@ LAYERS = {
                              "pipelines.family_inspection", "pipelines.rnns_inside", "pipelines.inspection"},
     # the RNNs inside any torch model -> their analyses -> report
     "pipelines.rnns_inside": {CORE, "probe", "report", "interop", "pipelines.rnns_inside"},
-    "pipelines.export": {CORE, "train", "interop", "pipelines.export"},  # trained models -> ONNX / torch.export files
+    "pipelines.export": {CORE, "train", "interop", "pipelines.export"},
+    # two prompts through a model of a family -> the distance of their states per layer and step (issue 35)
+    "pipelines.compare": {CORE, "probe", "interop", "pipelines.compare"},  # trained models -> ONNX / torch.export files
     # hiddenstate.analyze: any model -> the analysis of its kind
     "pipelines.analyze": {CORE, "probe", "train", "interop", "pipelines.family_inspection", "pipelines.analyze"},
     "pipelines.inspect_command": {CORE, "train", "pipelines.app", "pipelines.inspection",  # which model a path names
