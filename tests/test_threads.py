@@ -86,6 +86,6 @@ def test_blas_threads_limits_every_loaded_blas_and_torch_then_restores():
         inside = loaded_blas_threads()
     assert set(inside.values()) == {1} and "torch" in inside
     assert torch.get_num_threads() == before
-    for bad in (0, -1, 1.5, True, "2"):
-        with pytest.raises(ValueError, match=r"n must be a positive int .* got"), blas_threads(bad):
+    for bad, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("2", TypeError)):
+        with pytest.raises(error, match=r"n must be a positive integer"), blas_threads(bad):
             pass

@@ -19,12 +19,6 @@ __all__ = ["blas_threads", "follow_policy", "loaded_blas_threads"]
 _ACTIVE: list = []  # the thread counts of the blas_threads contexts now open, innermost last
 
 
-def _check(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int (a number of threads); got {n!r}.")
-    return n
-
-
 @contextlib.contextmanager
 def blas_threads(n: int = 1):
     """Run the body with at most ``n`` threads in every BLAS the package uses (and torch's, if loaded).
@@ -46,8 +40,10 @@ def blas_threads(n: int = 1):
 
     Raises
     ------
+    TypeError
+        ``n`` not an integer.
     ValueError
-        ``n`` not a positive int.
+        ``n`` < 1.
 
     Examples
     --------
@@ -57,7 +53,9 @@ def blas_threads(n: int = 1):
     >>> set(counts.values())
     {1}
     """
-    _check(n)
+    from hiddenstate.core.validation import positive_int
+
+    n = positive_int("n", n)
     import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS so that the limit below reaches it)
     from threadpoolctl import threadpool_limits
 
