@@ -147,7 +147,7 @@ def test_the_agreement_is_its_float_with_the_states_share():
                           "3e-07 with the skip D x set to 0 in both")
     hidden = Agreement(5.9e-7, share=6e-9)
     assert not hidden.seen and hidden.phrase().endswith("too small for this check to see the recurrence")
-    assert Agreement(1e-7).phrase().endswith("all of it read out of the state")
+    assert Agreement(1e-7).phrase().endswith("no skip term beside the state's readout")
     back = pickle.loads(pickle.dumps(hidden))
     assert (back, back.share, back.state_error, back.tolerance) == (hidden, 6e-9, None, 1.2e-4)
 

@@ -15,7 +15,9 @@ projection::
 where ``y - skip`` is the state-dependent part: for Mamba and Mamba-2, ``C h`` (``y`` minus
 ``D x``, the record's ``y`` and ``x``); a kind without a direct term (the delta rule's and KDA's
 ``o = S^T q``, the mLSTM's and RWKV's readouts, the RG-LRU's ``h``, lightning attention's
-``q KV``, a short convolution's window) reads all of its output out of the state: share 1.
+``q KV``, a short convolution's window) has no skip term beside its state's readout: share 1
+(RWKV's readout weighs the current token by its bonus inside the same ratio; its analysis reports
+that share apart).
 
 **Can the whole-output check see it?** It bounds an error at ``tol`` of the output's largest
 value; the state part's spread is ``sqrt(share)`` of the readout's. The check is said to see the
@@ -98,7 +100,7 @@ class Agreement(float):
     error : float
         The whole output's relative error.
     share : float, default 1.0
-        :func:`readout_share` (1.0: the kind reads all of its output out of the state).
+        :func:`readout_share` (1.0: the kind has no skip term beside its state's readout).
     state_error : float, optional
         ``max |ours - theirs| / max |theirs|`` of the layer run with its skip term set to 0 by
         both (None: no such check ran).
@@ -137,8 +139,8 @@ class Agreement(float):
         -------
         str
             ``"6.1e-07 of the model's own output; the state's share 6e-09 of the readout, its part
-            held to 3.1e-07 with the skip D x set to 0 in both"``, or ``"... ; all of it read out of
-            the state"``, or ``"...; the state's share 6e-09 of the readout: too small for this
+            held to 3.1e-07 with the skip D x set to 0 in both"``, or ``"..., no skip term beside the
+            state's readout"``, or ``"...; the state's share 6e-09 of the readout: too small for this
             check to see the recurrence"``.
         """
         head = f"{float(self):.2g} of the model's own output"
@@ -146,7 +148,7 @@ class Agreement(float):
             return (f"{head}; the state's share {self.share:.2g} of the readout, its part held to "
                     f"{self.state_error:.2g} with the skip D x set to 0 in both")
         if self.share >= 1.0:
-            return f"{head}, all of it read out of the state"
+            return f"{head}, no skip term beside the state's readout"
         if not self.seen:
             return (f"{head}; the state's share {self.share:.2g} of the readout: too small for this check to see "
                     "the recurrence")

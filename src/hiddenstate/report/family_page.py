@@ -192,7 +192,7 @@ def _recomputed(la) -> str:
                  f"skip D set to 0 in the model's own mixer and in our block, what is left is read out of the state "
                  f"alone and agrees to {err.state_error:.2g} of its largest value")
     elif err.share >= 1.0:
-        state = "all of the output is read out of the state (no skip term): the figure is the state's"
+        state = "the kind has no skip term beside the state's readout: the figure is the state readout's"
     elif not err.seen:
         state = (f"<strong>the state's share {err.share:.2g} of the readout: too small for this check to see the "
                  "recurrence</strong> (the figure is no evidence about the state)")
