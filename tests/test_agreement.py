@@ -3,7 +3,7 @@
 Every registered family's tiny random model (its ``tiny_config``, seeded, float32, no download)
 is recomputed by a block whose decay (or, for a short convolution, whose taps on its window) is
 deliberately wrong, and :func:`recompute_layers` must refuse it. Falcon-H1 is also built at
-transformers' default initialisation with muP multipliers of the published configs' order
+transformers' default initialisation with small muP multipliers
 (``ssm_multipliers`` 0.25 to 0.5, ``ssm_in_multiplier`` 1.25, ``ssm_out_multiplier`` 0.24):
 there the state's share of the readout is about 4e-12, a block with decays ten times too fast
 agrees with the whole output to 6e-7 (inside the float32 tolerance 1.2e-4: the check before this
@@ -32,7 +32,7 @@ NAMES = [f.name for f in families.registered()]
 
 
 def falcon_h1_at_its_multipliers():
-    """A 3-layer Falcon-H1 at transformers' default initialisation (0.02) and muP multipliers of the real configs' order."""
+    """A 3-layer Falcon-H1 at transformers' default initialisation (0.02) and small muP multipliers (0.25 to 1.25)."""
     return transformers.FalconH1Config(
         vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=32, num_hidden_layers=3,
         num_key_value_heads=1, mamba_d_ssm=24, mamba_n_heads=3, mamba_d_head=8, mamba_n_groups=3, mamba_d_state=8,
