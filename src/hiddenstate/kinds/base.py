@@ -173,6 +173,15 @@ class Kind:
         lazy reference. None: the generic one, :func:`hiddenstate.probe.block_analysis.analyze_block`.
     title : str, default ""
         The kind's name in prose (``"Mamba"``, ``"Mamba-2"``), for a report's title; default ``name``.
+    share : callable, optional
+        ``share(block, record) -> float``: the state-dependent part's share of the layer's
+        readout (:func:`hiddenstate.kinds.agreement.readout_share`; Mamba's ``var(C h) /
+        var(C h + D x)``). None: the kind reads all of its output out of the state (share 1).
+    skip : tuple of str, default ()
+        The block's parameters that carry the direct term (Mamba's ``("D",)``), under the
+        names the model's mixer gives them too: the state-part check runs the layer again with
+        them set to 0, in the model's own mixer and in our block
+        (:mod:`hiddenstate.kinds.agreement`).
     """
 
     name: str
@@ -185,6 +194,8 @@ class Kind:
     card: Any = None
     analyze: Any = None
     title: str = ""
+    share: Callable | None = None
+    skip: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -200,6 +211,10 @@ class Kind:
                                 f"{type(getattr(self, what)).__name__}.")
         if not isinstance(self.title, str):
             raise TypeError(f"title must be a str; got {type(self.title).__name__}.")
+        if self.share is not None and not callable(self.share):
+            raise TypeError(f"share must be callable or None; got {type(self.share).__name__}.")
+        if not isinstance(self.skip, tuple) or not all(isinstance(k, str) and k for k in self.skip):
+            raise TypeError(f"skip must be a tuple of parameter names (str); got {self.skip!r:.80}.")
 
     def __repr__(self) -> str:
         return f"Kind({self.name!r}, block={self.block.__name__})"

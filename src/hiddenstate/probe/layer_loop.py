@@ -40,6 +40,7 @@ import numpy as np
 
 from hiddenstate.core.validation import positive_int
 from hiddenstate.kinds import get_kind
+from hiddenstate.kinds.agreement import Agreement
 from hiddenstate.kinds.delta.view import effective_rank, numerical_rank
 from hiddenstate.probe.gatestats import gate_statistics, time_constant
 from hiddenstate.probe.pca import pca
@@ -191,7 +192,9 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
     layers : sequence of int, optional
         The layers' indices in their model (default 0, 1, ...).
     recomputed : sequence of float, optional
-        Per layer, the relative error of its recomputation against the model's own output.
+        Per layer, the relative error of its recomputation against the model's own output (an
+        :class:`~hiddenstate.kinds.agreement.Agreement`, kept as it is: it carries the state's
+        share and the state-part check).
     layer_map : sequence of LayerInfo, optional
         The whole model's layers (index, role, class name, path), kept for the report.
     echo : callable, optional
@@ -229,7 +232,8 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={T} characters; got "
                          f"{len(text)}.")
     layers = list(range(len(records))) if layers is None else [int(i) for i in layers]
-    recomputed = [None] * len(records) if recomputed is None else [float(e) for e in recomputed]
+    recomputed = ([None] * len(records) if recomputed is None else  # an Agreement (a float with the state's share) kept
+                  [e if isinstance(e, Agreement) else float(e) for e in recomputed])
     if len(layers) != len(records) or len(recomputed) != len(records):
         raise ValueError(f"layers and recomputed must give one entry per record ({len(records)}); got {len(layers)} "
                          f"and {len(recomputed)}.")

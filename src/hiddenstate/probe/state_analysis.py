@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from hiddenstate.kinds.agreement import Agreement
 from hiddenstate.probe.gatestats import GateStats
 from hiddenstate.probe.memory import MemoryCurve
 from hiddenstate.probe.pca import PCAResult
@@ -70,16 +71,25 @@ def layers_phrase(analysis) -> str:
 def recomputed_phrase(error) -> str:
     """``; recomputed: 2.1e-07 of the model's own output`` for a summary ('' when the layer was not recomputed).
 
+    An :class:`~hiddenstate.kinds.agreement.Agreement` adds the state's share of the readout
+    and the state-part check (:meth:`~hiddenstate.kinds.agreement.Agreement.phrase`): ``...;
+    the state's share 6e-09 of the readout, its part held to 3.1e-07 with the skip D x set to 0
+    in both``, or that the share is too small for the check to see the recurrence.
+
     Parameters
     ----------
-    error : float or None
+    error : float, Agreement or None
         The layer's ``recomputed`` error.
 
     Returns
     -------
     str
     """
-    return "" if error is None else f"; recomputed: {error:.2g} of the model's own output"
+    if error is None:
+        return ""
+    if isinstance(error, Agreement):  # with the state's share, and what the check could see of the state
+        return f"; recomputed: {error.phrase()}"
+    return f"; recomputed: {error:.2g} of the model's own output"
 
 
 def summary_tail(la) -> str:

@@ -22,6 +22,7 @@ from importlib import resources
 import numpy as np
 
 from hiddenstate.kinds import KINDS
+from hiddenstate.kinds.agreement import Agreement
 from hiddenstate.report.cards import ROWS_CARD, KindCard
 from hiddenstate.report.explorer import explorer_html
 from hiddenstate.report.target import write_report
@@ -178,12 +179,26 @@ def _layer_map(analysis) -> str:
 
 
 def _recomputed(la) -> str:
-    """``<p>layer 3 recomputed: 2.1e-07 of the model's own output</p>`` ('' for a layer traced as it computes)."""
+    """``<p>layer 3 recomputed: 2.1e-07 of the model's own output; the state's share ...</p>`` ('' for a layer traced as it computes)."""
     err = getattr(la, "recomputed", None)
     if err is None:
         return ""
-    return (f'<p class="recomputed">layer {la.layer} recomputed: {err:.2g} of the model\'s own output (max |ours &minus; '
-            "theirs| / max |theirs| over its whole output, our block in float64 against the model's run)</p>")
+    head = (f'<p class="recomputed">layer {la.layer} recomputed: {err:.2g} of the model\'s own output (max |ours &minus; '
+            "theirs| / max |theirs| over its whole output, our block in float64 against the model's run)")
+    if not isinstance(err, Agreement):
+        return head + "</p>"
+    if err.state_error is not None:
+        state = (f"the state's share of the readout y = C h + D x is {err.share:.2g} (var(C h) / var(y)); with the "
+                 f"skip D set to 0 in the model's own mixer and in our block, what is left is read out of the state "
+                 f"alone and agrees to {err.state_error:.2g} of its largest value")
+    elif err.share >= 1.0:
+        state = "the kind has no skip term beside the state's readout: the figure is the state readout's"
+    elif not err.seen:
+        state = (f"<strong>the state's share {err.share:.2g} of the readout: too small for this check to see the "
+                 "recurrence</strong> (the figure is no evidence about the state)")
+    else:
+        state = f"the state's share of the readout is {err.share:.2g}"
+    return f"{head}; {state}.</p>"
 
 
 def _kind(analysis) -> str | None:

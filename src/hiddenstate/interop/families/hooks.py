@@ -31,6 +31,22 @@ D 1% off, 1.0e-2; the gated norm's eps 10 times too large, 0.68) -- and by littl
 not: an ignored clamp of dt at 0.5 changes that model's output by 5e-6, since its output is almost
 all ``D x`` (the tests draw their weights so that ``C h`` dominates).
 
+**The state's part.** The whole output's figure is no evidence about the state where the state
+hardly shows in it: at transformers' default initialisation (0.02) a Falcon-H1 mixer's readout
+``y = C h + D x`` is ``D x`` but for a share ``var(C h) / var(y)`` of 4e-12 (a tiny model with
+``ssm_multipliers`` of 0.25 to 0.5 and ``ssm_in_multiplier`` 1.25, tests/test_agreement.py), and a block whose decays are ten times too fast
+still agrees to 3.8e-7 to 6.4e-7. So every recorded layer also reports the state's share of its readout
+(:class:`~hiddenstate.kinds.agreement.Agreement`, the kind's ``share``), and a kind with a skip
+term (``Kind.skip``: Mamba's and Mamba-2's ``D``) is held a second time on the state's part
+alone: in the forward hook the model's own mixer runs again on the same arguments with ``D``
+set to 0 (its ``forward``, the parameter restored at once), our block likewise, and the two are
+held to the same tolerance relative to that output's own largest value. The same wrong decays
+differ there by 0.08 to 0.17 and are refused; the right block agrees to 1.4e-7 to 3e-7 (the
+tests' tiny models, float32). This costs one more run of each such mixer, the model's and ours
+(without its record), and one more hooked (N, T, M) output a layer until it is checked. Kinds
+without a skip term read all of their output out of the state (share 1): the whole output's
+figure is the state's.
+
 The delta-rule families (kinds ``gated_delta`` and ``kda``) are computed by transformers in
 float32 whatever the model's dtype (``torch_chunk_gated_delta_rule`` and
 ``chunk_kimi_delta_attention`` cast q, k, v, g and beta to float32; the gated norms compute in
@@ -71,7 +87,8 @@ cast once checked). What a layer costs a step is measured by dry runs of its blo
 (:func:`step_costs`: its record, and the peak of its recording run, record, output and scratch,
 as the slope between a 64-step and a 192-step run under :mod:`tracemalloc`). Before the model runs
 and before any record exists, the records and the hooked inputs and outputs
-(:func:`estimate_bytes`, plus one layer's worth) are checked against ``max_bytes``; ``layers=``
+(:func:`estimate_bytes`, plus one layer's worth; a kind with a skip term keeps its output
+without it too) are checked against ``max_bytes``; ``layers=``
 lowers them. :func:`recompute_bytes` follows the recomputation layer by layer (records made,
 hooked arrays waiting, the layer's run), and
 :func:`hiddenstate.pipelines.family_inspection.inspection_bytes`, which ``inspect_model`` checks,
@@ -83,6 +100,7 @@ forward pass goes.
 
 from __future__ import annotations
 
+import copy
 import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -93,6 +111,7 @@ from hiddenstate.core.resources import traced_peak
 from hiddenstate.core.validation import nonnegative_int, positive_int, real, shape_str
 from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind
+from hiddenstate.kinds.agreement import Agreement
 
 __all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "kept_steps", "recompute_bytes",
            "recompute_layers", "step_costs",
@@ -154,8 +173,12 @@ class Recomputed:
         Per recorded layer, every step's states and gates, time-major (T, N, ...): a MambaRecord,
         Mamba2Record or DeltaRecord (:func:`hiddenstate.kinds.get_kind` of ``family.kind`` reads
         its states and its :class:`~hiddenstate.kinds.RecordView`).
-    errors : tuple of float
-        Per recorded layer, ``max |ours - theirs| / max |theirs|`` of its output.
+    errors : tuple of Agreement
+        Per recorded layer, ``max |ours - theirs| / max |theirs|`` of its output: a float (an
+        :class:`~hiddenstate.kinds.agreement.Agreement`) that also carries the state's share of
+        the layer's readout and, for a kind with a skip term (Mamba's ``D x``), the error of the
+        layer run with that term set to 0 in the model's mixer and in our block (the state's part
+        alone, held to the same tolerance).
     tolerance : float
         The bound every error was held to (:func:`tolerance` of ``dtype``).
     dtype : str
@@ -256,6 +279,11 @@ class StepCost(NamedTuple):
     d_model: int
     itemsize: int
     block: object
+
+
+def _copies(model) -> int:
+    """How many (N, T, M) arrays the hook keeps a layer: its input and output, and for a kind with a skip term its output without it."""
+    return 3 if get_kind(family_of(model).kind).skip else 2
 
 
 def _dry_run(kind, blk) -> tuple:
@@ -387,13 +415,16 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
     half = _record_dtype(record_dtype) == np.float32
     costs = step_costs(model, layers=layers) if costs is None else costs
     steps = T * N
-    hooked = {i: 2 * steps * c.d_model * c.itemsize for i, c in costs.items()}
+    copies = _copies(model)
+    hooked = {i: copies * steps * c.d_model * c.itemsize for i, c in costs.items()}
     done, peak = 0, 0
     for i, c in costs.items():
         io = steps * c.d_model * 8  # one float64 (N, T, M) array
         record = steps * c.record
         layer = (0 if c.itemsize == 8 else 2 * io) + max(c.fixed + steps * c.run, record + 3 * io,
                                                          record + record // 2 + io if half else 0)
+        if copies == 3:  # the state-part check: the model's output without its skip, and our block's run
+            layer = max(layer, (0 if c.itemsize == 8 else 3 * io) + record + 4 * io + c.fixed + steps * c.run)
         if kept is not None and kept < T:  # the kept steps copied out of the whole record
             layer = max(layer, (0 if c.itemsize == 8 else 2 * io) + record + io + kept * N * c.record // (2 if half else 1))
             record = kept * N * c.record
@@ -435,7 +466,8 @@ def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64"
     """
     T, N = nonnegative_int("T", T), nonnegative_int("N", N)
     half = _record_dtype(record_dtype) == np.float32
-    return {i: T * N * ((c.record // 2 if half else c.record) + 2 * c.d_model * c.itemsize)
+    copies = _copies(model)
+    return {i: T * N * ((c.record // 2 if half else c.record) + copies * c.d_model * c.itemsize)
             for i, c in (step_costs(model, layers=layers) if costs is None else costs).items()}
 
 
@@ -476,6 +508,42 @@ def check_cap(family, per_layer: dict, T: int, N: int, max_bytes, dtype: str = "
                          f"would take about {_size(total)} (every step's state, {dtype}; up to "
                          f"{_size(max(per_layer.values()))} a layer). Pass layers=[...] with fewer recurrent layers, "
                          f"fewer steps, record_dtype='float32', or a larger max_bytes.")
+
+
+def _relative(ours, theirs) -> float:
+    """``max |ours - theirs| / max |theirs|`` (``max |ours|`` where theirs is all zero)."""
+    scale = float(np.abs(theirs).max())
+    return float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
+
+
+def _skip_params(mixer, names: tuple) -> tuple:
+    """The kind's skip parameters (``("D",)``) when the mixer has them all under those names, else ()."""
+    own = dict(mixer.named_parameters())
+    return names if names and all(k in own for k in names) else ()
+
+
+def _without(module, names: tuple, args, kwargs):
+    """The mixer's own ``forward`` on the same arguments with its parameters ``names`` set to 0 (restored after)."""
+    import torch
+
+    own = dict(module.named_parameters())
+    kept = {k: own[k].detach().clone() for k in names}
+    try:
+        with torch.no_grad():
+            for k in names:
+                own[k].zero_()
+            return module.forward(*args, **kwargs)  # not module(...): its hooks stay out of it
+    finally:
+        with torch.no_grad():
+            for k in names:
+                own[k].copy_(kept[k])
+
+
+def _zeroed(blk, names: tuple):
+    """A shallow copy of our block with its parameters ``names`` set to 0 (its own stay as they are)."""
+    twin = copy.copy(blk)
+    twin.params = {**blk.params, **{k: np.zeros_like(blk.params[k]) for k in names}}
+    return twin
 
 
 def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, record_dtype="float64", window=None,
@@ -545,17 +613,23 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
     keep = kept_steps(T, window, stride)
     kept = len(range(T)[keep])
     half = 2 if cast is np.float32 else 1  # the records kept, and every step's hooked input and output
-    per = {i: N * (kept * (c.record // half) + T * 2 * c.d_model * c.itemsize)
+    per = {i: N * (kept * (c.record // half) + T * _copies(model) * c.d_model * c.itemsize)
            for i, c in step_costs(model, layers=chosen).items()}
     check_cap(family, per, T, N, max_bytes, np.dtype(cast).name)
     mixers = family.mixers(model)
     seen: dict = {i: [] for i in chosen}
 
+    kind = get_kind(family.kind)
+    skips = {i: _skip_params(mixers[i], kind.skip) for i in chosen}
+
     def hook(index):
         def keep(module, args, kwargs, output):
             got = family.hooked(args, kwargs, output)
             u, out, extra = got if len(got) == 3 else (*got, {})
-            seen[index].append((_host(u), _host(out), extra))
+            alone = None
+            if skips[index]:  # the model's own mixer again, its skip term set to 0: the state's part alone
+                alone = _host(family.hooked(args, kwargs, _without(module, skips[index], args, kwargs))[1])
+            seen[index].append((_host(u), _host(out), extra, alone))
         return keep
 
     handles = []
@@ -587,24 +661,31 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
         if len(seen[i]) != 1:
             raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recomputed; it "
                              f"ran {len(seen[i])} times.")
-        u, theirs, extra = seen[i].pop()
+        u, theirs, extra, alone = seen[i].pop()
         u, theirs = (np.asarray(t, dtype=np.float64) for t in (u, theirs))
         blk = family.convert(mixers[i], model.config)
         if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
                              f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
-        ours, rec = get_kind(family.kind).run(blk, u, **extra)
-        scale = float(np.abs(theirs).max())
-        err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
+        ours, rec = kind.run(blk, u, **extra)
+        err = _relative(ours, theirs)
+        what = f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the model's own"
         if not err <= tol:
-            raise ValueError(f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the "
-                             f"model's own output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
+            raise ValueError(f"{what} output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
                              f"for a {str(dtype).replace('torch.', '')} model: not analysed. {why}")
+        state_err = None
+        if alone is not None:  # the state's part alone, ours against the model's
+            state_err = _relative(_zeroed(blk, skips[i]).forward(u, **extra)[0], np.asarray(alone, np.float64))
+            if not state_err <= tol:
+                raise ValueError(f"{what} output with its skip term ({', '.join(skips[i])}) set to 0 in both by "
+                                 f"{state_err:.3g} of its largest value, above the tolerance {tol:.3g}: the state "
+                                 f"part (the recurrence) disagrees, not analysed. {why}")
+        err = Agreement(err, 1.0 if kind.share is None else kind.share(blk, rec), state_err, tol)
         if cast is not np.float64 or kept < T:  # copies: the whole record is freed
             rec = type(rec)(*(_cut(a, keep, cast, T, N) if isinstance(a, np.ndarray) else a for a in rec))
         records.append(rec)
         errors.append(err)
-        del u, theirs, ours
+        del u, theirs, ours, alone
     return Recomputed(family=family, layer_map=layer_map, layers=chosen, records=tuple(records), errors=tuple(errors),
                       tolerance=tol, dtype=str(dtype).replace("torch.", ""),
                       steps=None if kept == T else np.arange(T)[keep])

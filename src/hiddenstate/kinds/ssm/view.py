@@ -19,11 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from hiddenstate.core.functional import sigmoid
+from hiddenstate.kinds.agreement import readout_share
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView, diagonal_lag_norms, head_products
 from hiddenstate.kinds.ssm.mamba import Mamba
 from hiddenstate.kinds.ssm.mamba2 import Mamba2
 
-__all__ = ["KINDS", "mamba2_view", "mamba_view", "ssm_states"]
+__all__ = ["KINDS", "mamba2_view", "mamba_view", "ssm_share", "ssm_states"]
 
 
 def mamba_view(rec) -> RecordView:
@@ -87,12 +88,34 @@ def ssm_states(rec) -> dict:
     return {"ssm": rec.ssm, "conv": rec.conv}
 
 
+def ssm_share(block, rec) -> float:
+    """The state's share of a Mamba or Mamba-2 readout: ``var(y - D x) / var(y)``, ``y = C h + D x`` before the gate.
+
+    Parameters
+    ----------
+    block : Mamba or Mamba2
+        Its ``D``: (Di,), (H, Dh) with heads, or Mamba-2's (H,).
+    rec : MambaRecord or Mamba2Record
+        Its ``y`` and ``x``: (T, N, Di) or (T, N, H, P), float64.
+
+    Returns
+    -------
+    float
+        :func:`hiddenstate.kinds.agreement.readout_share`.
+    """
+    D = np.asarray(block.params["D"], dtype=np.float64)
+    D = D.reshape(-1) if rec.x.ndim == 3 else D.reshape(D.shape[0], 1)  # Mamba's channels, Mamba-2's heads
+    return readout_share(rec.y, D * rec.x)
+
+
 #: The two Mamba kinds.
 KINDS = (Kind("mamba", Mamba, mamba_view, ssm_states,
               description="SSM state (N, Di, S), a decay exp(dt A) per state entry",
               analysis="hiddenstate.kinds.ssm.mamba_analysis:MAMBA", card="hiddenstate.kinds.ssm.card:MAMBA_CARD",
-              analyze="hiddenstate.kinds.ssm.mamba_analysis:analyze_mamba", title="Mamba"),
+              analyze="hiddenstate.kinds.ssm.mamba_analysis:analyze_mamba", title="Mamba", share=ssm_share,
+              skip=("D",)),
          Kind("mamba2", Mamba2, mamba2_view, ssm_states,
               description="SSM state (N, H, P, S), a decay exp(dt A_h) per head",
               analysis="hiddenstate.kinds.ssm.mamba2_analysis:MAMBA2", card="hiddenstate.kinds.ssm.card:MAMBA2_CARD",
-              analyze="hiddenstate.kinds.ssm.mamba2_analysis:analyze_mamba2", title="Mamba-2"))
+              analyze="hiddenstate.kinds.ssm.mamba2_analysis:analyze_mamba2", title="Mamba-2",
+              share=ssm_share, skip=("D",)))
