@@ -19,7 +19,7 @@ xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``); the Qwen3.5 kin of the gated de
 projections (``layout="qwen3_5"``): qwen3_5_text, qwen3_5 (multimodal, read through its text
 backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate), lara_mini, and the
 MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicpm_ocr, and qwen4_exp
-(multimodal, read through qwen4_exp_text's backbone); inkling_text and inkling_mm_model (kind ``shortconv``:
+(multimodal, read through qwen4_exp_text's backbone), jev (a decision head on Qwen3.5's text backbone); inkling_text and inkling_mm_model (kind ``shortconv``:
 residual depthwise causal convolutions, one of each layer's four recorded).
 
 How to add a family
@@ -112,6 +112,7 @@ from hiddenstate.interop.families import (
     inkling_mm_model,
     inkling_text,
     jamba,
+    jev,
     kimi_linear,
     lara_mini,
     lfm2,
@@ -155,7 +156,7 @@ _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, ja
             xlstm, rwkv, lfm2_moe, lfm3, glm5_next, bailing_hybrid,
             qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
             minicpmv4_6, minicpmv4_7, minicpm_ocr, qwen4_exp,
-            inkling_text, inkling_mm_model)
+            inkling_text, inkling_mm_model, jev)
 for _module in _MODULES:
     register(_module.FAMILY)
 
