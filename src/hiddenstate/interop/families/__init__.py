@@ -20,7 +20,9 @@ projections (``layout="qwen3_5"``): qwen3_5_text, qwen3_5 (multimodal, read thro
 backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate), lara_mini, and the
 MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicpm_ocr, and qwen4_exp
 (multimodal, read through qwen4_exp_text's backbone), jev (a decision head on Qwen3.5's text backbone); inkling_text and inkling_mm_model (kind ``shortconv``:
-residual depthwise causal convolutions, one of each layer's four recorded).
+residual depthwise causal convolutions, one of each layer's four recorded), inkling2_text, inkling2,
+inkling2_loop_text, inkling2_loop (the same with an output scale; the looped layers and their message gates, a
+recurrence over passes, named and not recorded).
 
 How to add a family
 -------------------
@@ -109,6 +111,10 @@ from hiddenstate.interop.families import (
     falcon_mamba,
     glm5_next,
     granitemoehybrid,
+    inkling2,
+    inkling2_loop,
+    inkling2_loop_text,
+    inkling2_text,
     inkling_mm_model,
     inkling_text,
     jamba,
@@ -156,7 +162,7 @@ _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, ja
             xlstm, rwkv, lfm2_moe, lfm3, glm5_next, bailing_hybrid,
             qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
             minicpmv4_6, minicpmv4_7, minicpm_ocr, qwen4_exp,
-            inkling_text, inkling_mm_model, jev)
+            inkling_text, inkling_mm_model, jev, inkling2_text, inkling2, inkling2_loop_text, inkling2_loop)
 for _module in _MODULES:
     register(_module.FAMILY)
 

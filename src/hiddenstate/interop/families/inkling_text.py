@@ -42,21 +42,23 @@ PARTS = {"self_attn": "attention", "self_attn.k_sconv": "short convolution (keys
          "mlp_sconv": "short convolution (MLP output)"}
 
 
-def inkling_block(mixer, config) -> ShortConv:
-    """Our ShortConv computing a transformers ``InklingShortConvolution``: ``y = x + conv(x)``, exactly.
+def inkling_block(mixer, config, scale: float = 1.0) -> ShortConv:
+    """Our ShortConv computing a transformers ``InklingShortConvolution``: ``y = scale (x + conv(x))``, exactly.
 
     Parameters
     ----------
-    mixer : transformers InklingShortConvolution
+    mixer : transformers InklingShortConvolution or Inkling2ShortConvolution
         ``conv1d``, a depthwise ``Conv1d`` of M channels and K taps, no bias.
     config : transformers InklingTextConfig
         Not read (the mixer has its sizes).
+    scale : float, default 1.0
+        The output's factor (Inkling 2's ``1 / sqrt(K + 1)``).
 
     Returns
     -------
     ShortConv
-        float64, ``batch_first=True``, ``bias=True``: B = C = 1, x = u, ``out_proj`` the
-        identity, the taps the mixer's with 1 added to the newest.
+        float64, ``batch_first=True``, ``bias=True``: B = C = 1, x = u, ``out_proj`` ``scale``
+        times the identity, the taps the mixer's with 1 added to the newest.
 
     Raises
     ------
@@ -76,7 +78,7 @@ def inkling_block(mixer, config) -> ShortConv:
     blk.load_state_dict({"conv.weight": w, "conv.bias": np.zeros(M),
                          "in_proj.weight": np.concatenate([zero, zero, eye]),
                          "in_proj.bias": np.concatenate([np.ones(2 * M), np.zeros(M)]),
-                         "out_proj.weight": eye, "out_proj.bias": np.zeros(M)})
+                         "out_proj.weight": scale * eye, "out_proj.bias": np.zeros(M)})
     return blk
 
 
