@@ -29,7 +29,7 @@ def block(seed=0, t0=2, t1=3, bias=True):
 
 def reference(p, u, window, v0):
     """[query | key | value] and the final state from the equations, in torch float64."""
-    lin = lambda name, x: x @ p[f"{name}.weight"].T + (p[f"{name}.bias"] if f"{name}.bias" in p else 0)  # noqa: E731
+    lin = lambda name, x: x @ p[f"{name}.weight"].T + p.get(f"{name}.bias", 0)
     q, k = lin("q_proj", u), lin("k_proj", u)
     z = torch.cat([q, k], -1)
     zp = torch.cat([window, z.transpose(1, 2)], -1)  # (N, C, W+T)
