@@ -19,7 +19,7 @@ carry           two chunks give what one long call gives (transformers' decoding
 ==============  ===========================================================================
 
 It is not a registered kind: its output is the attention's queries, keys and values, not a
-sequence of the layer's width, and ZAYA's family is not registered (see the project's notes).
+sequence of the layer's width, and ZAYA's family is not registered (docs/guides/families.md says why).
 
 References
 ----------
