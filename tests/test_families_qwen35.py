@@ -39,6 +39,7 @@ FAMILIES = {
     "qwen3_5_moe_text": ("Qwen3_5MoeGatedDeltaNet", "Qwen3_5MoeAttention", ("moe", "Qwen3_5MoeSparseMoeBlock")),
     "qwen3_5_moe": ("Qwen3_5MoeGatedDeltaNet", "Qwen3_5MoeAttention", ("moe", "Qwen3_5MoeSparseMoeBlock")),
     "qwen4_exp_text": ("Qwen4ExpTextGatedDeltaNet", "Qwen4ExpTextAttention", ("moe", "Qwen4ExpTextSparseMoeBlock")),
+    "qwen4_exp": ("Qwen4ExpTextGatedDeltaNet", "Qwen4ExpTextAttention", ("moe", "Qwen4ExpTextSparseMoeBlock")),
     "lara_mini": ("LaraMiniGatedDeltaNet", "LaraMiniAttention", ("moe", "LaraMiniSparseMoeBlock")),
     "minicpmv4_6": ("Qwen3_5GatedDeltaNet", "Qwen3_5Attention", ("mlp", "Qwen3_5MLP")),
     "minicpmv4_7": ("Qwen3_5GatedDeltaNet", "Qwen3_5Attention", ("mlp", "Qwen3_5MLP")),
@@ -98,7 +99,7 @@ def test_every_recurrent_layer_is_recomputed_to_the_models_own_output_and_cache(
 
 @pytest.mark.parametrize("name, text", [("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text"),
                                         ("minicpmv4_6", "qwen3_5_text"), ("minicpmv4_7", "qwen3_5_text"),
-                                        ("minicpm_ocr", "qwen3_5_text")])
+                                        ("minicpm_ocr", "qwen3_5_text"), ("qwen4_exp", "qwen4_exp_text")])
 def test_a_multimodal_model_is_read_through_its_text_backbone_and_says_the_vision_tower_is_not_ours(name, text):
     model = build(name)
     fam = families.family_of(model)

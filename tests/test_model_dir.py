@@ -84,8 +84,8 @@ def test_a_sharded_directory_of_each_family_loads_bit_for_bit_and_inspects_as_th
     for k, v in theirs.items():
         assert ours[k].dtype == v.dtype and torch.equal(ours[k], v), k
     ids = ids_for(model.config.get_text_config().vocab_size)  # a multimodal model's: its text backbone's
-    with torch.no_grad():
-        assert torch.equal(loaded(torch.from_numpy(ids)).logits, model(torch.from_numpy(ids)).logits)
+    with torch.no_grad():  # the family's scores: the logits (JEV's decision head on every position)
+        assert torch.equal(family.logits(loaded, torch.from_numpy(ids)), family.logits(model, torch.from_numpy(ids)))
     a, b = hs.inspect_model(model, ids), hs.inspect_model(path, ids)
     assert [la.layer for la in a.layers] == [la.layer for la in b.layers] and a.layer_map == b.layer_map
     assert [la.recomputed for la in a.layers] == [la.recomputed for la in b.layers]

@@ -69,7 +69,7 @@ def _run(model, ids, hooks: dict) -> np.ndarray:
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         model.eval()
         with torch.no_grad():
-            logits = model(input_ids=ids, use_cache=False).logits
+            logits = family_of(model).logits(model, ids)
     finally:
         for h in handles:
             h.remove()

@@ -18,7 +18,11 @@ olmo_hybrid (kind ``gated_delta``) and kimi_linear, glm5_next (its text backbone
 xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``); the Qwen3.5 kin of the gated delta rule with split
 projections (``layout="qwen3_5"``): qwen3_5_text, qwen3_5 (multimodal, read through its text
 backbone), qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text (a SiLU or sigmoid output gate), lara_mini, and the
-MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicpm_ocr.
+MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicpm_ocr, and qwen4_exp
+(multimodal, read through qwen4_exp_text's backbone), jev (a decision head on Qwen3.5's text backbone); inkling_text and inkling_mm_model (kind ``shortconv``:
+residual depthwise causal convolutions, one of each layer's four recorded), inkling2_text, inkling2,
+inkling2_loop_text, inkling2_loop (the same with an output scale; the looped layers and their message gates, a
+recurrence over passes, named and not recorded).
 
 How to add a family
 -------------------
@@ -107,7 +111,14 @@ from hiddenstate.interop.families import (
     falcon_mamba,
     glm5_next,
     granitemoehybrid,
+    inkling2,
+    inkling2_loop,
+    inkling2_loop_text,
+    inkling2_text,
+    inkling_mm_model,
+    inkling_text,
     jamba,
+    jev,
     kimi_linear,
     lara_mini,
     lfm2,
@@ -126,6 +137,7 @@ from hiddenstate.interop.families import (
     qwen3_5_moe_text,
     qwen3_5_text,
     qwen3_next,
+    qwen4_exp,
     qwen4_exp_text,
     recurrent_gemma,
     rwkv,
@@ -149,7 +161,8 @@ _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, ja
             qwen3_next, olmo_hybrid, kimi_linear, recurrent_gemma, minimax, lfm2,
             xlstm, rwkv, lfm2_moe, lfm3, glm5_next, bailing_hybrid,
             qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
-            minicpmv4_6, minicpmv4_7, minicpm_ocr)
+            minicpmv4_6, minicpmv4_7, minicpm_ocr, qwen4_exp,
+            inkling_text, inkling_mm_model, jev, inkling2_text, inkling2, inkling2_loop_text, inkling2_loop)
 for _module in _MODULES:
     register(_module.FAMILY)
 

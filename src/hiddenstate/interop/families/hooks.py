@@ -642,7 +642,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
             echo(f"the {type(model).__name__}'s forward pass on N={N} x T={T:,} tokens, {len(chosen)} recurrent "
                  "layer(s) hooked")
         with torch.no_grad():
-            model(input_ids=ids, use_cache=False)
+            family.forward(model, ids)
     finally:
         for h in handles:
             h.remove()

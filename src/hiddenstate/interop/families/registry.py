@@ -117,6 +117,12 @@ class Family:
         recurrent and not, widths of 8-16) whose random-weight model builds and runs on a CPU in
         well under a second; the README's table of families and the directory tests build one
         model of every family that has it (``classes[0]``, the causal LM, from this config).
+    run : callable, optional
+        ``run(model, ids) -> logits``: the model's forward pass on token ids (N, T) (a torch
+        int64 tensor on its device), ``use_cache=False``, returning the scores the interventions
+        compare, a torch tensor (N, T, V); default ``model(input_ids=ids, use_cache=False).logits``.
+        For a model whose own forward needs more than token ids (JEV's decision head: the marks
+        of its questions), the run of its text backbone and head on every position.
     """
 
     name: str
@@ -128,6 +134,7 @@ class Family:
     package: str = "transformers"
     notes: str = ""
     tiny_config: Callable | None = None
+    run: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -138,8 +145,9 @@ class Family:
         for what in ("layers", "to_block", "hooked"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
-        if self.tiny_config is not None and not callable(self.tiny_config):
-            raise TypeError(f"tiny_config must be callable or None; got {type(self.tiny_config).__name__}.")
+        for what in ("tiny_config", "run"):
+            if getattr(self, what) is not None and not callable(getattr(self, what)):
+                raise TypeError(f"{what} must be callable or None; got {type(getattr(self, what)).__name__}.")
 
     def __repr__(self) -> str:
         return f"Family({self.name!r}, kind={self.kind!r}, classes={self.classes!r})"
@@ -158,6 +166,38 @@ class Family:
         cls = type(model)
         return (cls.__name__ in self.classes and cls.__module__.split(".")[0] == self.package
                 and getattr(getattr(model, "config", None), "model_type", None) == self.name)
+
+    def forward(self, model, ids):
+        """The model's forward pass on ``ids`` (``use_cache=False``) as the recomputation runs it.
+
+        Parameters
+        ----------
+        model : a model of this family (its base model too)
+        ids : torch.Tensor of int64, shape (N, T)
+            On the model's device.
+
+        Returns
+        -------
+        object
+            :attr:`run`'s scores, else the model's own output (a base model's has no logits).
+            The caller chooses the grad mode (``torch.no_grad()`` in the recomputation).
+        """
+        return self.run(model, ids) if self.run is not None else model(input_ids=ids, use_cache=False)
+
+    def logits(self, model, ids):
+        """The scores the interventions compare: :attr:`run`, or the model's ``.logits``.
+
+        Parameters
+        ----------
+        model : a model of this family with a head
+        ids : torch.Tensor of int64, shape (N, T)
+
+        Returns
+        -------
+        torch.Tensor of shape (N, T, V)
+        """
+        out = self.forward(model, ids)
+        return out if self.run is not None else out.logits
 
     def layer_map(self, model) -> tuple:
         """The model's layers, checked: indices 0 .. L-1 in order, at least one recurrent.
