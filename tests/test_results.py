@@ -178,3 +178,12 @@ def test_rewrite_replaces_only_what_is_between_markers():
 
 def test_the_check_command_agrees(capsys):
     assert script.main(["check"]) == 0, capsys.readouterr().err
+
+
+def test_the_readme_counts_the_registered_families():
+    """The README's count of families is the registry's (it said 31 after 8 more were registered)."""
+    from hiddenstate.interop import families
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"in (\d+)\s+families of transformers", text)
+    assert said is not None and int(said.group(1)) == len(families.registered())
