@@ -170,7 +170,8 @@ def test_the_cost_is_known_before_the_sweep_and_the_result_draws_and_serialises(
     (cost, done), = seen
     assert done == 1 and len(cells) == 6 and len(set(cells)) == 6  # one cell timed, then the other five
     assert cost is tr.cost and cost.runs == 6 and cost.layers == (2, 0) and cost.steps == (1, 4, 6)
-    assert cost.seconds_per_run > 0 and cost.seconds == pytest.approx(6 * cost.seconds_per_run) and cost.state_bytes > 0
+    assert cost.seconds_per_run > 0 and cost.state_bytes > 0 and (cost.group, cost.groups) == ("layer", 2)
+    assert cost.seconds == pytest.approx(6 * cost.seconds_per_run + 2 * cost.seconds_per_group)
     assert "2 layers x 3 steps = 6 edited runs" in str(cost)
     alone = hs.trace_cost(model, clean, corrupted, target=clean[:, -1], layers=[2, 0], steps=[1, 4, 6], position=7)
     assert alone.runs == 6 and len(cells) == 7  # the setup and one cell only

@@ -11,10 +11,12 @@ recurrence from it through the model's own code (:func:`hiddenstate.intervene`, 
     IE(l, t) = p(target | corrupted, layer l's state after step t restored) - p(target | corrupted)
 
 read at one position (default the last). The sweep runs the clean and corrupted ids once each and
-keeps their states (:mod:`hiddenstate.edit.causal.families`, :mod:`hiddenstate.edit.causal.ours`),
-then one edited run per cell; its cost (:class:`~hiddenstate.edit.causal.result.TraceCost`: the
-number of edited runs and the seconds of the first, timed) is known before the rest of the sweep
-runs (``on_cost=``, or :func:`trace_cost` alone).
+keeps what the cells read (:mod:`hiddenstate.edit.causal.families`: each traced layer's inputs,
+one layer's states at a time; :mod:`hiddenstate.edit.causal.ours`: every layer's states), then
+one edited run per cell; its cost (:class:`~hiddenstate.edit.causal.result.TraceCost`: the
+number of edited runs, the seconds of the first and of the first layer's or step's preparation,
+timed, and the bytes held) is known before the rest of the sweep runs (``on_cost=``, or
+:func:`trace_cost` alone).
 """
 
 from __future__ import annotations
@@ -140,21 +142,26 @@ class _Sweep:
         self.corrupted_prob = _prob(corrupted_logits, self.position, self.target)
         self.prob = np.full((len(self.target), len(self.layers), len(self.steps)), np.nan)
         start = time.perf_counter()
+        held += self.tracer.prepare(self.layers[0], self.steps[0])
+        group = time.perf_counter() - start
+        start = time.perf_counter()
         self._cell(0, 0)
         per_run = time.perf_counter() - start
+        groups = len(self.layers) if self.tracer.group == "layer" else len(self.steps)
         self.cost = TraceCost(model=self.tracer.name, layers=tuple(self.layers), steps=tuple(self.steps),
                               runs=len(self.layers) * len(self.steps), seconds_per_run=per_run, setup_seconds=setup,
-                              state_bytes=int(held))
+                              group=self.tracer.group, seconds_per_group=group, groups=groups, state_bytes=int(held))
 
     def _cell(self, a, b):
         logits = self.tracer.cell(self.layers[a], self.steps[b])
         self.prob[:, a, b] = _prob(logits, self.position, self.target)
 
     def run(self) -> CausalTrace:
-        for b in range(len(self.steps)):  # step-major: our models' unchanged continuation is shared by the layers
-            for a in range(len(self.layers)):
-                if (a, b) != (0, 0):
-                    self._cell(a, b)
+        cells = [(a, b) for a in range(len(self.layers)) for b in range(len(self.steps))]
+        if self.tracer.group == "step":  # our models: the unchanged continuation after a step serves every layer
+            cells.sort(key=lambda ab: (ab[1], ab[0]))
+        for a, b in cells[1:]:
+            self._cell(a, b)
         return CausalTrace(restored_prob=self.prob, clean_prob=self.clean_prob, corrupted_prob=self.corrupted_prob,
                            layers=tuple(self.layers), steps=tuple(self.steps), position=self.position,
                            target=self.target, model=self.tracer.name, part=self.part, cost=self.cost)
@@ -214,8 +221,9 @@ def causal_trace(model, clean_ids, corrupted_ids, *, target, layers=None, steps=
     -----
     The sweep runs the clean and corrupted ids once each, then ``L * S`` edited runs, one per
     cell: for a transformers model two runs of the traced layer's block over the steps after t
-    and one forward pass of the model; for ours one run of the model over the steps after t
-    (and one per step shared by the layers). Each cell equals :func:`hiddenstate.intervene` of
+    and one forward pass of the model (and, per layer, two runs of its block over all steps for
+    its states); for ours one run of the model over the steps after t (and one per step shared
+    by the layers). Each cell equals :func:`hiddenstate.intervene` of
     ``StateEdit(layer, step, "replace", source=clean_ids, part=part)`` on the corrupted ids, to
     round-off (``tests/test_causal_trace.py``).
     """

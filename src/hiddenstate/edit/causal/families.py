@@ -2,10 +2,12 @@
 
 :meth:`FamilyTracer.setup` runs the model on the clean and on the corrupted ids once each, with
 hooks that keep every traced mixer's input and output, and recomputes each traced layer with our
-float64 block from those inputs: the clean run's states (the restored part, every step) and the
-corrupted run's (every field, every step), the latter held to the model's own output (a layer
-outside :func:`~hiddenstate.interop.families.hooks.tolerance` is refused, as
-:func:`hiddenstate.intervene` refuses it).
+float64 block on the corrupted input, held to the model's own output (a layer outside
+:func:`~hiddenstate.interop.families.hooks.tolerance` is refused, as :func:`hiddenstate.intervene`
+refuses it). The sweep goes layer by layer: :meth:`FamilyTracer.prepare` recomputes one layer's
+states from the kept inputs, the clean run's (the restored part, every step) and the corrupted
+run's (every field, every step), and lets the previous layer's go, so the memory held is one
+layer's states, not all of them.
 
 A cell (layer l, step t) then costs two runs of l's block over the steps after t and one forward
 pass of the model. The block continues from the corrupted state after step t twice: with the
@@ -104,7 +106,7 @@ class FamilyTracer:
         return seen[i][0]
 
     def setup(self, clean, corrupted, layers, part: str):
-        """Run the clean and corrupted ids, keep the traced layers' inputs, outputs and states.
+        """Run the clean and corrupted ids, keep the traced layers' inputs and outputs, check each recomputation.
 
         Parameters
         ----------
@@ -117,8 +119,8 @@ class FamilyTracer:
         Returns
         -------
         clean_logits, corrupted_logits : ndarray of shape (N, T, V), float64
-        state_bytes : int
-            Bytes of the states kept.
+        held_bytes : int
+            Bytes of the inputs and outputs kept.
 
         Raises
         ------
@@ -126,23 +128,19 @@ class FamilyTracer:
             A part the layers' state has not; a layer whose recomputation leaves the tolerance.
         """
         model, kind = self.model, self.kind
-        self.mixers = self.family.mixers(model)
+        self.mixers, self.part = self.family.mixers(model), part
         self.blocks = {i: self.family.convert(self.mixers[i], model.config) for i in layers}
         self.ids = ids_tensor(model, corrupted)
         seen_clean, seen = {}, {}
         clean_logits = run_model(model, ids_tensor(model, clean), _keep(self.family, self.mixers, layers, seen_clean))
         corrupted_logits = run_model(model, self.ids, _keep(self.family, self.mixers, layers, seen))
-        self.clean, self.corrupted, held = {}, {}, 0
+        self.clean, self.corrupted, self.held, held = {}, {}, (None, None), 0
         tol = tolerance(next(self.mixers[layers[0]].parameters()).dtype)
         for i in layers:
             blk = self.blocks[i]
-            u_clean, _, extra_clean = self._once(seen_clean, i)
-            _, rec = kind.run(blk, u_clean, **extra_clean)
-            states = kind.states(rec)
-            names = part_fields(self.kind_name, part, tuple(states), with_stabiliser=True)
-            self.clean[i] = {f: np.asarray(states[f], dtype=np.float64) for f in names}
             u, out, extra = self._once(seen, i)
             ours, rec = kind.run(blk, u, **extra)
+            part_fields(self.kind_name, part, tuple(kind.states(rec)), with_stabiliser=True)
             theirs = out.detach().cpu().double().numpy()
             scale = float(np.abs(theirs).max())
             err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
@@ -151,10 +149,39 @@ class FamilyTracer:
                                  f"from the model's own output by {err:.3g} of its largest value, above the tolerance "
                                  f"{tol:.3g}: it cannot be traced. The {self.name} family's to_block misses part of "
                                  f"what the mixer computes.")
-            corr = {f: np.asarray(v, dtype=np.float64) for f, v in kind.states(rec).items()}
-            self.corrupted[i] = (u, theirs, out.dtype, out.device, extra, corr)
-            held += sum(v.nbytes for v in (*self.clean[i].values(), *corr.values()))
+            self.corrupted[i] = (u, theirs, out.dtype, out.device, extra)
+            self.clean[i] = self._once(seen_clean, i)[::2]  # its input and extra keywords
+            held += u.nbytes + theirs.nbytes + self.clean[i][0].nbytes
         return clean_logits, corrupted_logits, held
+
+    #: The sweep's order: layer by layer (one layer's states held at a time, :meth:`prepare`).
+    group = "layer"
+
+    def prepare(self, i: int, t) -> int:
+        """Hold layer ``i``'s states, every step: the clean run's restored part, the corrupted run's whole state.
+
+        Two runs of the layer's block over all steps; the previous layer's states are let go.
+
+        Parameters
+        ----------
+        i : int
+        t : int or None
+            Unused (the states serve every step).
+
+        Returns
+        -------
+        int
+            Bytes of the states held.
+        """
+        if self.held[0] != i:
+            kind, blk = self.kind, self.blocks[i]
+            u_clean, extra_clean = self.clean[i]
+            states = kind.states(kind.run(blk, u_clean, **extra_clean)[1])
+            names = part_fields(self.kind_name, self.part, tuple(states), with_stabiliser=True)
+            u, _, _, _, extra = self.corrupted[i]
+            corr = {f: np.asarray(v, dtype=np.float64) for f, v in kind.states(kind.run(blk, u, **extra)[1]).items()}
+            self.held = (i, ({f: np.asarray(states[f], dtype=np.float64) for f in names}, corr))
+        return sum(v.nbytes for d in self.held[1] for v in d.values())
 
     def cell(self, i: int, t: int) -> np.ndarray:
         """The corrupted run's logits with layer ``i``'s part restored after step ``t`` (module docstring).
@@ -172,10 +199,12 @@ class FamilyTracer:
         """
         import torch
 
+        self.prepare(i, t)
         kind, blk = self.kind, self.blocks[i]
-        u, theirs, dtype, device, extra, corr = self.corrupted[i]
+        clean, corr = self.held[1]
+        u, theirs, dtype, device, extra = self.corrupted[i]
         base = tuple(v[t] for v in corr.values())
-        restored = tuple(self.clean[i][f][t] if f in self.clean[i] else v[t] for f, v in corr.items())
+        restored = tuple(clean[f][t] if f in clean else v[t] for f, v in corr.items())
         more = _sliced(extra, t + 1)
         out_r, _ = kind.run(blk, u[:, t + 1:], state=restored, **more)
         out_b, _ = kind.run(blk, u[:, t + 1:], state=base, **more)

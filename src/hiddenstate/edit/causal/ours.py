@@ -75,7 +75,8 @@ class OursTracer:
         Returns
         -------
         clean_logits, corrupted_logits : ndarray of shape (N, T, V), float64
-        state_bytes : int
+        held_bytes : int
+            Bytes of the states kept.
 
         Raises
         ------
@@ -94,6 +95,28 @@ class OursTracer:
         self.logits = np.asarray(corrupted_logits, dtype=np.float64)
         held = sum(v.nbytes for d in (*self.clean.values(), *self.rec.values()) for v in d.values())
         return np.asarray(clean_logits, dtype=np.float64), self.logits, held
+
+    #: The sweep's order: step by step (the unchanged continuation after a step serves every layer, :meth:`prepare`).
+    group = "step"
+
+    def prepare(self, i, t: int) -> int:
+        """Hold the corrupted run's continuation after step ``t`` from its own state (one run of the model).
+
+        Parameters
+        ----------
+        i : int or None
+            Unused (the continuation serves every layer).
+        t : int
+
+        Returns
+        -------
+        int
+            Bytes of the continuation held.
+        """
+        if t not in self.base:
+            rest = self.ids[:, t + 1:]
+            self.base = {t: np.asarray(self.runner.run(rest, self._state_at(t), [])[0], dtype=np.float64)}
+        return self.base[t].nbytes
 
     def _state_at(self, t: int):
         state = self.final
@@ -115,9 +138,8 @@ class OursTracer:
         ndarray of shape (N, T, V), float64
         """
         r, rest = self.runner, self.ids[:, t + 1:]
+        self.prepare(i, t)
         state = self._state_at(t)
-        if t not in self.base:
-            self.base = {t: np.asarray(r.run(rest, state, [])[0], dtype=np.float64)}  # the last step's only
         restored = r.put(state, i, {f: v[t] for f, v in self.clean[i].items()})
         logits = self.logits.copy()
         logits[:, t + 1:] += np.asarray(r.run(rest, restored, [])[0], dtype=np.float64) - self.base[t]

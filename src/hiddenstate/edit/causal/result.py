@@ -34,10 +34,19 @@ class TraceCost:
         Wall-clock seconds of the first cell's edited run, measured (its block recomputation and
         the model's forward pass).
     setup_seconds : float
-        Seconds of the clean and corrupted runs and of the states kept from them, measured.
+        Seconds of the clean and corrupted runs and of the recomputation checks, measured.
+    group : {"layer", "step"}
+        What the sweep prepares once for several cells: a transformers model's layer (its
+        states, every step, recomputed from the kept inputs; one layer held at a time), our
+        model's step (the corrupted continuation after it, shared by the layers).
+    seconds_per_group : float
+        Seconds of preparing the first group, measured.
+    groups : int
+        Groups of the sweep (L or S).
     state_bytes : int
-        Bytes of the states kept for the sweep: the clean run's restored part of every traced
-        layer and the corrupted run's whole state of every layer, every step, float64.
+        Bytes held during the sweep: the traced layers' inputs and outputs in both runs and one
+        layer's states (a transformers model), or every layer's states after every step of both
+        runs (ours), float64.
     """
 
     model: str
@@ -46,22 +55,26 @@ class TraceCost:
     runs: int
     seconds_per_run: float
     setup_seconds: float
+    group: str
+    seconds_per_group: float
+    groups: int
     state_bytes: int
 
     @property
     def seconds(self) -> float:
-        """The sweep's estimated seconds, ``runs * seconds_per_run``.
+        """The sweep's estimated seconds, ``runs * seconds_per_run + groups * seconds_per_group``.
 
         Returns
         -------
         float
         """
-        return self.runs * self.seconds_per_run
+        return self.runs * self.seconds_per_run + self.groups * self.seconds_per_group
 
     def __str__(self) -> str:
         return (f"causal trace of {self.model}: {len(self.layers)} layers x {len(self.steps)} steps = {self.runs} "
-                f"edited runs; one took {self.seconds_per_run:.3g} s, so about {self.seconds:.3g} s in all "
-                f"(states kept: {_size(self.state_bytes)}; clean and corrupted runs {self.setup_seconds:.3g} s)")
+                f"edited runs; one took {self.seconds_per_run:.3g} s (and {self.seconds_per_group:.3g} s per "
+                f"{self.group}), so about {self.seconds:.3g} s in all (held: {_size(self.state_bytes)}; clean and "
+                f"corrupted runs {self.setup_seconds:.3g} s)")
 
 
 @dataclass(frozen=True, repr=False)
@@ -186,4 +199,5 @@ class CausalTrace:
                 "corrupted_prob": self.corrupted_prob.tolist(), "restored_prob": self.restored_prob.tolist(),
                 "indirect_effect": self.indirect_effect.tolist(), "normalized": None if norm is None else norm.tolist(),
                 "cost": {"runs": c.runs, "seconds_per_run": c.seconds_per_run, "setup_seconds": c.setup_seconds,
+                         "group": c.group, "seconds_per_group": c.seconds_per_group, "groups": c.groups,
                          "state_bytes": c.state_bytes}}
