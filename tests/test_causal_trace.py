@@ -86,6 +86,21 @@ def test_every_cell_equals_intervene_of_the_same_restore(name):
     np.testing.assert_allclose(tr.indirect_effect, (tr.restored_prob - tr.corrupted_prob[:, None, None]).mean(0))
 
 
+@pytest.mark.parametrize("name", [f.name for f in families.registered() if f.tiny_config is not None])
+def test_every_family_traces_as_intervene_restores(name):
+    model = build(name)
+    clean, corrupted = prompts()
+    recurrent = [e.index for e in families.family_of(model).layer_map(model) if e.role == "recurrent"]
+    tr = hs.causal_trace(model, clean, corrupted, target=clean[:, -1], layers=[recurrent[-1], recurrent[0]],
+                         steps=[2, 6])
+    tgt = np.repeat(clean[:, -1:], T, axis=1)
+    for a, layer in enumerate(tr.layers):
+        for b, step in enumerate(tr.steps):
+            run = hs.intervene(model, corrupted, [hs.StateEdit(layer, step, "replace", source=clean)], target=tgt)
+            np.testing.assert_allclose(tr.restored_prob[:, a, b], run.target_prob[:, -1], rtol=0, atol=1e-7)
+    assert np.isfinite(tr.indirect_effect).all()
+
+
 def _cache_of(out):
     return getattr(out, "cache", None) or getattr(out, "past_key_values", None)
 
