@@ -53,7 +53,7 @@ def trace_figure(values, layers, steps, *, title: str = "", label: str = "indire
     top = float(np.nanmax(np.abs(values))) if values.size and np.isfinite(values).any() else 0.0
     top = top or 1.0
     with style():
-        fig, ax = figure(min(2.5 + 0.32 * S, 14.0), min(1.6 + 0.32 * L, 10.0))
+        fig, ax = figure(min(3.0 + 0.32 * S, 14.0), min(max(2.8, 1.6 + 0.32 * L), 10.0))
         image = ax.imshow(values, aspect="auto", cmap="RdBu_r", vmin=-top, vmax=top, interpolation="nearest")
         ax.grid(False)
         ax.set_yticks(range(L), [str(i) for i in layers])

@@ -178,7 +178,7 @@ class CausalTrace:
             raise ValueError("normalized must be False for this trace: the clean and corrupted probabilities are "
                              f"equal ({float(self.clean_prob.mean()):.6g}), so nothing is there to recover.")
         values = self.normalized if normalized else self.indirect_effect
-        label = "normalised indirect effect" if normalized else "indirect effect (p restored - p corrupted)"
+        label = "normalised indirect effect" if normalized else "p restored - p corrupted"
         title = f"Restoring the clean {self.part} of {self.model}: target at position {self.position}"
         return trace_figure(values, self.layers, self.steps, title=title, label=label, step_labels=step_labels)
 
