@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.edit.blocks import state_fields
 from hiddenstate.edit.families import ids_tensor, run_model, vocab_of
 from hiddenstate.edit.ops import part_fields
 from hiddenstate.interop.families.hooks import tolerance
@@ -130,6 +131,8 @@ class FamilyTracer:
         model, kind = self.model, self.kind
         self.mixers, self.part = self.family.mixers(model), part
         self.blocks = {i: self.family.convert(self.mixers[i], model.config) for i in layers}
+        for blk in self.blocks.values():  # a part the state has not: refused before the model runs
+            part_fields(self.kind_name, part, state_fields(self.kind_name, blk), with_stabiliser=True)
         self.ids = ids_tensor(model, corrupted)
         seen_clean, seen = {}, {}
         clean_logits = run_model(model, ids_tensor(model, clean), _keep(self.family, self.mixers, layers, seen_clean))
@@ -139,8 +142,7 @@ class FamilyTracer:
         for i in layers:
             blk = self.blocks[i]
             u, out, extra = self._once(seen, i)
-            ours, rec = kind.run(blk, u, **extra)
-            part_fields(self.kind_name, part, tuple(kind.states(rec)), with_stabiliser=True)
+            ours, _ = kind.run(blk, u, **extra)
             theirs = out.detach().cpu().double().numpy()
             scale = float(np.abs(theirs).max())
             err = float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())

@@ -84,6 +84,9 @@ class OursTracer:
             A part the layers' state has not.
         """
         r = self.runner
+        probe = r.run(clean[:, :1], None, layers)[2]  # a part the state has not: refused before the model runs
+        for i in layers:
+            part_fields(r.kind, part, tuple(probe[i]), with_stabiliser=True)
         clean_logits, _, rec_clean = r.run(clean, None, layers)
         corrupted_logits, final, rec = r.run(corrupted, None, list(range(r.L)))
         self.clean = {}
