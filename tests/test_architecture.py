@@ -63,6 +63,10 @@ LAYERS = {
     "edit.api": {CORE, "edit.families", "edit.ours", "interop.families.directory"},  # a directory, a family, ours
     # our own models in segments: the character models, the Mamba LMs (core) and trace for a stack's every layer
     "edit.ours": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "train.model", "probe.trace"},
+    # causal tracing (issue 32): the edit machinery, a directory's model, the heatmap's figure
+    "edit.causal": {CORE, "edit", "interop.families", "report.tracing"},
+    # a model directory, clean and corrupted ids -> the trace's heatmap, JSON and page
+    "pipelines.trace_command": {CORE, "edit", "pipelines.inspect_command", "pipelines.trace_command", "report"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).
@@ -129,7 +133,7 @@ def group_of(module: str) -> str:
     if rest[0] == "pipelines":
         return ".".join(rest[:2]) if len(rest) > 1 else TOP
     if rest[0] == "edit":
-        return ".".join(rest[:2]) if rest[1:2] in (["families"], ["api"], ["ours"]) else "edit"
+        return ".".join(rest[:2]) if rest[1:2] in (["families"], ["api"], ["ours"], ["causal"]) else "edit"
     if rest[0] in LAYERS:
         return rest[0]
     if rest[0] == "report" and rest[1:] == ["figures"]:

@@ -47,12 +47,32 @@ def test_the_printed_and_written_effects_are_the_python_apis(saved, capsys):
     data = json.loads(out.read_text())
     assert data["hiddenstate"] == "intervene effects" and data["model"] == "mamba2"
     assert data["edit"] == {"layer": 1, "step": 3, "until": 3, "op": "scale", "part": "state", "value": -1.0,
-                            "heads": [0, 2]}
+                            "heads": [0, 2], "source": None}
     np.testing.assert_allclose(data["effects"]["kl"], run.kl, rtol=1e-12)
     assert main([*argv, "--out", str(out)]) == 0  # its own previous file is replaced
 
 
+def test_replace_from_a_source_and_an_edit_of_the_conv_window_are_the_python_apis(saved, tmp_path, capsys):
+    root, model, ids = saved
+    other = np.random.default_rng(5).integers(0, 50, (2, 8))
+    np.save(tmp_path / "other.npy", other)
+    base = ["intervene", str(root / "model"), "--ids", str(root / "ids.npy"), "--layer", "1", "--step", "3"]
+    for flags, edit in (
+        (["--op", "replace", "--source", str(tmp_path / "other.npy")], hs.StateEdit(1, 3, "replace", source=other)),
+        (["--op", "zero", "--part", "conv"], hs.StateEdit(1, 3, "zero", part="conv")),
+    ):
+        out = tmp_path / f"{flags[1]}.json"
+        assert main([*base, *flags, "--out", str(out)]) == 0
+        data = json.loads(out.read_text())
+        run = hs.intervene(model, ids, [edit])
+        np.testing.assert_allclose(data["effects"]["kl"], run.kl, rtol=1e-12, atol=1e-300)
+        assert max(map(max, data["effects"]["kl"])) > 0 and data["edit"]["part"] == edit.part
+    assert data["edit"]["source"] is None and "replace" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flags, match", [
+    (["--layer", "1", "--step", "1", "--op", "replace"], "--source must be given for --op replace"),
+    (["--layer", "1", "--step", "1", "--op", "zero", "--source", "IDS"], "--source must not be given for --op zero"),
     (["--layer", "0", "--step", "99", "--op", "zero"], "step must lie in"),
     (["--layer", "7", "--step", "1", "--op", "zero"], "layer must be a recurrent layer"),
     (["--layer", "1", "--step", "1", "--op", "add"], "--value must be given for op='add'"),
@@ -62,7 +82,8 @@ def test_the_printed_and_written_effects_are_the_python_apis(saved, capsys):
 ])
 def test_bad_input_is_one_line_and_status_2(saved, capsys, flags, match):
     root, _, _ = saved
-    argv = ["intervene", str(root / "model"), "--ids", str(root / "ids.npy"), *flags]
+    argv = ["intervene", str(root / "model"), "--ids", str(root / "ids.npy"),
+            *[str(root / "ids.npy") if f == "IDS" else f for f in flags]]
     try:
         status = main(argv)
     except SystemExit as exit_:  # argparse's own errors

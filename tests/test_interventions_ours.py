@@ -1,9 +1,10 @@
-"""Interventions in our own models (issue 32): CharRNN stacks of GRU, LSTM and RNN layers, MambaLM, Mamba2LM.
+"""Interventions in our own models (issue 32): CharRNN stacks of every cell, MambaLM, Mamba2LM.
 
 Every edited run is held to a reference computed here independently: the CharRNN's layers run
 step by step with the textbook step functions (:mod:`hiddenstate.classic.textbook`; the GRU's
 reset-after form written out below), the state edited by hand after the edited step; the Mamba
-LMs fed one token a call with their states carried and the edited layer's state changed by hand.
+LMs and the CharRNNs of minGRU, minLSTM and Mamba blocks fed one token a call with their states
+carried and the edited layer's state changed by hand.
 """
 
 from __future__ import annotations
@@ -153,6 +154,55 @@ def test_a_mamba_lm_edit_equals_the_model_fed_one_token_a_call(name, part):
     np.testing.assert_allclose(run.states[1][field][STEP], run.clean_states[1][field][STEP] + steer, atol=1e-13)
 
 
+NEW_CELLS = {"mingru": lambda: CharRNN(V, H, L, cell="mingru", rng=np.random.default_rng(0)),
+             "minlstm": lambda: CharRNN(V, H, L, cell="minlstm", embedding_dim=3, rng=np.random.default_rng(0)),
+             "mamba-cell": lambda: CharRNN(V, 8, L, cell="mamba", rng=np.random.default_rng(0))}
+
+
+def one_token_a_call(model, ids, edit_at):
+    """Logits (N, T, V) of a CharRNN fed one token a call, ``edit_at(t, state) -> state`` after each step."""
+    state, logits = None, []
+    for t in range(ids.shape[1]):
+        lg, state, _ = model.forward(ids[:, t:t + 1].T, state, need_cache=False)
+        state = edit_at(t, state)
+        logits.append(lg[0])
+    return np.stack(logits, axis=1)
+
+
+@pytest.mark.parametrize("name", list(NEW_CELLS))
+def test_minrnn_and_mamba_cell_charrnns_are_intervened(name):
+    model, ids = NEW_CELLS[name](), ids_for()
+    own = plain(model, ids)
+    null = [hs.StateEdit(1, STEP, "scale", value=1.0), hs.StateEdit(0, 2, "add", value=0.0, until=6)]
+    run = hs.intervene(model, ids, null)
+    np.testing.assert_array_equal(run.logits, own)  # a null edit: the plain forward exactly
+    assert np.abs(hs.intervene(model, ids, null, output="ours").logits - own).max() <= 1e-12 * np.abs(own).max()
+    mamba = name == "mamba-cell"
+    field = "ssm" if mamba else "h"
+    shape = run.clean_states[1][field].shape[2:]
+    steer = np.random.default_rng(3).normal(size=shape)
+    edited = hs.intervene(model, ids, [hs.StateEdit(1, STEP, "add", value=steer, until=STEP + 1)])
+
+    def by_hand(t, state):
+        if t not in (STEP, STEP + 1):
+            return state
+        parts = [np.array(a, copy=True) for a in (state if mamba else (state,))]
+        parts[0][1] += steer  # layer 1's h, or its SSM state (the pair's first array)
+        return tuple(parts) if mamba else parts[0]
+
+    want = one_token_a_call(model, ids, by_hand)
+    scale = np.abs(want).max()
+    assert np.abs(edited.logits - want).max() <= 1e-12 * scale
+    np.testing.assert_array_equal(edited.logits[:, :STEP + 1], edited.clean_logits[:, :STEP + 1])  # the past
+    assert np.abs(edited.logits[:, STEP + 1:] - edited.clean_logits[:, STEP + 1:]).max() > 1e-6 * scale
+    np.testing.assert_allclose(edited.states[1][field][STEP], edited.clean_states[1][field][STEP] + steer, atol=1e-13)
+    if mamba:  # the convolution window alone, as a MambaLM's
+        conv = hs.intervene(model, ids, [hs.StateEdit(0, STEP, "zero", part="conv")])
+        want = one_token_a_call(model, ids, lambda t, s: (s[0], np.where(np.arange(L)[:, None, None, None] == 0, 0.0,
+                                                                       s[1])) if t == STEP else s)
+        assert np.abs(conv.logits - want).max() <= 1e-12 * scale
+
+
 def test_replace_and_mean_read_the_right_states():
     model, ids, other = char_model("gru"), ids_for(), ids_for(seed=9)
     donor = hs.intervene(model, other, [hs.StateEdit(1, STEP, "scale", value=1.0)])
@@ -188,8 +238,10 @@ def test_bad_edits_of_our_models_get_one_error(model, edit, error, match):
 
 
 def test_models_and_ids_we_do_not_intervene_are_refused():
-    with pytest.raises(TypeError, match=r"CharRNN of cell gru, lstm, rnn.*got CharRNN\(cell='mingru'\)"):
-        hs.intervene(CharRNN(V, H, cell="mingru", rng=np.random.default_rng(0)), ids_for(), [hs.StateEdit(0, 1)])
+    with pytest.raises(TypeError, match=r"model must be a CharRNN, a MambaLM or a Mamba2LM .* got GRU"):
+        from hiddenstate.edit.ours import intervene_ours
+
+        intervene_ours(hs.GRU(3, 4), ids_for(), [hs.StateEdit(0, 1)])
     with pytest.raises(ValueError, match=r"ids must lie in \[0, vocab_size=7\)"):
         hs.intervene(char_model("gru"), ids_for() + V, [hs.StateEdit(0, 1)])
     with pytest.raises(ValueError, match="output must be 'delta' or 'ours'"):

@@ -1,4 +1,4 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, export.
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
@@ -223,10 +223,12 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--states-dtype", choices=("float32", "float64"), default="float32",
                     help="the saved dtype (default float32; the recomputation is float64)")
 
-    # -- intervene -------------------------------------------------------------------------------
+    # -- intervene, trace: their flags beside their commands -------------------------------------
     from hiddenstate.pipelines.intervene_command import add_parser as add_intervene
+    from hiddenstate.pipelines.trace_command import add_parser as add_trace
 
-    add_intervene(sub, lambda flag: _typed(flag, int, nonnegative_int))
+    for add in (add_intervene, add_trace):
+        add(sub, lambda flag: _typed(flag, int, nonnegative_int))
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
@@ -361,6 +363,12 @@ def _cmd_intervene(args) -> int:
     return run_intervene(args)
 
 
+def _cmd_trace(args) -> int:
+    from hiddenstate.pipelines.trace_command import run_trace
+
+    return run_trace(args)
+
+
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
     from hiddenstate.pipelines.export import check_new_file, export_checkpoint, load_hint
@@ -375,7 +383,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
              "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export,
-             "intervene": _cmd_intervene}
+             "intervene": _cmd_intervene, "trace": _cmd_trace}
 
 
 def _one_line(error: BaseException) -> str:
@@ -391,7 +399,9 @@ _TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", 
                 "overwrite", "cell", "dtype", "device")
 _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed", "top_k", "top_p"),
                "inspect": ("text", "out", "inputs", "kind", "prefix", "ids", "layers"), "reproduce": ("out", "seed"),
-               "export": ("out", "format"), "intervene": ("layer", "step", "until", "value", "heads", "ids", "target")}
+               "export": ("out", "format"),
+               "intervene": ("layer", "step", "until", "value", "heads", "ids", "target", "source", "part"),
+               "trace": ("clean_ids", "corrupted_ids", "target", "layers", "steps", "position", "part", "out")}
 
 
 def _flagged(text: str, command: str) -> str:

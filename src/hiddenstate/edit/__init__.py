@@ -3,9 +3,11 @@
 :class:`StateEdit` names the layer, the step, the part of the state, the heads or channels and the
 operation (:mod:`hiddenstate.edit.ops`); :func:`intervene` runs a transformers model of a
 registered family (:mod:`hiddenstate.edit.families`), a ``save_pretrained`` directory of one, or
-one of our models (:mod:`hiddenstate.edit.ours`: a CharRNN of GRU, LSTM or RNN layers, MambaLM,
+one of our models (:mod:`hiddenstate.edit.ours`: a CharRNN of any cell, MambaLM,
 Mamba2LM) with the edits, the edited layer continuing its recurrence from the edited state, and returns an :class:`EditRun`: the edited and clean logits,
-the edited layers' states and the effect per position. NumPy only on import.
+the edited layers' states and the effect per position. Causal tracing over layers x steps, the
+same edits swept (op ``replace`` from a clean run into a corrupted one), is
+:mod:`hiddenstate.edit.causal`. NumPy only on import.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
     model : transformers model of a registered family, str or os.PathLike, or one of ours
         A directory is a ``save_pretrained`` directory of a registered family (loaded offline,
         :func:`~hiddenstate.interop.families.directory.load_model_dir`). Ours: a
-        :class:`~hiddenstate.train.model.CharRNN` of GRU, LSTM or RNN layers, a
+        :class:`~hiddenstate.train.model.CharRNN` of any cell (GRU, LSTM, RNN, minGRU, minLSTM,
+        Mamba blocks), a
         :class:`~hiddenstate.MambaLM` or a :class:`~hiddenstate.Mamba2LM`
         (:mod:`hiddenstate.edit.ours`: ``layer`` is the index in the stack).
     ids : array_like of int, shape (N, T) or (T,)
@@ -42,8 +43,8 @@ def intervene(model, ids, edits, *, target=None, output="delta"):
     Raises
     ------
     TypeError
-        A model of no registered family, or of ours that is not supported (a CharRNN of minGRU,
-        minLSTM or Mamba blocks); edits that are not StateEdits; ids that are not integers.
+        A model of no registered family and not one of ours above; edits that are not
+        StateEdits; ids that are not integers.
     ValueError
         A layer that is not recurrent or past our stack, a step past the ids, heads or channels out of range, a
         value of the wrong size, a source of another model or shape (each naming the argument).

@@ -32,10 +32,20 @@ from hiddenstate.interop.families.hooks import tolerance
 from hiddenstate.interop.families.registry import family_of
 from hiddenstate.kinds import get_kind
 
-__all__ = ["intervene_family"]
+__all__ = ["ids_tensor", "intervene_family", "run_model", "vocab_of"]
 
 
-def _vocab(model) -> int | None:
+def vocab_of(model) -> int | None:
+    """The model's vocabulary size V (its text config's for a multimodal model), or None if it names none.
+
+    Parameters
+    ----------
+    model : transformers model
+
+    Returns
+    -------
+    int or None
+    """
     cfg = model.config
     V = getattr(cfg, "vocab_size", None)
     if V is None and callable(getattr(cfg, "get_text_config", None)):  # a multimodal model: its text config's
@@ -43,8 +53,25 @@ def _vocab(model) -> int | None:
     return V
 
 
-def _ids(model, ids, name="ids"):
-    """``ids`` as an int64 torch tensor (N, T) on the model's device, checked against its vocabulary."""
+def ids_tensor(model, ids, name="ids"):
+    """``ids`` as an int64 torch tensor (N, T) on the model's device, checked against its vocabulary.
+
+    Parameters
+    ----------
+    model : transformers model
+    ids : array_like of int or torch.Tensor, shape (N, T) or (T,)
+    name : str, default "ids"
+        What the messages call ``ids``.
+
+    Returns
+    -------
+    torch.Tensor of int64, shape (N, T)
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not integers, not (N, T) with N, T >= 1, outside [0, V).
+    """
     import torch
 
     arr = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
@@ -53,14 +80,28 @@ def _ids(model, ids, name="ids"):
     arr = arr[None] if arr.ndim == 1 else arr
     if arr.ndim != 2 or 0 in arr.shape:
         raise ValueError(f"{name} must have shape (N, T) with N, T >= 1 (or (T,)); got shape {np.shape(ids)}.")
-    V = _vocab(model)
+    V = vocab_of(model)
     if V is not None and (arr.min() < 0 or arr.max() >= V):
         raise ValueError(f"{name} must lie in [0, vocab_size={V}); got values in [{arr.min()}, {arr.max()}].")
     return torch.as_tensor(arr.astype(np.int64), device=next(model.parameters()).device)
 
 
-def _run(model, ids, hooks: dict) -> np.ndarray:
-    """The model's logits (N, T, V) as float64, with ``hooks`` {module: hook} registered for the call only."""
+def run_model(model, ids, hooks: dict) -> np.ndarray:
+    """The model's logits (N, T, V) as float64, with ``hooks`` {module: hook} registered for the call only.
+
+    ``torch.no_grad()``, ``use_cache=False``, eval mode; the model's mode is restored and the
+    hooks (forward hooks with kwargs) removed whatever happens.
+
+    Parameters
+    ----------
+    model : transformers model
+    ids : torch.Tensor of int64, shape (N, T)
+    hooks : dict of torch.nn.Module to callable
+
+    Returns
+    -------
+    ndarray of shape (N, T, V), float64
+    """
     import torch
 
     handles, training = [], model.training
@@ -138,9 +179,9 @@ def intervene_family(model, ids, edits, *, target=None, output="delta") -> EditR
         if roles.get(i) != "recurrent":
             raise ValueError(f"layer must be a recurrent layer of this {family.name} model, {recurrent}; got {i} "
                              f"({roles.get(i, 'no such layer')}).")
-    ids_t = _ids(model, ids)
+    ids_t = ids_tensor(model, ids)
     N, T = ids_t.shape
-    target = check_target(target, N, T, _vocab(model) or 2 ** 62)
+    target = check_target(target, N, T, vocab_of(model) or 2 ** 62)
     kind = get_kind(family.kind)
     mixers = family.mixers(model)
     blocks = {i: family.convert(mixers[i], model.config) for i in by_layer}
@@ -153,13 +194,13 @@ def intervene_family(model, ids, edits, *, target=None, output="delta") -> EditR
         check_edits_for(family.kind, blocks[i], es, N)
 
     seen: dict = {}
-    clean_logits = _run(model, ids_t, _capture(family, mixers, list(by_layer), seen))
+    clean_logits = run_model(model, ids_t, _capture(family, mixers, list(by_layer), seen))
     clean = {i: _clean_states(kind, blocks[i], *_once(seen, i, names[i])) for i in by_layer}
 
     def run_ids(i):
         def states(src):
             got: dict = {}
-            _run(model, _ids(model, src, 'source'), _capture(family, mixers, [i], got))
+            run_model(model, ids_tensor(model, src, 'source'), _capture(family, mixers, [i], got))
             return _clean_states(kind, blocks[i], *_once(got, i, names[i]))
         return states
 
@@ -186,7 +227,7 @@ def intervene_family(model, ids, edits, *, target=None, output="delta") -> EditR
             return (new, *out[1:]) if isinstance(out, tuple) else new
         return hook
 
-    logits = _run(model, ids_t, {mixers[i]: replace(i) for i in by_layer})
+    logits = run_model(model, ids_t, {mixers[i]: replace(i) for i in by_layer})
     errors = {}
     for i in by_layer:
         if len(done.get(i, ())) != 1:

@@ -1,4 +1,4 @@
-"""Interventions in our own models: a :class:`~hiddenstate.train.model.CharRNN` of GRU, LSTM or RNN layers, :class:`~hiddenstate.MambaLM`, :class:`~hiddenstate.Mamba2LM`.
+"""Interventions in our own models: a :class:`~hiddenstate.train.model.CharRNN` (any cell), :class:`~hiddenstate.MambaLM`, :class:`~hiddenstate.Mamba2LM`.
 
 The model runs in segments carrying its state, cut after every edited step: ``ids[:, :s0+1]``
 from the zero state, then ``ids[:, s0+1:s1+1]`` from the state the first segment ended in, with
@@ -17,10 +17,12 @@ itself, equal to the plain forward pass to float64 round-off (~1e-16 relative: a
 matrix products are summed in another order).
 
 ``layer`` is the index in the stack (0 the first layer above the input). The parts of a layer's
-state (:data:`~hiddenstate.edit.ops.PARTS`): a GRU's or RNN's ``h`` (``part="state"`` or
-``"h"``); an LSTM's ``h`` and ``c`` (``part="state"`` edits both, ``"h"`` or ``"c"`` one alone);
-a Mamba block's ``ssm`` (``"state"``) and its convolution window ``conv`` (``"conv"``).
-``channels`` selects hidden units (GRU/LSTM/RNN), Mamba's inner channels ``Di``, Mamba-2's head
+state (:data:`~hiddenstate.edit.ops.PARTS`): a GRU's, RNN's, minGRU's or minLSTM's ``h``
+(``part="state"`` or ``"h"``; in a minGRU/minLSTM block the carried ``h`` is read both by the
+recurrence and by the block's state shift, :mod:`hiddenstate.train.blocks`); an LSTM's ``h`` and ``c`` (``part="state"`` edits both, ``"h"`` or ``"c"`` one alone);
+a Mamba block's ``ssm`` (``"state"``) and its convolution window ``conv`` (``"conv"``), in a
+MambaLM, a Mamba2LM or a CharRNN of ``cell="mamba"``.
+``channels`` selects hidden units (GRU/LSTM/RNN/minGRU/minLSTM), Mamba's inner channels ``Di``, Mamba-2's head
 channels ``P``; ``heads`` Mamba-2's heads.
 """
 
@@ -36,14 +38,10 @@ from hiddenstate.kinds import get_kind
 from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.train.model import CharRNN
 
-__all__ = ["intervene_ours", "supported"]
-
-#: Our models intervene supports (a CharRNN only with cell gru, lstm or rnn).
-CLASSIC = ("gru", "lstm", "rnn")
-
+__all__ = ["check_ids", "intervene_ours", "runner_for", "supported"]
 
 def supported(model) -> bool:
-    """Whether ``model`` is one of ours that :func:`intervene_ours` runs.
+    """Whether ``model`` is one of ours that :func:`intervene_ours` runs: a CharRNN (any cell), MambaLM, Mamba2LM.
 
     Parameters
     ----------
@@ -53,11 +51,17 @@ def supported(model) -> bool:
     -------
     bool
     """
-    return isinstance(model, (MambaLM, Mamba2LM)) or (isinstance(model, CharRNN) and model.cell in CLASSIC)
+    return isinstance(model, (MambaLM, Mamba2LM, CharRNN))
 
 
 class _CharRNN:
-    """Segments of a CharRNN: ``trace`` of its stack (every layer's h, c per step), then ``W_hy``."""
+    """Segments of a CharRNN of GRU, LSTM, RNN, minGRU or minLSTM layers: its stack's ``run``, then ``W_hy``.
+
+    The stack's own ``run`` (:class:`~hiddenstate.classic.recurrent.RecurrentLayer`: the layers
+    of torch's form, or :class:`~hiddenstate.train.blocks.MinStack`'s residual blocks) gives the
+    output the decoder reads and every layer's kernel cache, whose record holds each step's
+    ``h`` (and an LSTM's ``c``).
+    """
 
     def __init__(self, model):
         self.model, self.kind, self.name = model, "classic", f"CharRNN({model.cell})"
@@ -65,13 +69,12 @@ class _CharRNN:
         self.fields = ("h", "c") if self.lstm else ("h",)
 
     def run(self, ids, state, layers):
-        from hiddenstate.probe.trace import trace
-
         m = self.model
-        tr = trace(m.rnn, m.embed(ids.T), state)  # ids (N, t) -> the model's (t, N)
-        logits = tr.output @ m.params["decoder.weight"].T + m.params["decoder.bias"]  # (t, N, V)
-        state = (tr.h_n, tr.c_n) if self.lstm else tr.h_n
-        rec = {i: {f: getattr(tr.layers[i], f) for f in self.fields} for i in layers}
+        stack = m.rnn
+        out, state, cache = stack.run(stack.prepare(m.embed(ids.T), state))  # ids (N, t) -> the model's (t, N)
+        logits = out @ m.params["decoder.weight"].T + m.params["decoder.bias"]  # (t, N, V)
+        kind = stack.kind
+        rec = {i: {f: getattr(kind.recorded(cache.directions[i].kernel), f) for f in self.fields} for i in layers}
         return logits.transpose(1, 0, 2), state, rec
 
     def get(self, state, i):
@@ -83,6 +86,31 @@ class _CharRNN:
             if f in new:
                 parts[k][i] = new[f]
         return tuple(parts) if self.lstm else parts[0]
+
+
+class _CharMamba:
+    """Segments of a CharRNN of Mamba blocks: its stack's forward with ``record=True``, then ``W_hy``."""
+
+    def __init__(self, model):
+        self.model, self.kind, self.name = model, "mamba", "CharRNN(mamba)"
+        self.L, self.V, self.fields = model.num_layers, model.vocab_size, ("ssm", "conv")
+
+    def run(self, ids, state, layers):
+        m = self.model
+        out, state, _, recs = m.rnn.forward(m.embed(ids.T), state, need_cache=False, record=True)
+        logits = out @ m.params["decoder.weight"].T + m.params["decoder.bias"]  # (t, N, V)
+        rec = {i: get_kind("mamba").states(recs[i]) for i in layers}
+        return logits.transpose(1, 0, 2), state, rec
+
+    def get(self, state, i):
+        return {"ssm": state[0][i], "conv": state[1][i]}
+
+    def put(self, state, i, new):
+        parts = [np.array(a, copy=True) for a in state]
+        for k, f in enumerate(self.fields):
+            if f in new:
+                parts[k][i] = new[f]
+        return tuple(parts)
 
 
 class _MambaLM:
@@ -105,6 +133,37 @@ class _MambaLM:
         state = list(state)
         state[i] = state[i]._replace(**new)
         return state
+
+
+def runner_for(model):
+    """The segment runner of one of our models: ``run(ids (N, t), state, layers) -> (logits (N, t, V), state, rec)``.
+
+    ``rec`` is ``{layer: {field: (t, N, ...)}}``, the layers' states after every step;
+    ``get(state, i)`` and ``put(state, i, {field: array})`` read and replace layer i's entry of
+    the carried state (a new state; the given one is not changed). Attributes ``kind`` (the
+    :data:`~hiddenstate.edit.ops.PARTS` key), ``name``, ``L`` (layers), ``V`` (vocabulary),
+    ``fields``.
+
+    Parameters
+    ----------
+    model : CharRNN, MambaLM or Mamba2LM
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    TypeError
+        Not one of those models.
+    """
+    if not supported(model):
+        raise TypeError(f"model must be a CharRNN, a MambaLM or a Mamba2LM among our models; got "
+                        f"{type(model).__name__}. Run it in segments with its forward(ids, state) and edit the state "
+                        f"in between.")
+    if isinstance(model, CharRNN):
+        return _CharMamba(model) if model.cell == "mamba" else _CharRNN(model)
+    return _MambaLM(model)
 
 
 def _chain(runner, ids, cuts, layers, edit_at=None):
@@ -130,7 +189,24 @@ def _chain(runner, ids, cuts, layers, edit_at=None):
     return np.concatenate(logits, axis=1), states
 
 
-def _ids(runner, ids, name="ids"):
+def check_ids(runner, ids, name="ids"):
+    """``ids`` as int64 (N, T) in [0, V) of the runner's model (:func:`runner_for`).
+
+    Parameters
+    ----------
+    runner : object
+    ids : array_like of int, shape (N, T) or (T,)
+    name : str, default "ids"
+
+    Returns
+    -------
+    ndarray of int64, shape (N, T)
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not integers, not (N, T), out of range (naming ``name``).
+    """
     arr = np.asarray(ids)
     if arr.dtype == bool or arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be integer token ids of shape (N, T) or (T,) (sequences first, for every "
@@ -168,7 +244,7 @@ def intervene_ours(model, ids, edits, *, target=None, output="delta") -> EditRun
 
     Parameters
     ----------
-    model : CharRNN (cell gru, lstm or rnn), MambaLM or Mamba2LM
+    model : CharRNN (any cell), MambaLM or Mamba2LM
     ids : array_like of int, shape (N, T) or (T,)
         Token ids, sequences first (a CharRNN's own forward takes (T, N): they are transposed).
     edits : StateEdit or list of StateEdit
@@ -190,22 +266,17 @@ def intervene_ours(model, ids, edits, *, target=None, output="delta") -> EditRun
     Raises
     ------
     TypeError
-        A model we do not intervene (a CharRNN of minGRU, minLSTM or Mamba blocks); ids that are
-        not integers; edits that are not StateEdits.
+        A model that is not one of ours above; ids that are not integers; edits that are not
+        StateEdits.
     ValueError
         A layer past the stack; a step or until at or past T; a part, heads, channels or value
         the layer's state does not fit; a source of another model or shape; an unknown ``output``.
     """
-    if not supported(model):
-        what = f"CharRNN(cell={model.cell!r})" if isinstance(model, CharRNN) else type(model).__name__
-        raise TypeError(f"model must be a CharRNN of cell {', '.join(CLASSIC)}, a MambaLM or a Mamba2LM among our "
-                        f"models; got {what}. Run it in segments with its forward(ids, state) and edit the state "
-                        f"in between.")
     if output not in ("delta", "ours"):
         raise ValueError(f"output must be 'delta' or 'ours'; got {output!r:.60}.")
-    runner = _CharRNN(model) if isinstance(model, CharRNN) else _MambaLM(model)
+    runner = runner_for(model)
     by_layer = group_by_layer(edits)
-    ids = _ids(runner, ids)
+    ids = check_ids(runner, ids)
     N, T = ids.shape
     target = check_target(target, N, T, runner.V)
     _check(runner, by_layer, N, T)
@@ -215,7 +286,7 @@ def intervene_ours(model, ids, edits, *, target=None, output="delta") -> EditRun
     clean_logits, clean = _chain(runner, ids, cuts, layers)
 
     def run_ids(i):
-        return lambda src: _chain(runner, _ids(runner, src, "source"), [], [i])[1][i]
+        return lambda src: _chain(runner, check_ids(runner, src, "source"), [], [i])[1][i]
 
     shapes = {i: {f: v.shape[2:] for f, v in clean[i].items()} for i in layers}
     plan = {i: [(e, target_of(e, N, clean[i], source_states(e, runner.name, shapes[i], run_ids(i))),

@@ -3,7 +3,8 @@
 The directory is a ``save_pretrained`` model of a registered family (as ``hiddenstate inspect``
 takes one), the ids a ``.npy`` file of integers (T,) or (N, T)
 (:func:`~hiddenstate.pipelines.inspect_command.read_ids`). One :class:`~hiddenstate.StateEdit`
-(``--layer``, ``--step``, ``--op``, ``--value``, ``--until``, ``--heads``) runs through
+(``--layer``, ``--step``, ``--op``, ``--value``, ``--until``, ``--heads``, ``--part``; ``--source``
+the ids of another prompt for ``--op replace``, activation patching, or the reference of ``mean``) runs through
 :func:`hiddenstate.intervene`; stdout gets one line per sequence and position: the logit
 difference, the KL divergence of the clean from the edited next-token distribution, and with
 ``--target`` the target token's probability, clean and edited. ``--out FILE`` also writes the
@@ -33,7 +34,8 @@ def add_parser(sub, index) -> None:
     """
     iv = sub.add_parser("intervene", help="change a recurrent layer's state at a step and print the effect per position",
                         description="Edit one recurrent layer's state after a step of a save_pretrained model directory "
-                                    "(zero, the mean over the run, scale, add), let the model continue from the edited "
+                                    "(zero, the mean over the run, scale, add, or replace it with another prompt's, "
+                                    "--source), let the model continue from the edited "
                                     "state, and print per sequence and position the logit difference and the KL "
                                     "divergence from the clean run (and the --target token's probability). Writes "
                                     "nothing unless --out is given.")
@@ -43,8 +45,14 @@ def add_parser(sub, index) -> None:
                     help="the recurrent layer's index in the model's layer map")
     iv.add_argument("--step", required=True, type=index("--step"), metavar="T",
                     help="the 0-based position whose state (after reading that token) is edited")
-    iv.add_argument("--op", required=True, choices=("zero", "mean", "scale", "add"), help="the operation")
+    iv.add_argument("--op", required=True, choices=("zero", "mean", "scale", "add", "replace"), help="the operation")
     iv.add_argument("--value", type=float, metavar="X", help="the factor (scale) or the number added (add)")
+    iv.add_argument("--source", metavar="FILE.npy",
+                    help="token ids (N or 1 rows, at least --until+1 steps) of another prompt: replace copies its "
+                         "state at the same step (activation patching); mean averages over its run")
+    iv.add_argument("--part", default="state", choices=("state", "conv"),
+                    help="the part of the layer's state edited: the recurrent state (default) or its short "
+                         "convolution's window")
     iv.add_argument("--until", type=index("--until"), metavar="U",
                     help="edit the state after every step from --step to U (default --step)")
     iv.add_argument("--heads", metavar="I,J,...", help="only these heads (default all)")
@@ -104,7 +112,8 @@ def effects_json(run, args) -> dict:
     """
     (e,) = run.edits
     edit = {"layer": e.layer, "step": e.step, "until": e.until, "op": e.op, "part": e.part,
-            "value": None if e.value is None else float(e.value), "heads": None if e.heads is None else list(e.heads)}
+            "value": None if e.value is None else float(e.value), "heads": None if e.heads is None else list(e.heads),
+            "source": getattr(args, "source", None)}
     return {MARK[0]: MARK[1], "model": run.model, "edit": edit, "effects": run.effects()}
 
 
@@ -129,7 +138,7 @@ def run_intervene(args) -> int:
     ----------
     args : argparse.Namespace
         ``model_dir``, ``ids``, ``layer``, ``step``, ``op``, ``value``, ``until``, ``heads``,
-        ``target``, ``out``.
+        ``source``, ``part``, ``target``, ``out``.
 
     Returns
     -------
@@ -142,7 +151,8 @@ def run_intervene(args) -> int:
         One line each (the CLI prints it, exit status 2): a directory that is not a model
         directory, ids or a target that are not integer ``.npy`` arrays or do not fit the model,
         a layer that is not recurrent, a step past the ids, heads out of range, ``--value``
-        missing for add and scale or given for zero and mean, an ``--out`` that is not ours.
+        missing for add and scale or given for zero and mean, ``--source`` missing for replace
+        or of too few steps, a ``--part`` the layer has not, an ``--out`` that is not ours.
     """
     from hiddenstate.edit import StateEdit, intervene
     from hiddenstate.pipelines.inspect_command import is_model_directory, layer_list, read_ids
@@ -154,7 +164,14 @@ def run_intervene(args) -> int:
     ids = read_ids(args.ids, name="--ids")
     target = None if args.target is None else read_ids(args.target, name="--target")
     heads = None if args.heads is None else layer_list("--heads", args.heads)
-    edit = StateEdit(args.layer, args.step, args.op, value=args.value, until=args.until, heads=heads)
+    source = None if args.source is None else read_ids(args.source, name="--source")
+    if args.op == "replace" and source is None:
+        raise ValueError("--source must be given for --op replace (the token ids of the prompt whose state is copied, "
+                         "a .npy file); got none.")
+    if source is not None and args.op not in ("replace", "mean"):
+        raise ValueError(f"--source must not be given for --op {args.op} (only replace and mean read another run).")
+    edit = StateEdit(args.layer, args.step, args.op, value=args.value, until=args.until, heads=heads, source=source,
+                     part=args.part)
     run = intervene(str(args.model_dir), ids, [edit], target=target)
     print(f"{run.model}: {edit!r}")
     print("\n".join(_lines(run)))

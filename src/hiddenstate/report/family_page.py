@@ -26,6 +26,7 @@ from hiddenstate.kinds.agreement import Agreement
 from hiddenstate.report.cards import ROWS_CARD, KindCard
 from hiddenstate.report.explorer import explorer_html
 from hiddenstate.report.target import write_report
+from hiddenstate.report.tracing import trace_section
 from hiddenstate.version import __version__
 
 __all__ = ["build_family_report", "build_mamba_report", "card_of", "default_title", "family_page", "mamba_page"]
@@ -242,7 +243,7 @@ def default_title(analysis) -> str:
     return f"Inside the {what} layers of {model}" if model else f"Inside the {what} layers"
 
 
-def family_page(analysis, *, title: str = "", subtitle: str = "") -> str:
+def family_page(analysis, *, title: str = "", subtitle: str = "", causal_trace=None) -> str:
     """The report's HTML text, for an analysis of any registered kind (its card from the kind's record).
 
     Parameters
@@ -260,6 +261,9 @@ def family_page(analysis, *, title: str = "", subtitle: str = "") -> str:
         "" gives :func:`default_title`: the kind and the model (``"Inside the Mamba layers of
         hiddenstate MambaLM"``).
     subtitle : str, default ""
+    causal_trace : CausalTrace, optional
+        A :func:`hiddenstate.causal_trace` of the same model: the page gains its section (the
+        heatmap, :func:`hiddenstate.report.tracing.trace_section`) after the layer cards.
 
     Returns
     -------
@@ -290,14 +294,16 @@ def family_page(analysis, *, title: str = "", subtitle: str = "") -> str:
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"
-            + "".join(card.layer(la, m, _curve, _recomputed) for la in analysis.layers) + _memory(analysis) + _units(analysis) + explorer
+            + "".join(card.layer(la, m, _curve, _recomputed) for la in analysis.layers)
+            + ("" if causal_trace is None else trace_section(causal_trace))
+            + _memory(analysis) + _units(analysis) + explorer
             + f'<section id="skipped"><h2>Not measured</h2><p>What the report of the other kinds shows and this one '
               f"does not, and why.</p><ul>{skipped}</ul></section>"
             f"<footer>hiddenstate {__version__} · generated {stamp} · self-contained, no network needed</footer>"
             f"{script}</body></html>")
 
 
-def build_family_report(out, analysis, *, title: str = "", subtitle: str = ""):
+def build_family_report(out, analysis, *, title: str = "", subtitle: str = "", causal_trace=None):
     """Write the report of any kind's analysis to ``out`` (a new file or a previous hiddenstate report).
 
     Parameters
@@ -307,6 +313,8 @@ def build_family_report(out, analysis, *, title: str = "", subtitle: str = ""):
     title : str, default ""
         "" gives :func:`default_title`.
     subtitle : str, default ""
+    causal_trace : CausalTrace, optional
+        Adds its section (:func:`family_page`).
 
     Returns
     -------
@@ -319,7 +327,7 @@ def build_family_report(out, analysis, *, title: str = "", subtitle: str = ""):
         From :func:`family_page` and :func:`hiddenstate.report.target.check_report_path` (nothing is
         written).
     """
-    return write_report(out, family_page(analysis, title=title, subtitle=subtitle))
+    return write_report(out, family_page(analysis, title=title, subtitle=subtitle, causal_trace=causal_trace))
 
 
 #: 0.2's names, kept: the page serves every kind.
