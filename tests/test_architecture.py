@@ -61,6 +61,11 @@ LAYERS = {
     "edit.api": {CORE, "edit.families", "edit.ours", "interop.families.directory"},  # a directory, a family, ours
     # our own models in segments: the character models, the Mamba LMs (core) and trace for a stack's every layer
     "edit.ours": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "train.model", "probe.trace"},
+    # the state as an object you keep (issue 33): a model's cached paths held to its full forward (keep/cache_check),
+    # standing on the families' machinery (interop) and below the pipelines
+    "keep": {CORE, "keep", "interop"},
+    # a model directory and ids -> its cache check, exit status 0/1 (issue 33)
+    "pipelines.cache_check_command": {CORE, "keep", "pipelines.inspect_command", "pipelines.cache_check_command"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

@@ -430,7 +430,7 @@ def _plans(paths, splits, chunks, T):
     if "decode" in paths:
         plans.append(("decode", [0, *range(splits[0], T + 1)]))
     if "chunked" in paths:
-        plans.append(("chunked", sorted({int(round(x)) for x in np.linspace(0, T, chunks + 1)})))
+        plans.append(("chunked", sorted({round(x) for x in np.linspace(0, T, chunks + 1)})))
     if "padded" in paths:
         plans.append(("padded", [0, T]))
     return plans

@@ -28,6 +28,7 @@ A field whose cache entry has another number of elements is not compared (None).
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import numpy as np
 
@@ -180,7 +181,7 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
         carry = DynamicCache(config=model.config)
     handles = [mixers[i].register_forward_hook(hook(i), with_kwargs=True) for i in layers]
     try:
-        for a, b in zip(boundaries[:-1], boundaries[1:]):
+        for a, b in itertools.pairwise(boundaries):
             more = {"position_ids": torch.arange(a, b, device=ids.device)[None].expand(N, -1)} if pos else {}
             if attention_mask is not None:
                 more["attention_mask"] = attention_mask[:, :b]
@@ -188,7 +189,7 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
                 more[kw] = carry
             try:
                 out = model(input_ids=ids[:, a:b], use_cache=use_cache, **more)
-            except Exception as error:  # noqa: BLE001 -- whatever transformers raises is the finding
+            except Exception as error:  # whatever transformers raises is the finding
                 if not use_cache:
                     raise
                 text = " ".join(str(error).split())[:200]
