@@ -121,6 +121,14 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
     assert check.first == next((p.name, *p.first) for p in check.paths if not p.ok)
 
 
+def test_each_family_is_continued_by_the_keyword_its_forward_takes():
+    from hiddenstate.keep.cache_paths import carry_keyword
+
+    # Mamba2's forward swallows past_key_values= in **kwargs and starts from an empty state: cache= it is
+    assert carry_keyword(build("mamba2")) == "cache" and carry_keyword(build("rwkv")) == "state"
+    assert "past_key_values" not in inspect.signature(build("mamba2").forward).parameters
+
+
 def _cache_in(kwargs):
     return next((v for v in kwargs.values() if hasattr(v, "get_recurrent_state")), None)
 
