@@ -121,6 +121,14 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
     assert check.first == next((p.name, *p.first) for p in check.paths if not p.ok)
 
 
+def test_a_float64_model_is_checked_from_copies_of_its_cache():
+    # a float64 cache's .double().numpy() shares its memory: read without a copy, the state after the prefill
+    # became the one after the continuation (0.79 off)
+    check = hs.check_cache(build("lfm2").double(), ids_for(), paths=["split", "decode"])
+    assert check.ok and check.dtype == "float64"
+    assert max(e for p in check.paths for c in p.layers for e in c.cache_errors.values()) < 1e-12
+
+
 def test_each_family_is_continued_by_the_keyword_its_forward_takes():
     from hiddenstate.keep.cache_paths import carry_keyword
 

@@ -67,7 +67,8 @@ def _carried(out, kw, before):
 
 
 def _numpy(t):
-    return t.detach().cpu().double().numpy()
+    """A float64 copy: a float64 tensor's ``.double().numpy()`` would share the memory the next call updates in place."""
+    return np.array(t.detach().cpu().double().numpy(), copy=True)
 
 
 def _fit(ours_shape, theirs):
