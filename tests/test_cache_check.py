@@ -241,6 +241,8 @@ def test_the_command_line_exits_0_1_or_2(saved, capsys):
                         (["--ids", ids, "--splits", "99"], r"--splits must lie in \[1, 15\]"),
                         (["--ids", ids, "--splits", "a"], "--splits must be integers"),
                         (["--ids", ids, "--paths", "beam"], "--paths must be a non-empty list"),
+                        (["--ids", ids, "--chunks", "2,3"], "--chunks must be one integer"),
+                        (["--ids", ids, "--chunks", "1"], r"--chunks must lie in \[2, T=16\]"),
                         (["--ids", ids, "--attention-mask", ids], "--attention-mask must be 0s and 1s")]:
         assert main(["check-cache", model, *argv]) == 2
         err = capsys.readouterr().err.strip()

@@ -97,9 +97,11 @@ def run_check_cache(args) -> int:
     ids = read_ids(args.ids, name="--ids")
     mask = None if args.attention_mask is None else read_ids(args.attention_mask, name="--attention-mask")
     splits = None if args.splits is None else _ints("--splits", args.splits)
-    (chunks,) = _ints("--chunks", args.chunks)
+    chunks = _ints("--chunks", args.chunks)
+    if len(chunks) != 1:
+        raise ValueError(f"--chunks must be one integer; got {args.chunks!r:.60}.")
     paths = [p.strip() for p in args.paths.split(",")]
-    check = check_cache(str(args.model_dir), ids, splits=splits, chunks=chunks, attention_mask=mask, paths=paths)
+    check = check_cache(str(args.model_dir), ids, splits=splits, chunks=chunks[0], attention_mask=mask, paths=paths)
     print("\n".join(path_lines(check)))
     print(check.line())
     return 0 if check.ok else 1
