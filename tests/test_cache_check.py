@@ -121,6 +121,13 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
     assert check.first == next((p.name, *p.first) for p in check.paths if not p.ok)
 
 
+def test_the_shortest_ids_are_checked_on_every_path():
+    check = hs.check_cache(build("qwen3_next"), ids_for(t=2))  # one split, two one-token chunks
+    assert [(p.name, p.boundaries) for p in check.paths] == [("split@1", (0, 1, 2)), ("decode", (0, 1, 2)),
+                                                              ("chunked", (0, 1, 2)), ("padded", (0, 2))]
+    assert all(p.ok for p in check.paths[:3]) and check.paths[3].logits_error <= TOL
+
+
 def test_a_float64_model_is_checked_from_copies_of_its_cache():
     # a float64 cache's .double().numpy() shares its memory: read without a copy, the state after the prefill
     # became the one after the continuation (0.79 off)

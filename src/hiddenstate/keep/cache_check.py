@@ -326,7 +326,7 @@ def _refuse_unmasked_padding(ids, pad):
                          "tokens, or np.ones_like(ids) if the trailing pad tokens are real tokens.")
 
 
-def check_cache(model, ids, *, splits=None, chunks: int = 3, attention_mask=None, paths=PATHS) -> CacheCheck:
+def check_cache(model, ids, *, splits=None, chunks: int | None = None, attention_mask=None, paths=PATHS) -> CacheCheck:
     """Hold every cached path of a transformers model to its full forward, per recurrent layer and step.
 
     The paths and figures are the module's (:mod:`hiddenstate.keep.cache_check`); the model runs
@@ -343,8 +343,8 @@ def check_cache(model, ids, *, splits=None, chunks: int = 3, attention_mask=None
         Prefix lengths s (1 <= s <= T - 1) of the ``split@s`` paths; default T//4, T//2 and
         3T//4 (those >= 1). The first is also the ``decode`` path's prefill, the middle the cut of
         the padded rows.
-    chunks : int, default 3
-        The ``chunked`` path's number of calls (2 <= chunks <= T).
+    chunks : int, optional
+        The ``chunked`` path's number of calls (2 <= chunks <= T); default min(3, T).
     attention_mask : array_like of 0/1, shape (N, T), optional
         Right padding in ``ids`` (each row 1s then 0s): the ``padded`` path runs the ids with it
         and compares the real positions; the other paths run the ids as tokens. Without it, ids
@@ -385,6 +385,7 @@ def check_cache(model, ids, *, splits=None, chunks: int = 3, attention_mask=None
         raise ValueError(f"paths must be a non-empty list of {', '.join(PATHS)}; got {paths!r:.80}.")
     splits = _positive_ints("splits", [s for s in {T // 4, T // 2, 3 * T // 4} if s >= 1] if splits is None
                             else splits, 1, T - 1)
+    chunks = min(3, T) if chunks is None else chunks
     if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral):
         raise TypeError(f"chunks must be an int; got {type(chunks).__name__}.")
     if not 2 <= chunks <= T:

@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
     cc.add_argument("--attention-mask", metavar="FILE.npy",
                     help="0s and 1s of the ids' shape: right padding in the ids (default: none)")
     cc.add_argument("--splits", metavar="S,S,...", help="prefix lengths of the split paths (default T/4, T/2, 3T/4)")
-    cc.add_argument("--chunks", metavar="K", default="3", help="calls of the chunked path (default 3)")
+    cc.add_argument("--chunks", metavar="K", help="calls of the chunked path (default 3, or T if less)")
     cc.add_argument("--paths", metavar="P,P,...", default="split,decode,chunked,padded",
                     help="which paths to run (default split,decode,chunked,padded)")
 
@@ -97,7 +97,7 @@ def run_check_cache(args) -> int:
     ids = read_ids(args.ids, name="--ids")
     mask = None if args.attention_mask is None else read_ids(args.attention_mask, name="--attention-mask")
     splits = None if args.splits is None else _ints("--splits", args.splits)
-    chunks = _ints("--chunks", args.chunks)
+    chunks = [None] if args.chunks is None else _ints("--chunks", args.chunks)
     if len(chunks) != 1:
         raise ValueError(f"--chunks must be one integer; got {args.chunks!r:.60}.")
     paths = [p.strip() for p in args.paths.split(",")]
