@@ -67,6 +67,11 @@ LAYERS = {
     "edit.causal": {CORE, "edit", "interop.families", "report.tracing"},
     # a model directory, clean and corrupted ids -> the trace's heatmap, JSON and page
     "pipelines.trace_command": {CORE, "edit", "pipelines.inspect_command", "pipelines.trace_command", "report"},
+    # the state as an object you keep (issue 33): a model's cached paths held to its full forward (keep/cache_check),
+    # standing on the families' machinery (interop) and below the pipelines
+    "keep": {CORE, "keep", "interop"},
+    # a model directory and ids -> its cache check, exit status 0/1 (issue 33)
+    "pipelines.cache_check_command": {CORE, "keep", "pipelines.inspect_command", "pipelines.cache_check_command"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

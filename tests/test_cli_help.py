@@ -31,7 +31,7 @@ def test_version_through_the_entry_point():
 
 
 @pytest.mark.parametrize("command", ["train", "sample", "demo", "reproduce", "inspect", "intervene", "trace",
-                                     "export"])
+                                     "check-cache", "export"])
 def test_every_subcommand_has_a_description_shown_by_help(command, capsys):
     import argparse
 
@@ -67,7 +67,7 @@ def test_the_readme_and_the_docs_name_each_subcommand_as_its_help_does():
     sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     helps = {c.dest: " ".join(c.help.split()) for c in sub._choices_actions}
     readme = _docs.README.read_text(encoding="utf-8")
-    rows = dict(re.findall(r"^\| `hiddenstate (\w+)` \| ([^|]+?) \|", readme, flags=re.M))
+    rows = dict(re.findall(r"^\| `hiddenstate ([\w-]+)` \| ([^|]+?) \|", readme, flags=re.M))
     assert rows == helps  # the README's table of commands is the top-level --help, word for word
     install = (_docs.DOCS / "install.md").read_text(encoding="utf-8")
     assert all(f"`{name}`" in install for name in helps)

@@ -1,4 +1,4 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, export.
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, check-cache, export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
@@ -229,6 +229,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     for add in (add_intervene, add_trace):
         add(sub, lambda flag: _typed(flag, int, nonnegative_int))
+    from hiddenstate.pipelines.cache_check_command import add_parser as add_check_cache  # -- check-cache --
+
+    add_check_cache(sub)
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
@@ -369,6 +372,12 @@ def _cmd_trace(args) -> int:
     return run_trace(args)
 
 
+def _cmd_check_cache(args) -> int:
+    from hiddenstate.pipelines.cache_check_command import run_check_cache
+
+    return run_check_cache(args)
+
+
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
     from hiddenstate.pipelines.export import check_new_file, export_checkpoint, load_hint
@@ -383,7 +392,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
              "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export,
-             "intervene": _cmd_intervene, "trace": _cmd_trace}
+             "intervene": _cmd_intervene, "trace": _cmd_trace, "check-cache": _cmd_check_cache}
 
 
 def _one_line(error: BaseException) -> str:
@@ -401,7 +410,8 @@ _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", 
                "inspect": ("text", "out", "inputs", "kind", "prefix", "ids", "layers"), "reproduce": ("out", "seed"),
                "export": ("out", "format"),
                "intervene": ("layer", "step", "until", "value", "heads", "ids", "target", "source", "part"),
-               "trace": ("clean_ids", "corrupted_ids", "target", "layers", "steps", "position", "part", "out")}
+               "trace": ("clean_ids", "corrupted_ids", "target", "layers", "steps", "position", "part", "out"),
+               "check-cache": ("ids", "attention_mask", "splits", "chunks", "paths")}
 
 
 def _flagged(text: str, command: str) -> str:
