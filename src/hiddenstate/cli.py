@@ -354,28 +354,19 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
-def _cmd_inspect(args) -> int:
-    from hiddenstate.pipelines.inspect_command import run_inspect
+def _pipeline(module: str, name: str):
+    """A command run by ``hiddenstate.pipelines.<module>.<name>(args)``, imported when it runs."""
+    def run(args) -> int:
+        import importlib
 
-    return run_inspect(args)
-
-
-def _cmd_intervene(args) -> int:
-    from hiddenstate.pipelines.intervene_command import run_intervene
-
-    return run_intervene(args)
+        return getattr(importlib.import_module(f"hiddenstate.pipelines.{module}"), name)(args)
+    return run
 
 
-def _cmd_trace(args) -> int:
-    from hiddenstate.pipelines.trace_command import run_trace
-
-    return run_trace(args)
-
-
-def _cmd_check_cache(args) -> int:
-    from hiddenstate.pipelines.cache_check_command import run_check_cache
-
-    return run_check_cache(args)
+_cmd_inspect = _pipeline("inspect_command", "run_inspect")
+_cmd_intervene = _pipeline("intervene_command", "run_intervene")
+_cmd_trace = _pipeline("trace_command", "run_trace")
+_cmd_check_cache = _pipeline("cache_check_command", "run_check_cache")
 
 
 def _cmd_export(args) -> int:
