@@ -55,8 +55,14 @@ def rel(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
+def scores(out):
+    """The logits, or a backbone's last hidden states where the family's head needs more than ids (JEV)."""
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
 def theirs(model, ids, bounds):
     """The model itself through its cache: logits (N, T, V) and the cache after the last call."""
+    model = model.model if families.family_of(model).run is not None else model
     params = inspect.signature(model.forward).parameters
     kw = "cache" if "cache" in params else "state"
     pos = "position_ids" in params
@@ -70,7 +76,7 @@ def theirs(model, ids, bounds):
             more = {"position_ids": torch.arange(a, b)[None].expand(len(ids), -1)} if pos else {}
             out = model(input_ids=ids_t[:, a:b], use_cache=True, **more, **({kw: cache} if cache is not None else {}))
             cache = cache if getattr(out, kw, None) is None else getattr(out, kw)
-            logits.append(out.logits.double().numpy())
+            logits.append(scores(out).double().numpy())
     return np.concatenate(logits, axis=1), cache
 
 
@@ -89,7 +95,8 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
     assert names == ["split@4", "split@8", "split@12", "decode", "chunked", "padded"] and check.shape == (N, T)
     assert check.tolerance == TOL and check.model == name and check.dtype == "float32"
     with torch.no_grad():
-        full = model(input_ids=torch.from_numpy(ids), use_cache=False).logits.double().numpy()
+        runs = model.model if families.family_of(model).run is not None else model
+        full = scores(runs(input_ids=torch.from_numpy(ids), use_cache=False)).double().numpy()
     scale = np.abs(full).max()
     split = next(p for p in check.paths if p.name == "split@8")
     logits, cache = theirs(model, ids, [0, 8, T])
@@ -107,7 +114,11 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
         for i, rec in zip(rc.layers, rc.records):
             states = get_kind(fam.kind).states(rec)
             field = "conv" if fam.kind == "shortconv" else next(f for f in states if f != "conv")
-            held = (cache.get_conv_state(i)[..., 1:] if field == "conv" else cache.get_recurrent_state(i))
+            if field == "conv":  # the recorded mixer's conv state (Inkling's layers hold four), its last K-1 inputs
+                conv = cache.get_conv_state(i, state_idx=getattr(fam.mixers(model)[i], "conv_idx", 0))
+                held = conv if conv.numel() == states[field][-1].size else conv[..., 1:]
+            else:
+                held = cache.get_recurrent_state(i)
             ours = states[field][-1]
             want = np.abs(held.double().numpy().reshape(ours.shape) - ours).max() / np.abs(states[field]).max()
             got = next(c for c in split.layers if c.layer == i).cache_errors[T - 1]

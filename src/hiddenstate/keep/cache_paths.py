@@ -111,9 +111,11 @@ def cache_states(model, family, carry, layer: int, shapes: dict) -> dict:
             got[names[0]] = _numpy(carry.get_linear_cache(layer))
         else:
             for f in names:
-                if f == "conv":
-                    conv = carry.get_conv_state(layer)
-                    got[f] = None if conv is None else _numpy(conv[..., 1:])
+                if f == "conv":  # a layer with several conv states (Inkling's four): the recorded mixer's
+                    idx = getattr(family.mixers(model)[layer], "conv_idx", 0)
+                    conv = carry.get_conv_state(layer, state_idx=idx) if idx else carry.get_conv_state(layer)
+                    want = int(np.prod(shapes[f]))
+                    got[f] = None if conv is None else _numpy(conv if conv.numel() == want else conv[..., 1:])
                 else:
                     state = carry.get_recurrent_state(layer)
                     got[f] = None if state is None else _numpy(state)
@@ -160,9 +162,11 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
     """
     import torch
 
+    mixers, whole = family.mixers(model), model
+    if family.run is not None:  # a head the forward cannot run from ids alone (JEV's decisions): its backbone's
+        model = model.model  # last hidden states stand for the logits (the head is not recurrent)
     kw = carry_keyword(model)
     pos = "position_ids" in inspect.signature(model.forward).parameters
-    mixers = family.mixers(model)
     seen: dict = {i: [] for i in layers}
 
     def hook(i):
@@ -195,10 +199,11 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
                     raise
                 text = " ".join(str(error).split())[:200]
                 raise PathFailed(a, f"{type(error).__name__}: {text}") from None
-            if tuple(out.logits.shape[:2]) != (N, b - a):
-                raise PathFailed(a, f"the call on steps [{a}, {b}) returned logits of shape {tuple(out.logits.shape)}; "
+            scores = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+            if tuple(scores.shape[:2]) != (N, b - a):
+                raise PathFailed(a, f"the call on steps [{a}, {b}) returned logits of shape {tuple(scores.shape)}; "
                                     f"(N={N}, {b - a}, V) was expected")
-            logits.append(_numpy(out.logits))
+            logits.append(_numpy(scores))
             if use_cache:
                 carry = _carried(out, kw, carry)
             for i in layers:
@@ -206,7 +211,7 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
                     raise RuntimeError(f"layer {i}'s mixer ran {len(seen[i]) - len(logits) + 1} times in the call "
                                        f"over steps [{a}, {b}); once was expected.")
                 if shapes is not None:
-                    cached[i].append((b - 1, cache_states(model, family, carry, i, shapes[i])))
+                    cached[i].append((b - 1, cache_states(whole, family, carry, i, shapes[i])))
     finally:
         for h in handles:
             h.remove()
