@@ -43,8 +43,14 @@ import numpy as np
 
 from hiddenstate.core.validation import positive_int
 
-__all__ = ["broadcast_state", "check_initial_state", "initial_state_gradient", "state_from_arrays", "state_names",
-           "state_to_arrays"]
+__all__ = [
+    "broadcast_state",
+    "check_initial_state",
+    "initial_state_gradient",
+    "state_from_arrays",
+    "state_names",
+    "state_to_arrays",
+]
 
 
 def state_names(model) -> tuple:
@@ -124,8 +130,10 @@ def check_initial_state(model, h0, *, batch_size: int | None = None, name: str =
         raise ValueError(f"{name} must be {_legend(model, 'N')}, {n_rule}; got {received}.")
     out = [np.ascontiguousarray(a, dtype=model.dtype) for a in got]
     if not all(np.isfinite(a).all() for a in out):
-        raise ValueError(f"{name} must hold finite values in the model's dtype {model.dtype} for {model!r}; "
-                         "got NaN or infinity (or a value too large for the dtype).")
+        raise ValueError(
+            f"{name} must hold finite values in the model's dtype {model.dtype} for {model!r}; "
+            "got NaN or infinity (or a value too large for the dtype)."
+        )
     return _pack(model, out)
 
 
@@ -179,8 +187,9 @@ def initial_state_gradient(model, inputs, targets, h0):
     N = np.shape(inputs)[1] if np.ndim(inputs) == 2 else 1
     h0 = check_initial_state(model, h0, batch_size=N)
     loss, d_state, _ = model.loss_and_state_grad(inputs, targets, broadcast_state(model, h0, N))
-    return loss, _pack(model, [d.sum(axis=1, keepdims=True) if a.shape[1] == 1 else d
-                               for a, d in zip(_parts(h0), _parts(d_state))])
+    return loss, _pack(
+        model, [d.sum(axis=1, keepdims=True) if a.shape[1] == 1 else d for a, d in zip(_parts(h0), _parts(d_state))]
+    )
 
 
 def state_to_arrays(model, h0) -> dict:
@@ -224,6 +233,7 @@ def state_from_arrays(model, arrays: dict, *, name: str = "initial_state"):
     names = state_names(model)
     if not isinstance(arrays, dict) or sorted(arrays) != sorted(names):
         got = sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__
-        raise ValueError(f"{name} must hold the arrays {list(names)} of {model!r}; got {got} (a state of "
-                         "another kind of model).")
+        raise ValueError(
+            f"{name} must hold the arrays {list(names)} of {model!r}; got {got} (a state of another kind of model)."
+        )
     return check_initial_state(model, _pack(model, [arrays[k] for k in names]), name=name)
