@@ -61,6 +61,8 @@ LAYERS = {
     "edit.api": {CORE, "edit.families", "edit.ours", "interop.families.directory"},  # a directory, a family, ours
     # our own models in segments: the character models, the Mamba LMs (core) and trace for a stack's every layer
     "edit.ours": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "train.model", "probe.trace"},
+    # snapshots (issue 33): a model's whole state kept; transformers families' caches (interop) and our models
+    "keep": {CORE, "keep", "interop", "train.model"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

@@ -1,0 +1,10 @@
+"""The state as an object you keep: snapshots of a model's whole state, saved, loaded, forked and continued (issue 33).
+
+:func:`snapshot` takes it, :func:`snapshot_bytes` states its size before, :func:`load_snapshot`
+reads it back; :class:`Snapshot` continues, forks and generates.
+"""
+
+from hiddenstate.keep.api import load_snapshot, snapshot, snapshot_bytes
+from hiddenstate.keep.snapshot import Snapshot
+
+__all__ = ["Snapshot", "load_snapshot", "snapshot", "snapshot_bytes"]
