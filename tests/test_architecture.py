@@ -62,7 +62,7 @@ LAYERS = {
     # our own models in segments: the character models, the Mamba LMs (core) and trace for a stack's every layer
     "edit.ours": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "train.model", "probe.trace"},
     # snapshots (issue 33): a model's whole state kept; transformers families' caches (interop) and our models
-    "keep": {CORE, "keep", "interop", "train.model"},
+    "keep": {CORE, "keep", "interop", "train.model", "train.initial_state"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

@@ -209,3 +209,37 @@ def test_tuning_refuses_ema_unknown_characters_and_a_missing_model(runs):
     with pytest.raises(FileNotFoundError, match=r"^--tune-initial-state: checkpoint .*nothere"):
         train(_tune(root, "m", tune_initial_state=str(root / "nothere")), progress=False, verbose=False)
     assert not any((root / name).exists() and any((root / name).iterdir()) for name in ("e", "odd", "m"))
+
+
+def test_a_tuned_state_saves_and_loads_as_a_snapshot_that_generation_takes(runs, tmp_path):
+    import hiddenstate as hs
+    from hiddenstate.keep.ours import initial_snapshot
+
+    root, _ = runs
+    tuned = load(root / "tuned") if (root / "tuned").is_dir() else None
+    if tuned is None:
+        train(_tune(root, "tuned"), progress=False, verbose=False)
+        tuned = load(root / "tuned")
+    model, h0 = tuned.model, tuned.initial_state
+    snap = initial_snapshot(model, h0)
+    snap.save(tmp_path / "style.safetensors")
+    back = hs.load_snapshot(tmp_path / "style.safetensors", model)
+    np.testing.assert_array_equal(check_initial_state(model, back), h0)
+    ids = tuned.vocab.encode("\nTHE KING")
+    a, b = Stream(model, h0), Stream(model, back)
+    for i in ids:
+        a.feed(int(i))
+        b.feed(int(i))
+        assert a.logits.tobytes() == b.logits.tobytes()
+    rng = np.random.default_rng(3)
+    want = model.sample(ids[:1], 20, rng=np.random.default_rng(3), state=h0)
+    np.testing.assert_array_equal(model.sample(ids[:1], 20, rng=rng, state=back), want)
+    np.testing.assert_allclose(snap.next_logits[0], h0[-1, 0] @ model.params["decoder.weight"].T
+                               + model.params["decoder.bias"], rtol=0, atol=1e-12)
+    # another model (other weights): refused in one ValueError naming the snapshot
+    other = CharRNN(model.vocab_size, model.hidden_size, cell=model.cell, dtype=model.dtype,
+                    rng=np.random.default_rng(9))
+    with pytest.raises(ValueError, match=r"^state \(a snapshot\) must have the weights the snapshot was taken with"):
+        Stream(other, back)
+    with pytest.raises(ValueError, match=r"weights the snapshot was taken with"):
+        hs.load_snapshot(tmp_path / "style.safetensors", other)

@@ -21,7 +21,8 @@ from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.state import MambaState
 from hiddenstate.train.model import CharRNN
 
-__all__ = ["CLASSIC", "capture", "describe", "estimate", "from_state", "restore", "state_of", "step", "supported"]
+__all__ = ["CLASSIC", "capture", "describe", "estimate", "from_state", "initial_snapshot", "restore", "state_of", "step",
+           "supported"]
 
 #: The CharRNN cells whose state a snapshot keeps.
 CLASSIC = ("gru", "lstm", "rnn")
@@ -222,6 +223,45 @@ def from_state(model, state, *, prefix_length, next_logits):
     if isinstance(prefix_length, bool) or not isinstance(prefix_length, (int, np.integer)) or prefix_length < 0:
         raise ValueError(f"prefix_length must be an int >= 0; got {prefix_length!r:.60}.")
     return Snapshot(arrays, info, {}, next_logits, model_type, config, digest, int(prefix_length), "ours")
+
+
+def initial_snapshot(model, state):
+    """A snapshot of a CharRNN's initial state (e.g. one tuned with ``tune_initial_state``), to save and start from.
+
+    Parameters
+    ----------
+    model : CharRNN
+        Of cell gru, lstm or rnn (the cells whose state a snapshot keeps).
+    state : ndarray (L, N, H) or a pair of them (LSTM)
+        The state to start from (N = 1: the one state of a tuning run,
+        :attr:`hiddenstate.train.Trained.initial_state`).
+
+    Returns
+    -------
+    Snapshot
+        ``prefix_length`` 0; ``next_logits`` (N, V) are the decoder's scores of the top layer's
+        ``h`` (``W_hy h0 + b_y``). ``Stream(model, snap)``, ``model.sample(..., state=snap)``,
+        :func:`hiddenstate.train.evaluate` (``initial_state=snap``) and
+        :func:`~hiddenstate.train.initial_state.initial_state_gradient` take it; ``snap.save(path)``
+        and :func:`hiddenstate.load_snapshot` keep it (refused on another model, named by its
+        config or weight digest).
+
+    Raises
+    ------
+    TypeError
+        Not a CharRNN of cell gru, lstm or rnn.
+    ValueError
+        A state that is not one for ``model`` (:func:`~hiddenstate.train.initial_state.check_initial_state`).
+    """
+    from hiddenstate.train.initial_state import check_initial_state
+
+    _check(model)
+    if not isinstance(model, CharRNN):
+        raise TypeError(f"model must be a CharRNN (an initial state of a character model); got {type(model).__name__}.")
+    state = check_initial_state(model, state, name="state")
+    h = state[0] if isinstance(state, tuple) else state  # (L, N, H)
+    logits = h[-1] @ model.params["decoder.weight"].T + model.params["decoder.bias"]  # (N, V)
+    return from_state(model, state, prefix_length=0, next_logits=logits)
 
 
 def estimate(model, N, T) -> int:

@@ -90,9 +90,12 @@ def check_initial_state(model, h0, *, batch_size: int | None = None, name: str =
     Parameters
     ----------
     model : CharRNN
-    h0 : ndarray or pair of ndarray
+    h0 : ndarray, pair of ndarray, or Snapshot
         In the format of the table above, with N = 1 (a state for every row) or N =
-        ``batch_size``. Floating arrays of any precision; they are cast to the model's dtype.
+        ``batch_size``. Floating arrays of any precision; they are cast to the model's dtype. A
+        :class:`hiddenstate.Snapshot` of ``model`` (e.g. a tuned state saved with
+        :func:`hiddenstate.keep.ours.initial_snapshot`) gives its state, after checking that it
+        was taken of this model (type, configuration and weight digest).
     batch_size : int, optional
         N of the batch the state will start; None: any N.
     name : str, default "h0"
@@ -106,11 +109,15 @@ def check_initial_state(model, h0, *, batch_size: int | None = None, name: str =
     Raises
     ------
     ValueError
-        In one message naming ``name``, the model, the format and what was received: a state of
+        A snapshot of another model (its own message, from ``Snapshot.check_model``). In one
+        message naming ``name``, the model, the format and what was received: a state of
         another structure (a pair for a GRU, a single array for an LSTM), shape (another model's
         L, H, Di, S, K), row count, or dtype (integer, boolean, complex), or non-finite values.
     """
     rows = None if batch_size is None else positive_int("batch_size", batch_size)
+    if hasattr(h0, "check_model") and hasattr(h0, "arrays"):  # a hiddenstate.Snapshot of this very model
+        h0.check_model(model, name=f"{name} (a snapshot)")
+        h0 = _pack(model, [h0.arrays[k] for k in state_names(model)])
     want = [tuple(s.shape) for s in _parts(model.initial_state(1))]
     got = []
     for part in _parts(h0):
