@@ -243,3 +243,22 @@ def test_a_tuned_state_saves_and_loads_as_a_snapshot_that_generation_takes(runs,
         Stream(other, back)
     with pytest.raises(ValueError, match=r"weights the snapshot was taken with"):
         hs.load_snapshot(tmp_path / "style.safetensors", other)
+
+
+def test_the_cli_tunes_samples_from_the_tuned_state_and_refuses_in_one_line(runs, tmp_path, capsys):
+    from hiddenstate.cli import main
+
+    root, _ = runs
+    out = tmp_path / "cli"
+    assert main(["train", "--tune-initial-state", str(root / "base"), "--data", str(root / "shout.txt"), "--steps", "8",
+                 "--seq-len", "16", "--batch-size", "8", "--lr", "0.2", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(out), "--length", "30", "--seed", "5"]) == 0
+    printed = capsys.readouterr().out.rstrip("\n")
+    assert printed == sample(out, length=30, seed=5).rstrip("\n")  # from the tuned state ...
+    assert printed != sample(root / "base", length=30, seed=5).rstrip("\n")  # ... not from zeros
+    assert main(["train", "--tune-initial-state", str(tmp_path / "nothere"), "--data", str(root / "shout.txt"),
+                 "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tune-initial-state: checkpoint" in err[0] and "nothere" in err[0]
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
