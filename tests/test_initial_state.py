@@ -262,3 +262,25 @@ def test_the_cli_tunes_samples_from_the_tuned_state_and_refuses_in_one_line(runs
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--tune-initial-state: checkpoint" in err[0] and "nothere" in err[0]
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_a_tuning_checkpoint_without_its_state_or_with_a_bad_one_is_refused(runs):
+    from hiddenstate.train.rundir.checkpoint import load_checkpoint
+    from hiddenstate.train.rundir.snapshot import Snapshot
+
+    root, _ = runs
+    if not (root / "tuned").is_dir():
+        train(_tune(root, "tuned"), progress=False, verbose=False)
+    params, meta, arrays = load_checkpoint(root / "tuned" / "checkpoint")
+    assert sorted(k for k in arrays if k.startswith("initial_state.")) == ["initial_state.h"]
+    Snapshot.from_files(params, meta, arrays)  # as saved: reads
+    without = {k: v for k, v in arrays.items() if not k.startswith("initial_state.")}
+    with pytest.raises(ValueError, match=r"must hold the tuned 'initial_state\.' arrays exactly when "
+                                         r"train\.tune_initial_state is set; got 0"):
+        Snapshot.from_files(params, meta, without)
+    with pytest.raises(ValueError, match=r"initial_state\.h"):
+        Snapshot.from_files(params, meta, {**arrays, "initial_state.h": np.full((1, 1, 24), np.nan)})
+    trained = load(root / "tuned")
+    trained.snapshot.initial_state = {"h": np.zeros((1, 1, 23))}  # another model's H: named when used
+    with pytest.raises(ValueError, match=r"initial_state must be \(1, N, 24\) .*got float64 \(1, 1, 23\)"):
+        sample(trained, length=5)
