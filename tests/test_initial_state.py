@@ -284,3 +284,44 @@ def test_a_tuning_checkpoint_without_its_state_or_with_a_bad_one_is_refused(runs
     trained.snapshot.initial_state = {"h": np.zeros((1, 1, 23))}  # another model's H: named when used
     with pytest.raises(ValueError, match=r"initial_state must be \(1, N, 24\) .*got float64 \(1, 1, 23\)"):
         sample(trained, length=5)
+
+
+@pytest.mark.parametrize("kind", ["MambaLM", "Mamba2LM"])
+def test_a_mamba_lms_one_row_initial_states_get_their_gradient_by_bptt(kind):
+    # the models from_transformers makes of Mamba, FalconMamba and Mamba-2: dL/dh0 checked by finite differences
+    import hiddenstate as hs
+
+    options = {"head_dim": 4, "n_groups": 1, "d_state": 8} if kind == "Mamba2LM" else {}
+    model = getattr(hs, kind)(7, 8, 2, rng=np.random.default_rng(0), **options)
+    rng = np.random.default_rng(5)
+    h0 = [type(z)(*(0.3 * rng.standard_normal(p.shape) for p in z)) for z in (b.initial_state(1) for b in model.layers)]
+    ids, targets = rng.integers(0, 7, (3, 6)), rng.integers(0, 7, (3, 6))  # (N, T): batch_first
+    loss, d_h0 = initial_state_gradient(model, ids, targets, h0)
+    assert len(d_h0) == 2 and all(d.shape == p.shape for dl, pl in zip(d_h0, h0) for d, p in zip(dl, pl))
+
+    def loss_at(state):
+        from hiddenstate.core.functional import cross_entropy
+
+        logits, _, _ = model.forward(ids, broadcast_state(model, state, 3))
+        return cross_entropy(logits.reshape(-1, 7), targets.reshape(-1))[0]
+
+    assert loss == pytest.approx(loss_at(h0), abs=1e-12)
+    for layer in range(2):
+        for part in range(2):
+            arr = h0[layer][part]
+            for idx in [tuple(int(rng.integers(0, s)) for s in arr.shape) for _ in range(3)]:
+                arr[idx] += 1e-6
+                up = loss_at(h0)
+                arr[idx] -= 2e-6
+                down = loss_at(h0)
+                arr[idx] += 1e-6
+                assert d_h0[layer][part][idx] == pytest.approx((up - down) / 2e-6, abs=1e-8), (layer, part, idx)
+    with pytest.raises(ValueError, match=rf"^h0 must be a list of L=2 MambaState .* for {kind}.*got 2 arrays"):
+        initial_state_gradient(model, ids, targets, [h0[0]])
+    # a snapshot of the LM (its state after a prefix) is an initial state it takes, part for part
+    from hiddenstate.keep.ours import state_of
+
+    snap = hs.snapshot(model, ids)
+    for mine, theirs in zip(check_initial_state(model, snap), state_of(snap)):
+        for a, b in zip(mine, theirs):
+            assert a.tobytes() == b.tobytes()

@@ -9,7 +9,13 @@ format of its recurrent layers and returns the final state (``forward(inputs, h0
 gru, rnn, mingru, minlstm   ndarray (L, N, H)
 lstm                        pair ``(h0, c0)``, each (L, N, H)
 mamba                       pair ``(ssm (L, N, Di, S), conv (L, N, Di, K-1))``
+MambaLM, Mamba2LM           list of L :class:`~hiddenstate.MambaState` ``(ssm (N, ...), conv (N, ...))``
 ==========================  ==================================================================
+
+The last row is the state of :class:`hiddenstate.MambaLM` / :class:`~hiddenstate.Mamba2LM`, and
+so of a transformers Mamba, FalconMamba or Mamba-2 model converted with
+:func:`hiddenstate.interop.from_transformers`: :func:`initial_state_gradient` gives its
+``dL/dh0`` too (exact BPTT through our blocks); the trainer tunes the character models only.
 
 A state of one row (N = 1) is a state for *every* row: :func:`broadcast_state` repeats it, and
 the gradient of a loss read from it is the sum over the rows (:func:`initial_state_gradient`).
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.core.functional import cross_entropy
 from hiddenstate.core.validation import positive_int
 
 __all__ = [
@@ -53,19 +60,45 @@ __all__ = [
 ]
 
 
+def _is_lm(model) -> bool:
+    """A Mamba or Mamba-2 language model (MambaLM, Mamba2LM, and what ``from_transformers`` converts)."""
+    return not hasattr(model, "cell") and hasattr(model, "layers") and hasattr(model, "d_model")
+
+
 def state_names(model) -> tuple:
     """The names of the parts of a model's state, in order.
 
     Parameters
     ----------
-    model : CharRNN
+    model : CharRNN, MambaLM or Mamba2LM
 
     Returns
     -------
     tuple of str
-        ``("h",)``, ``("h", "c")`` (LSTM) or ``("ssm", "conv")`` (mamba).
+        CharRNN: ``("h",)``, ``("h", "c")`` (LSTM) or ``("ssm", "conv")`` (mamba); a Mamba LM:
+        ``("layers.0.ssm", "layers.0.conv", "layers.1.ssm", ...)`` (the names of its snapshot).
     """
+    if _is_lm(model):
+        return tuple(f"layers.{i}.{part}" for i in range(len(model.layers)) for part in ("ssm", "conv"))
     return {"lstm": ("h", "c"), "mamba": ("ssm", "conv")}.get(model.cell, ("h",))
+
+
+def _batch_axis(model) -> int:
+    return 0 if _is_lm(model) else 1
+
+
+def _zeros(model) -> list:
+    """The parts of a one-row zero state, flat."""
+    if _is_lm(model):
+        return [part for blk in model.layers for part in blk.initial_state(1)]
+    return list(_parts(model.initial_state(1)))
+
+
+def _flat(model, state) -> tuple:
+    """The parts of a state in the model's format, flat (an LM's list of per-layer pairs is unrolled)."""
+    if _is_lm(model) and isinstance(state, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in state):
+        return tuple(part for layer in state for part in layer)
+    return _parts(state)
 
 
 def _parts(state) -> tuple:
@@ -73,14 +106,19 @@ def _parts(state) -> tuple:
 
 
 def _pack(model, parts):
+    if _is_lm(model):
+        return [type(blk.initial_state(1))(*parts[2 * i: 2 * i + 2]) for i, blk in enumerate(model.layers)]
     return tuple(parts) if len(state_names(model)) == 2 else parts[0]
 
 
 def _legend(model, rows) -> str:
-    shapes = [tuple(s.shape) for s in _parts(model.initial_state(1))]
-    spelled = ["(" + ", ".join(map(str, (s[0], rows) + s[2:])) + ")" for s in shapes]
+    axis = _batch_axis(model)
+    spelled = ["(" + ", ".join(map(str, s.shape[:axis] + (rows,) + s.shape[axis + 1:])) + ")" for s in _zeros(model)]
     names = state_names(model)
-    body = spelled[0] if len(names) == 1 else "a pair (" + ", ".join(f"{n} {s}" for n, s in zip(names, spelled)) + ")"
+    if _is_lm(model):
+        body = f"a list of L={len(model.layers)} MambaState (ssm {spelled[0]}, conv {spelled[1]})"
+    else:
+        body = spelled[0] if len(names) == 1 else "a pair (" + ", ".join(f"{n} {s}" for n, s in zip(names, spelled)) + ")"
     return f"{body} of floats for {model!r}"
 
 
@@ -89,8 +127,8 @@ def check_initial_state(model, h0, *, batch_size: int | None = None, name: str =
 
     Parameters
     ----------
-    model : CharRNN
-    h0 : ndarray, pair of ndarray, or Snapshot
+    model : CharRNN, MambaLM or Mamba2LM
+    h0 : ndarray, pair of ndarray, list of MambaState (a Mamba LM), or Snapshot
         In the format of the table above, with N = 1 (a state for every row) or N =
         ``batch_size``. Floating arrays of any precision; they are cast to the model's dtype. A
         :class:`hiddenstate.Snapshot` of ``model`` (e.g. a tuned state saved with
@@ -118,17 +156,17 @@ def check_initial_state(model, h0, *, batch_size: int | None = None, name: str =
     if hasattr(h0, "check_model") and hasattr(h0, "arrays"):  # a hiddenstate.Snapshot of this very model
         h0.check_model(model, name=f"{name} (a snapshot)")
         h0 = _pack(model, [h0.arrays[k] for k in state_names(model)])
-    want = [tuple(s.shape) for s in _parts(model.initial_state(1))]
+    want, axis = [tuple(z.shape) for z in _zeros(model)], _batch_axis(model)
     got = []
-    for part in _parts(h0):
+    for part in _flat(model, h0):
         try:
             got.append(np.asarray(part))
         except (ValueError, TypeError):  # ragged nested lists
             got.append(None)
-    n = got[0].shape[1] if got and got[0] is not None and got[0].ndim > 1 else None
+    n = got[0].shape[axis] if got and got[0] is not None and got[0].ndim > axis else None
     ok = len(got) == len(want) and all(a is not None and a.dtype.kind == "f" for a in got)
     ok = ok and n is not None and (n == 1 or rows is None or n == rows)
-    ok = ok and all(a.shape == (w[0], n) + w[2:] for a, w in zip(got, want))
+    ok = ok and all(a.shape == w[:axis] + (n,) + w[axis + 1:] for a, w in zip(got, want))
     if not ok:
         received = ", ".join("None" if a is None else f"{a.dtype} {a.shape}" for a in got)
         received = received if len(got) == 1 else f"{len(got)} arrays ({received})"
@@ -160,8 +198,9 @@ def broadcast_state(model, h0, batch_size: int):
     ndarray or pair of ndarray
         The model's format with N rows (copies).
     """
-    h0 = check_initial_state(model, h0, batch_size=batch_size)
-    return _pack(model, [np.repeat(a, batch_size, axis=1) if a.shape[1] != batch_size else a for a in _parts(h0)])
+    h0, axis = check_initial_state(model, h0, batch_size=batch_size), _batch_axis(model)
+    return _pack(model, [np.repeat(a, batch_size, axis=axis) if a.shape[axis] != batch_size else a
+                         for a in _flat(model, h0)])
 
 
 def initial_state_gradient(model, inputs, targets, h0):
@@ -173,17 +212,19 @@ def initial_state_gradient(model, inputs, targets, h0):
 
     Parameters
     ----------
-    model : CharRNN
-    inputs, targets : ndarray of shape (T, N), integer
-        ``targets[t, n]`` is the character after ``inputs[t, n]``.
-    h0 : ndarray or pair
+    model : CharRNN, MambaLM or Mamba2LM
+        A Mamba LM is also what :func:`hiddenstate.interop.from_transformers` makes of a
+        transformers Mamba, FalconMamba or Mamba-2 model.
+    inputs, targets : ndarray of shape (T, N) (a LM with ``batch_first``: (N, T)), integer
+        ``targets[t, n]`` is the token after ``inputs[t, n]``.
+    h0 : ndarray, pair, or (LM) list of MambaState
         N = 1 or N rows, in the model's format (see :func:`check_initial_state`).
 
     Returns
     -------
     loss : float
         Nats per character.
-    d_h0 : ndarray or pair of ndarray
+    d_h0 : ndarray, pair of ndarray, or list of MambaState
         Shaped like ``h0``: d loss / d ``h0``, in the model's dtype.
 
     Raises
@@ -191,12 +232,29 @@ def initial_state_gradient(model, inputs, targets, h0):
     ValueError, TypeError
         A state that breaks :func:`check_initial_state`; ids as :meth:`CharRNN.forward` refuses.
     """
-    N = np.shape(inputs)[1] if np.ndim(inputs) == 2 else 1
+    lm, axis = _is_lm(model), _batch_axis(model)
+    N = np.shape(inputs)[0 if lm and model.batch_first else 1] if np.ndim(inputs) == 2 else 1
     h0 = check_initial_state(model, h0, batch_size=N)
-    loss, d_state, _ = model.loss_and_state_grad(inputs, targets, broadcast_state(model, h0, N))
-    return loss, _pack(
-        model, [d.sum(axis=1, keepdims=True) if a.shape[1] == 1 else d for a, d in zip(_parts(h0), _parts(d_state))]
-    )
+    if lm:
+        loss, d_state = _lm_loss_and_state_grad(model, inputs, targets, broadcast_state(model, h0, N))
+    else:
+        loss, d_state, _ = model.loss_and_state_grad(inputs, targets, broadcast_state(model, h0, N))
+    return loss, _pack(model, [d.sum(axis=axis, keepdims=True) if a.shape[axis] == 1 else d
+                               for a, d in zip(_flat(model, h0), _flat(model, d_state))])
+
+
+def _lm_loss_and_state_grad(model, ids, targets, states):
+    """Mean cross-entropy of a Mamba LM's chunk read from ``states`` and d loss / d ``states``."""
+    targets = np.asarray(targets)
+    if targets.shape != np.shape(ids) or not np.issubdtype(targets.dtype, np.integer):
+        raise ValueError(f"targets must be integer ids of the shape of ids {np.shape(ids)}; got {targets.dtype} "
+                         f"{targets.shape}.")
+    logits, _, cache = model.forward(ids, states)
+    V = logits.shape[-1]
+    with np.errstate(under="ignore"):
+        loss, d_logits = cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    _, d_states = model.backward(cache, np.asarray(d_logits).reshape(logits.shape))
+    return loss, d_states
 
 
 def state_to_arrays(model, h0) -> dict:
@@ -213,7 +271,7 @@ def state_to_arrays(model, h0) -> dict:
     dict of str to ndarray
         :func:`state_names` -> part.
     """
-    return dict(zip(state_names(model), _parts(check_initial_state(model, h0))))
+    return dict(zip(state_names(model), _flat(model, check_initial_state(model, h0))))
 
 
 def state_from_arrays(model, arrays: dict, *, name: str = "initial_state"):
