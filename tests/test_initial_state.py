@@ -206,9 +206,12 @@ def test_tuning_refuses_ema_unknown_characters_and_a_missing_model(runs):
     (root / "odd.txt").write_text("ÆØÅ" * 3000, encoding="utf-8")
     with pytest.raises(ValueError, match=r"data must only use the characters of the model being tuned .*'ÅÆØ'"):
         train(_tune(root, "odd", data=str(root / "odd.txt")), progress=False, verbose=False)
+    with pytest.raises(ValueError, match=r"^--cell must be the tuned model's \('gru'\) with --tune-initial-state; "
+                                         r"got 'lstm'"):
+        train(_tune(root, "c", cell="lstm"), progress=False, verbose=False)
     with pytest.raises(FileNotFoundError, match=r"^--tune-initial-state: checkpoint .*nothere"):
         train(_tune(root, "m", tune_initial_state=str(root / "nothere")), progress=False, verbose=False)
-    assert not any((root / name).exists() and any((root / name).iterdir()) for name in ("e", "odd", "m"))
+    assert not any((root / name).exists() and any((root / name).iterdir()) for name in ("e", "odd", "m", "c"))
 
 
 def test_a_tuned_state_saves_and_loads_as_a_snapshot_that_generation_takes(runs, tmp_path):

@@ -67,7 +67,7 @@ from hiddenstate.train.rundir import (
 )
 from hiddenstate.train.rundir.ownership import check_not_in_use, checkpoint_step, claim, describe
 from hiddenstate.train.steps import Corpus, Progress, StepLoop, Trainer, evaluate
-from hiddenstate.train.tuning import StateTuner, tuned_config
+from hiddenstate.train.tuning import MODEL_FIELDS, StateTuner, tuned_config
 
 __all__ = ["TrainResult", "evaluate", "train"]
 
@@ -343,7 +343,8 @@ def _claim(config, resume, overwrite: bool):
     if resume is None:
         cfg = _with_absolute_data(make_config(config))
         if cfg.tune_initial_state is not None:  # the model fields are those of the model being tuned
-            cfg = dataclasses.replace(tuned_config(cfg)[0], tune_initial_state=os.path.abspath(cfg.tune_initial_state))
+            given = {k: _given_value(config, k) for k in MODEL_FIELDS}
+            cfg = dataclasses.replace(tuned_config(cfg, given)[0], tune_initial_state=os.path.abspath(cfg.tune_initial_state))
         lock, state = claim(cfg.out, overwrite=overwrite)
         return lock, state, None, cfg, False
     if isinstance(resume, (str, os.PathLike)) and os.path.isdir(resume):

@@ -39,13 +39,16 @@ __all__ = ["MODEL_FIELDS", "StateTuner", "tuned_config"]
 MODEL_FIELDS = ("cell", "hidden_size", "num_layers", "embedding_dim", "dropout", "weight_drop", "dtype")
 
 
-def tuned_config(cfg: TrainConfig) -> tuple[TrainConfig, Trained]:
+def tuned_config(cfg: TrainConfig, given: dict | None = None) -> tuple[TrainConfig, Trained]:
     """A tuning run's configuration: ``cfg`` with the model fields of the run it tunes.
 
     Parameters
     ----------
     cfg : TrainConfig
         With ``tune_initial_state`` set (a run or checkpoint directory).
+    given : dict, optional
+        The fields the caller set: a model field (:data:`MODEL_FIELDS`) set to another value
+        than the tuned model's is refused.
 
     Returns
     -------
@@ -57,12 +60,17 @@ def tuned_config(cfg: TrainConfig) -> tuple[TrainConfig, Trained]:
     Raises
     ------
     FileNotFoundError, ValueError
-        No checkpoint there, or one that does not load (the message names ``--tune-initial-state``).
+        No checkpoint there, or one that does not load (the message names ``--tune-initial-state``);
+        a model field given with another value than the tuned model's.
     """
     try:
         base = load(cfg.tune_initial_state)
     except (FileNotFoundError, ValueError) as error:
         raise type(error)(f"--tune-initial-state: {error}") from None
+    for key, value in (given or {}).items():
+        if key in MODEL_FIELDS and value is not None and value != getattr(base.config, key):
+            raise ValueError(f"--{key.replace('_', '-')} must be the tuned model's ({getattr(base.config, key)!r}) with "
+                             f"--tune-initial-state; got {value!r}. Drop the flag: the model is the one being tuned.")
     return dataclasses.replace(cfg, **{k: getattr(base.config, k) for k in MODEL_FIELDS}), base
 
 
