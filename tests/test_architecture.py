@@ -69,7 +69,7 @@ LAYERS = {
     "pipelines.trace_command": {CORE, "edit", "pipelines.inspect_command", "pipelines.trace_command", "report"},
     # the state as an object you keep (issue 33): a model's cached paths held to its full forward (keep/cache_check),
     # standing on the families' machinery (interop) and below the pipelines
-    "keep": {CORE, "keep", "interop"},
+    "keep": {CORE, "keep", "interop", "train.model", "train.initial_state"},  # snapshots: our models too
     # a model directory and ids -> its cache check, exit status 0/1 (issue 33)
     "pipelines.cache_check_command": {CORE, "keep", "pipelines.inspect_command", "pipelines.cache_check_command"},
 }
@@ -240,7 +240,8 @@ def test_the_top_level_holds_a_few_modules():
 # Inside train/: the run directory (checkpoint files, the snapshot and its schema, ownership) and the
 # distributed machinery are subpackages of their own, and each may import only these.
 TRAIN_SUBPACKAGES = {
-    "train.rundir": {CORE, "train.rundir", "train.config", "train.corpus", "train.model", "train.guards"},
+    "train.rundir": {CORE, "train.rundir", "train.config", "train.corpus", "train.model", "train.guards",
+                     "train.initial_state"},  # a leaf over core: the tuned state a checkpoint holds
     "train.distributed": {CORE, "train.distributed"},  # torch only inside join() and launch()
 }
 

@@ -603,3 +603,22 @@ def test_only_a_loopback_master_addr_gets_the_loopback_store(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", "29x")
     with pytest.raises(ValueError, match=r"MASTER_PORT must be an integer; got '29x'"):
         rendezvous(None, 0, 2, 5.0)
+
+
+def test_initial_state_tuning_on_two_ranks_equals_one_process(text_file, tmp_path):
+    # the tuned state's gradient is all-reduced like a weight's: the same run to round-off, weights untouched
+    base = one_process("train", "--data", str(text_file), *SMALL, "--steps", "10", "--out", str(tmp_path / "base"))
+    assert base.returncode == 0, base.stderr
+    flags = ["train", "--tune-initial-state", str(tmp_path / "base"), "--data", str(text_file), "--seq-len", "12",
+             "--batch-size", "8", "--steps", "20", "--eval-every", "10", "--save-every", "10", "--lr", "0.05", "--quiet"]
+    single = one_process(*flags, "--out", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stderr
+    double = torchrun(*flags, "--out", str(tmp_path / "two"))
+    assert double.returncode == 0, double.stderr + double.stdout
+    assert_same_run(tmp_path / "one", tmp_path / "two")  # the frozen weights too: equal to the base's below
+    from hiddenstate.train import load
+
+    a, b, w = load(tmp_path / "one"), load(tmp_path / "two"), weights(tmp_path / "base")
+    np.testing.assert_allclose(b.initial_state, a.initial_state, rtol=0, atol=1e-10 * np.abs(a.initial_state).max())
+    assert np.abs(a.initial_state).max() > 0
+    assert all(weights(tmp_path / "two")[k].tobytes() == v.tobytes() for k, v in w.items())

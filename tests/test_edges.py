@@ -258,7 +258,7 @@ def test_stream_messages_name_vocab_char_and_state(rng):
     stream = Stream(model, vocab=Vocabulary("abcde"))
     with pytest.raises(ValueError, match="char must be one of the vocabulary's 5 characters; got 'z'"):
         stream.feed("z")
-    with pytest.raises(ValueError, match=r"state must have shape \(L=1, 1, H=8\); got \(3,\)"):
+    with pytest.raises(ValueError, match=r"state must be \(1, N, 8\) of floats for CharRNN.*N = 1 .*got float64 \(3,\)"):
         Stream(model, state=np.zeros(3))
     with pytest.raises(ValueError, match="vocab must have the model's V=5 characters; got 3"):
         Stream(model, vocab=Vocabulary("abc"))

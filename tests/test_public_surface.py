@@ -39,6 +39,7 @@ def test_all_is_sorted_and_every_name_resolves():
     assert set(BLOCKS) | {"analyze", "MambaLM", "Mamba2LM", "RNN", "GRU", "LSTM", "MinGRU", "MinLSTM"} <= set(hs.__all__)
     assert {"StateEdit", "EditRun", "intervene", "CausalTrace", "causal_trace", "trace_cost"} <= set(hs.__all__)
     assert {"check_cache", "CacheCheck"} <= set(hs.__all__) and hs.check_cache.__module__ == "hiddenstate.keep.cache_check"
+    assert hs.initial_state_gradient is hs.train.initial_state.initial_state_gradient  # dL/dh0 of a char model
 
 
 def test_every_block_is_the_class_of_its_kinds_folder_and_analyze_a_function():

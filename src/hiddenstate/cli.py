@@ -127,6 +127,8 @@ def _build_parser() -> argparse.ArgumentParser:
     _config_flag(tr, "ema", float, metavar="DECAY",
                  help="evaluate, save and sample an exponential moving average of the weights (e.g. 0.998)")
     _config_flag(tr, "embedding_dim", int, metavar="E", help="learned embedding instead of one-hot")
+    tr.add_argument("--tune-initial-state", metavar="RUN", help="train only the initial state of RUN's model (its weights "
+                    "frozen) on --data: the checkpoint holds the tuned state, which sample starts from")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     tr.add_argument("--processes", type=_typed("--processes", int, positive_int), metavar="K",
                     help="K processes on this machine, one run (torchrun's launcher; needs hiddenstate[distributed])")
@@ -396,7 +398,7 @@ def _one_line(error: BaseException) -> str:
 #: The API's names of what a command's flags set: a message ``"<name> must ..."`` names the flag.
 _TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", "batch_size", "lr", "clip", "seed",
                 "max_minutes", "eval_every", "save_every", "dropout", "weight_drop", "ema", "embedding_dim",
-                "overwrite", "cell", "dtype", "device")
+                "overwrite", "cell", "dtype", "device", "tune_initial_state")
 _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed", "top_k", "top_p"),
                "inspect": ("text", "out", "inputs", "kind", "prefix", "ids", "layers"), "reproduce": ("out", "seed"),
                "export": ("out", "format"),

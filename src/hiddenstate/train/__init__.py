@@ -17,7 +17,9 @@
   (torchrun, ``--processes``): what a rank does, how rows are sharded, the collectives;
 * :mod:`~hiddenstate.train.history` -- ``log.jsonl`` and :func:`plot_history`;
 * :mod:`~hiddenstate.train.guards` -- signals saved at the end of a step, divergence, disk errors;
+* :mod:`~hiddenstate.train.initial_state` -- ``h0`` in the model's format, ``dL/dh0``, named arrays;
 * :mod:`~hiddenstate.train.steps` -- one training step, validation, the carried state;
+* :mod:`~hiddenstate.train.tuning` -- initial-state tuning (``tune_initial_state``): only ``h0`` trains;
 * :mod:`~hiddenstate.train.loop` -- :func:`train`, :class:`TrainResult`, :func:`evaluate`;
 * :mod:`~hiddenstate.train.pretrained` -- :func:`load_pretrained`, the demo's GRU shipped with the package.
 
@@ -38,12 +40,15 @@ _EXPORTS = {
     "sample": "hiddenstate.train.rundir",
     "plot_history": "hiddenstate.train.history",
     "load_pretrained": "hiddenstate.train.pretrained",
+    "check_initial_state": "hiddenstate.train.initial_state",
+    "initial_state_gradient": "hiddenstate.train.initial_state",
     "TrainResult": "hiddenstate.train.loop",
     "evaluate": "hiddenstate.train.loop",
     "train": "hiddenstate.train.loop",
 }
-_SUBMODULES = ("checkpoint", "checkpoint_record", "config", "corpus", "device", "generate", "guards", "history", "loop",
-               "model", "optim", "ownership", "pretrained", "rundir", "snapshot", "snapshot_schema", "steps")
+_SUBMODULES = ("checkpoint", "checkpoint_record", "config", "corpus", "device", "generate", "guards", "history",
+               "initial_state", "loop", "model", "optim", "ownership", "pretrained", "rundir", "snapshot",
+               "snapshot_schema", "steps", "tuning")
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = attach(__name__, _EXPORTS | {name: f"hiddenstate.train.{name}" for name in _SUBMODULES},
                               globals())

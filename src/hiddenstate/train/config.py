@@ -94,6 +94,12 @@ class TrainConfig:
         Fraction of the text, at its end, held out for validation, in (0, 0.5].
     out : str, default "runs/char"
         Run directory: ``checkpoint/``, ``log.jsonl``, ``loss.png``.
+    tune_initial_state : str, optional
+        A run or checkpoint directory: train only the initial state of its model's recurrent
+        layers (one row, :mod:`hiddenstate.train.initial_state`), its weights frozen, on ``data``;
+        every batch starts from the tuned state (no state is carried between chunks). The model
+        fields (``cell`` ... ``dtype``) and the vocabulary are that model's; ``ema`` must be None.
+        The checkpoint holds the tuned state beside the frozen weights.
     """
 
     data: str | None = None
@@ -117,6 +123,7 @@ class TrainConfig:
     max_minutes: float | None = None
     val_fraction: float = 0.1
     out: str = "runs/char"
+    tune_initial_state: str | None = None
 
     def to_dict(self) -> dict:
         """A JSON-serializable copy of the configuration.
@@ -230,6 +237,11 @@ def check_config(cfg: TrainConfig) -> TrainConfig:
             rule(name, value)
     if cfg.data is not None and not isinstance(cfg.data, (str, os.PathLike)):
         raise TypeError(f"data must be a path or None; got {type(cfg.data).__name__}.")
+    if cfg.tune_initial_state is not None and not isinstance(cfg.tune_initial_state, (str, os.PathLike)):
+        raise TypeError(f"tune_initial_state must be a run directory path or None; got "
+                        f"{type(cfg.tune_initial_state).__name__}.")
+    if cfg.tune_initial_state is not None and cfg.ema is not None:
+        raise ValueError(f"ema must be None with tune_initial_state (only the initial state is trained); got {cfg.ema}.")
     if not isinstance(cfg.out, (str, os.PathLike)) or not str(cfg.out):
         raise ValueError(f"out must be a directory path; got {cfg.out!r}.")
     return cfg

@@ -39,8 +39,9 @@ import numpy as np
 from hiddenstate.core.functional import softmax
 from hiddenstate.core.nesting import where_ragged
 from hiddenstate.core.resources import check_memory
-from hiddenstate.core.validation import float_array, generator, nonnegative_int, positive_int, real, state_array
+from hiddenstate.core.validation import float_array, generator, nonnegative_int, positive_int, real
 from hiddenstate.train.guards import sampling_memory
+from hiddenstate.train.initial_state import check_initial_state
 
 __all__ = ["SAMPLE_RULES", "Stream", "check_sampling", "draw", "next_distribution"]
 
@@ -183,8 +184,9 @@ class Stream:
     ----------
     model : hiddenstate.train.model.CharRNN
         The model (its weights are read, never changed).
-    state : ndarray of shape (L, 1, H), or a pair (h, c) for the LSTM, optional
-        The state to start from (None: zeros), e.g. one returned by an earlier :meth:`feed`.
+    state : ndarray of shape (L, 1, H), or a pair (LSTM: (h, c); mamba: (ssm, conv)), optional
+        The state to start from (None: zeros; format: :mod:`hiddenstate.train.initial_state`), e.g. one
+        returned by an earlier :meth:`feed` or a tuned initial state ("ValueError" names a wrong one).
     vocab : hiddenstate.train.corpus.Vocabulary, optional
         Lets :meth:`feed` take characters (one-character strings) as well as ids.
 
@@ -220,7 +222,7 @@ class Stream:
                 raise ValueError(f"vocab must have the model's V={model.vocab_size} characters; got {len(chars)}.")
         self.model = model
         self.vocab = vocab
-        self.state = None if state is None else _check_state(model, state)
+        self.state = None if state is None else check_initial_state(model, state, batch_size=1, name="state")
         self._logits = None
         self.n_read = 0
 
@@ -361,16 +363,3 @@ class Stream:
             if i + 1 < length:
                 self.read(out[i:i + 1])
         return out
-
-
-def _check_state(model, state):
-    """A stream's starting state: (L, 1, H), or a pair of them for an LSTM, of the model's dtype."""
-    L, H = model.num_layers, model.hidden_size
-    dtype = getattr(model, "dtype", np.float64)
-    legend = f"(L={L}, 1, H={H})"
-    if model.cell == "lstm":
-        if not isinstance(state, (tuple, list)) or len(state) != 2:
-            raise TypeError(f"state must be a pair (h, c) of arrays {legend} for an LSTM model; got "
-                            f"{type(state).__name__}.")
-        return tuple(state_array(f"state[{j}]", s, 1, H, dtype, lead=(L,), legend=legend) for j, s in enumerate(state))
-    return state_array("state", state, 1, H, dtype, lead=(L,), legend=legend)

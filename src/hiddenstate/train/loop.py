@@ -67,6 +67,7 @@ from hiddenstate.train.rundir import (
 )
 from hiddenstate.train.rundir.ownership import check_not_in_use, checkpoint_step, claim, describe
 from hiddenstate.train.steps import Corpus, Progress, StepLoop, Trainer, evaluate
+from hiddenstate.train.tuning import MODEL_FIELDS, StateTuner, tuned_config
 
 __all__ = ["TrainResult", "evaluate", "train"]
 
@@ -98,6 +99,9 @@ class TrainResult:
         checkpoint's last validation loss).
     out, checkpoint, log, plot : pathlib.Path
         The run directory, its checkpoint, its log and its loss plot.
+    initial_state : ndarray or pair, optional
+        A ``tune_initial_state`` run's tuned state (one row, the model's format; a copy), which
+        :meth:`sample` starts from; None for a run that trained the weights.
     """
 
     model: CharRNN
@@ -116,6 +120,7 @@ class TrainResult:
     checkpoint: Path
     log: Path
     plot: Path | None
+    initial_state: object = field(default=None, repr=False)
 
     def sample(self, prime: str | None = None, length: int = 500, *, temperature: float = 1.0,
                seed: int | None = 0, top_k: int | None = None, top_p: float | None = None) -> str:
@@ -273,14 +278,18 @@ def _train(world: World, config, resume, overwrite: bool, t_start: float, *, pro
                     cfg = dataclasses.replace(cfg, data=os.path.abspath(_given_value(config, "data")))
             trainer, error, sha256 = None, None, ""
             try:
-                corpus = Corpus.read(cfg, loaded)
+                tuning = cfg.tune_initial_state is not None
+                if tuning and accelerator is not None:
+                    raise ValueError(f"--tune-initial-state runs on the cpu device; got --device {device!r}.")
+                base = tuned_config(cfg)[1] if tuning and loaded is None else None  # every rank reads it
+                corpus = Corpus.read(cfg, loaded, base)
                 sha256 = corpus.info["sha256"]
                 estimate = training_memory(cfg, corpus.vocab.size)
                 check_memory(f"training a {cfg.cell.upper()} of --hidden-size {cfg.hidden_size} x --num-layers "
                              f"{cfg.num_layers} ({estimate['parameters']:,} parameters)", estimate["bytes"],
                              "Lower --hidden-size or --num-layers (or --batch-size and --seq-len).")
-                trainer = (Trainer(cfg, corpus, world) if accelerator is None
-                           else DeviceTrainer(cfg, corpus, accelerator, world))
+                trainer = (StateTuner(cfg, corpus, world, base) if tuning else Trainer(cfg, corpus, world)
+                           if accelerator is None else DeviceTrainer(cfg, corpus, accelerator, world))
                 if loaded is not None:
                     trainer.restore(loaded.snapshot)
             except (ValueError, TypeError, OSError, MemoryError) as failure:
@@ -333,6 +342,9 @@ def _claim(config, resume, overwrite: bool):
     """Claim the run directory; load the checkpoint to resume. Returns (lock, state, loaded, cfg, same)."""
     if resume is None:
         cfg = _with_absolute_data(make_config(config))
+        if cfg.tune_initial_state is not None:  # the model fields are those of the model being tuned
+            given = {k: _given_value(config, k) for k in MODEL_FIELDS}
+            cfg = dataclasses.replace(tuned_config(cfg, given)[0], tune_initial_state=os.path.abspath(cfg.tune_initial_state))
         lock, state = claim(cfg.out, overwrite=overwrite)
         return lock, state, None, cfg, False
     if isinstance(resume, (str, os.PathLike)) and os.path.isdir(resume):
@@ -362,6 +374,12 @@ def _claim(config, resume, overwrite: bool):
         raise
 
 
+def _tuned(trainer):
+    """A copy of a tuning run's state (None for a run that trained the weights)."""
+    state = getattr(trainer, "initial_state", None)
+    return None if state is None else tuple(a.copy() for a in state) if isinstance(state, tuple) else state.copy()
+
+
 def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: DeferredSignals, t_start: float, *,
             progress: bool, callback, verbose: bool) -> TrainResult:
     """Run the steps of a claimed run directory, then plot and return the result."""
@@ -383,7 +401,8 @@ def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: Deferr
                            train_loss=float(np.mean(history["train_loss"][-100:])) if history["train_loss"] else math.nan,
                            history={k: np.asarray(v) for k, v in history.items()}, seconds=elapsed_before,
                            chars_per_s=0.0, stopped="finished", out=out, checkpoint=out / CHECKPOINT_DIR,
-                           log=out / LOG_FILE, plot=out / PLOT_FILE if (out / PLOT_FILE).is_file() else None)
+                           log=out / LOG_FILE, plot=out / PLOT_FILE if (out / PLOT_FILE).is_file() else None,
+                           initial_state=_tuned(trainer))
     budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
     leader = trainer.world.leader  # only the leader (rank 0 of a distributed run) writes the run directory
     with open(out / LOG_FILE if leader else os.devnull, "a", encoding="utf-8") as log_file:
@@ -414,4 +433,4 @@ def _finish(trainer: Trainer, out: Path, loaded: Trained | None, signals: Deferr
                        train_loss=float(np.mean(history["train_loss"][-100:])) if history["train_loss"] else math.nan,
                        history={k: np.asarray(v) for k, v in history.items()}, seconds=clock(),
                        chars_per_s=chars_per_s, stopped=stopped, out=out, checkpoint=out / CHECKPOINT_DIR,
-                       log=out / LOG_FILE, plot=plot)
+                       log=out / LOG_FILE, plot=plot, initial_state=_tuned(trainer))

@@ -445,6 +445,40 @@ class CharRNN:
             loss, dlogits = cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
         return loss, self.backward(cache, dlogits, ready=ready), state
 
+    def loss_and_state_grad(self, inputs, targets, state=None):
+        """Mean cross-entropy of a chunk and its exact gradient with respect to the initial state.
+
+        Backpropagation through time through every recurrent layer down to ``state`` (the
+        weights' gradients are computed on the way and dropped; the weights are not changed).
+        Without dropout: what initial-state tuning trains
+        (:mod:`hiddenstate.train.initial_state`).
+
+        Parameters
+        ----------
+        inputs, targets : ndarray of shape (T, N), integer
+            ``targets[t, n]`` is the character after ``inputs[t, n]``.
+        state : ndarray of shape (L, N, H), or a pair, optional
+            The initial state in the format of :meth:`initial_state` (None: zeros).
+
+        Returns
+        -------
+        loss : float
+            Nats per character.
+        d_state : ndarray or pair of ndarray
+            d loss / d ``state``, shaped like :meth:`initial_state` ``(N)``.
+        state : the final state
+        """
+        targets = _check_ids("targets", targets, self.vocab_size, 2)
+        logits, final, cache = self.forward(inputs, state)
+        if targets.shape != logits.shape[:2]:
+            raise ValueError(f"targets must have the shape of inputs {logits.shape[:2]}; got {targets.shape}.")
+        with np.errstate(under="ignore"):  # exp of very negative log-probabilities: 0 is exact enough
+            loss, dlogits = cross_entropy(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        T, N = targets.shape
+        dhs = (np.asarray(dlogits, dtype=self.dtype) @ self.params["decoder.weight"]).reshape(T, N, self.hidden_size)
+        _, _, d_state = self.rnn.backward(cache[3], dhs)
+        return loss, d_state, final
+
     # -- generation ----------------------------------------------------------------------------
     def sample(self, prime, length, *, temperature=1.0, top_k=None, top_p=None, rng=None, state=None) -> np.ndarray:
         """Generate ``length`` character ids after reading ``prime``.

@@ -44,6 +44,7 @@ from hiddenstate.train.guards import (
     divergence,
 )
 from hiddenstate.train.history import LN2, loss_metrics
+from hiddenstate.train.initial_state import broadcast_state
 from hiddenstate.train.model import CharRNN
 from hiddenstate.train.optim import Adam, ExponentialMovingAverage, clip_grad_norm
 from hiddenstate.train.rundir import CHECKPOINT_DIR, LOG_FILE, Trained
@@ -53,7 +54,7 @@ from hiddenstate.train.rundir.snapshot import HISTORY, Snapshot
 __all__ = ["evaluate"]
 
 
-def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -> float:
+def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256, initial_state=None) -> float:
     """Mean cross-entropy in nats per character of a token stream, reading it with carried state.
 
     The stream is cut into ``batch_size`` contiguous rows (its last ``M mod batch_size`` tokens
@@ -68,6 +69,9 @@ def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -
     batch_size : int, default 32
         Rows read in parallel (fewer if the stream is short).
     seq_len : int, default 256
+    initial_state : ndarray or pair, optional
+        The state every row starts from, one row (or ``batch_size`` rows) in the model's format
+        (:mod:`hiddenstate.train.initial_state`), e.g. a tuned one; None: zeros.
 
     Returns
     -------
@@ -77,9 +81,9 @@ def evaluate(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256) -
     Raises
     ------
     ValueError
-        ``ids`` not 1-D or shorter than 2 tokens.
+        ``ids`` not 1-D or shorter than 2 tokens; an ``initial_state`` that is not one for ``model``.
     """
-    total, count = nll_sum(model, ids, batch_size=batch_size, seq_len=seq_len)
+    total, count = nll_sum(model, ids, batch_size=batch_size, seq_len=seq_len, initial_state=initial_state)
     return total / count
 
 
@@ -110,7 +114,8 @@ def validation_rows(ids, batch_size: int = 32) -> np.ndarray:
     return np.ascontiguousarray(ids[: N * R].reshape(N, R).T)  # (R, N)
 
 
-def nll_sum(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256, rows: slice | None = None) -> tuple:
+def nll_sum(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256, rows: slice | None = None,
+            initial_state=None) -> tuple:
     """The summed cross-entropy (nats) and the number of predictions of :func:`evaluate`, for some rows.
 
     Parameters
@@ -122,6 +127,8 @@ def nll_sum(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256, ro
     rows : slice, optional
         The streams (columns of :func:`validation_rows`) to read; None: all. A process of a
         distributed run reads its share and the sums are added up over the processes.
+    initial_state : ndarray or pair, optional
+        The state of one row that every row starts from (None: zeros).
 
     Returns
     -------
@@ -137,9 +144,10 @@ def nll_sum(model: CharRNN, ids, *, batch_size: int = 32, seq_len: int = 256, ro
     """
     rows = validation_rows(ids, batch_size) if rows is None else validation_rows(ids, batch_size)[:, rows]  # (R, n)
     R = rows.shape[0]
-    total, count, state = 0.0, 0, None
+    total, count = 0.0, 0
     if rows.shape[1] == 0:
         return total, count
+    state = None if initial_state is None else broadcast_state(model, initial_state, rows.shape[1])
     for start in range(0, R - 1, seq_len):
         stop = min(start + seq_len, R - 1)
         x, y = rows[start:stop], rows[start + 1: stop + 1]  # (T, N) each
@@ -161,14 +169,19 @@ class Corpus:
     info: dict
 
     @classmethod
-    def read(cls, cfg: TrainConfig, loaded: Trained | None) -> Corpus:
+    def read(cls, cfg: TrainConfig, loaded: Trained | None, base: Trained | None = None) -> Corpus:
         text = load_text(cfg.data, name="data")
         source = f"'{cfg.data}'" if cfg.data else "the embedded corpus"
         sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if loaded is not None and sha256 != loaded.snapshot.text["sha256"]:
             raise ValueError(f"data must be the text the checkpoint was trained on; got {source}, whose contents "
                              "differ. Resume with the same file (--data FILE if it moved).")
-        vocab = Vocabulary(text) if loaded is None else loaded.vocab
+        known = loaded or base  # resuming, or tuning a model's initial state: that model's vocabulary
+        vocab = Vocabulary(text) if known is None else known.vocab
+        unknown = sorted(set(text) - set(vocab.chars)) if base is not None else []
+        if unknown:
+            raise ValueError(f"data must only use the characters of the model being tuned (--tune-initial-state); got "
+                             f"{len(unknown)} unknown: {''.join(unknown[:20])!r} in {source}.")
         if vocab.size < 2:
             raise ValueError(f"data must hold at least 2 distinct characters; got {vocab.size} ({vocab.chars!r}) in "
                              f"{source}: there is nothing to predict (every loss would be 0). Use a real text.")
@@ -253,10 +266,7 @@ class Trainer:
         if self.batcher.at_epoch_start:
             self.carry = None  # a new pass over the text: the carried state no longer follows on
         inputs, targets = self.world.shard(self.batcher.next_batch())  # (T, N) each (a rank: its rows)
-        loss, grads, self.carry = self.world.local(  # a rank: reduces each layer's gradient as soon as it is final
-            lambda ready=None: self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.mask_rng,
-                                                         ready=ready),
-            self.model.params, self.groups)
+        loss, grads, self.carry = self._compute(inputs, targets)
         loss, grads = self.world.average(loss, grads)  # a rank: the whole batch's (waits for the buckets)
         why = divergence(loss, self.model.vocab_size)
         if why:
@@ -274,6 +284,13 @@ class Trainer:
         self.history["grad_norm"].append(float(norm))
         return {"step": self.step, "train_loss": float(loss), "grad_norm": float(norm), "lr": self.opt.lr,
                 "epoch": self.batcher.epoch}
+
+    def _compute(self, inputs, targets) -> tuple:
+        """This process's loss, gradients and carried state of a chunk (a rank reduces each layer's as it is final)."""
+        return self.world.local(
+            lambda ready=None: self.model.loss_and_grads(inputs, targets, self.carry, training=True, rng=self.mask_rng,
+                                                         ready=ready),
+            self.model.params, self.groups)
 
     def evaluate(self) -> float:
         """:func:`evaluate` on the validation text, with the averaged weights when there are any."""

@@ -212,7 +212,7 @@ class MambaStack:
         return out, (np.stack(ssm), np.stack(conv)), cache
 
     def backward(self, cache, d_output, d_state_n=None):
-        """Exact gradients of a :meth:`forward` call (the carried states' gradients are not returned).
+        """Exact gradients of a :meth:`forward` call, down to the initial states it started from.
 
         Parameters
         ----------
@@ -227,7 +227,10 @@ class MambaStack:
         grads : dict
             Same keys and shapes as :attr:`params`.
         dx : ndarray of shape (T, N, I)
-        dh0 : None
+        dh0 : pair of ndarray
+            d loss / d ``state``: ``(d_ssm (L, N, Di, S), d_conv (L, N, Di, K-1))``, the gradient
+            with respect to the initial states :meth:`forward` was given (or the zeros it used),
+            exact BPTT through every block (what initial-state tuning trains).
 
         Raises
         ------
@@ -244,12 +247,12 @@ class MambaStack:
         d_out = np.asarray(d_output, dtype=self.dtype)
         if d_out.shape != (T, N, M):
             raise ValueError(f"d_output must have shape {shape_str((T, N, M))}; got {shape_str(d_out.shape)}.")
-        grads = {}
+        grads, d_ssm, d_conv = {}, [None] * self.num_layers, [None] * self.num_layers
         d_x, grads["norm_f.weight"] = kernel.rms_norm_backward(stream, p["norm_f.weight"], inv_f, d_out)
         for i in range(self.num_layers - 1, -1, -1):
             s_in, inv, bc, mask = steps[i]
             dy = d_x if mask is None else d_x * mask
-            g, d_xn, _ = self.layers[i].backward(bc, dy)
+            g, d_xn, (d_ssm[i], d_conv[i]) = self.layers[i].backward(bc, dy)
             for k, v in g.items():
                 grads[f"layers.{i}.mixer.{k}"] = v
             d_in, grads[f"layers.{i}.norm.weight"] = kernel.rms_norm_backward(s_in, p[f"layers.{i}.norm.weight"],
@@ -258,4 +261,4 @@ class MambaStack:
         d2 = d_x.reshape(T * N, M)
         grads["in_proj.weight"] = d2.T @ x.reshape(T * N, -1)
         dx = (d2 @ p["in_proj.weight"]).reshape(T, N, -1)
-        return {k: grads[k] for k in p}, dx, None
+        return {k: grads[k] for k in p}, dx, (np.stack(d_ssm), np.stack(d_conv))

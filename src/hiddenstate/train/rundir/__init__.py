@@ -167,6 +167,22 @@ class Trained:
     path: Path | None = None
 
     @property
+    def initial_state(self):
+        """The tuned initial state of a ``tune_initial_state`` run (None for other runs).
+
+        Returns
+        -------
+        ndarray of shape (L, 1, H), a pair (LSTM: (h, c); mamba: (ssm, conv)), or None
+            One row in the model's format (:mod:`hiddenstate.train.initial_state`), which
+            :func:`sample` starts from.
+        """
+        from hiddenstate.train.initial_state import state_from_arrays
+
+        if self.snapshot.initial_state is None:
+            return None
+        return state_from_arrays(self.model, self.snapshot.initial_state, name=f"checkpoint '{self.path}' initial_state")
+
+    @property
     def step(self) -> int:
         """Optimizer steps done when the checkpoint was saved."""
         return int(self.snapshot.step)
@@ -266,7 +282,7 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
     ----------
     source : str, os.PathLike, Trained or TrainResult
         A checkpoint or run directory, or a loaded/trained model (anything with ``model`` and
-        ``vocab``).
+        ``vocab``). A tuning run's tuned initial state (``initial_state``) is where generation starts.
     prime : str, optional
         Text to condition on; returned at the start of the result. Default: a newline (or the
         vocabulary's first character if the text had none).
@@ -316,5 +332,6 @@ def sample(source, prime: str | None = None, length: int = 500, *, temperature: 
         check_memory(f"length {int(length)}", sampling_memory(model, int(length), len(prime)),
                      "Generate fewer characters at a time.")
     rng = np.random.default_rng(None if seed is None else nonnegative_int("seed", seed))
-    ids = model.sample(vocab.encode(prime), length, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
+    ids = model.sample(vocab.encode(prime), length, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
+                       state=getattr(source, "initial_state", None))  # a tuned initial state, if any
     return prime + vocab.decode(ids)

@@ -62,6 +62,8 @@ ARRAYS = {
     "carry.ssm": "Snapshot.carry: a mamba model's carried SSM states, (L, N, Di, S)",
     "carry.conv": "Snapshot.carry: a mamba model's carried convolution inputs, (L, N, Di, K-1)",
     "history.": "Snapshot.history: one 1-D array per entry of HISTORY",
+    "initial_state.": "Snapshot.initial_state: the tuned initial state of a --tune-initial-state run, named as "
+                      "the carry (h, c, ssm, conv) with one row (L, 1, ...)",
 }
 
 #: The loss history of a run (``history.<key>`` in ``optimizer.safetensors``): key -> dtype.
@@ -69,7 +71,7 @@ ARRAYS = {
 #: i+1); ``val_step`` and ``val_loss`` one per validation pass. Losses in nats/char.
 HISTORY = {"train_loss": np.float64, "grad_norm": np.float64, "val_step": np.int64, "val_loss": np.float64}
 
-_ADAM, _RAW, _EMA_STEP, _CARRY_H, _CARRY_C, _CARRY_SSM, _CARRY_CONV, _HISTORY = ARRAYS  # the names, in the table's order
+_ADAM, _RAW, _EMA_STEP, _CARRY_H, _CARRY_C, _CARRY_SSM, _CARRY_CONV, _HISTORY, _INITIAL = ARRAYS  # the names, in the table's order
 _DERIVED = ("kind", "torch")  # meta entries that are not fields: a constant and a note
 
 
@@ -110,6 +112,13 @@ def _check_arrays(params: dict, meta: dict, arrays: dict, where_model: str, wher
                 raise ValueError(f"{where_arrays}: array '{key}' must have shape (L={want[0]}, N={want[1]}, "
                                  f"H={want[2]}); got {value.shape}.")
         check_weights(where_arrays, carry, dtype, what="array")
+    initial = _unprefixed(_INITIAL, arrays)
+    tuning = meta["train"].get("tune_initial_state") is not None
+    if bool(initial) != tuning:
+        raise ValueError(f"{where_arrays} must hold the tuned '{_INITIAL}' arrays exactly when train.tune_initial_state "
+                         f"is set; got {len(initial)} such arrays and tune_initial_state "
+                         f"{meta['train'].get('tune_initial_state')!r}.")
+    check_weights(where_arrays, _prefixed(_INITIAL, initial), dtype, what="array")
     for key, kind in HISTORY.items():
         value = arrays[_HISTORY + key]
         if value.ndim != 1 or value.dtype != np.dtype(kind):
@@ -137,6 +146,10 @@ class Snapshot:
         With ``ema``: the trained weights that training resumes from.
     ema_steps : int, optional
         With ``ema``: ``ExponentialMovingAverage.n_averaged``.
+    initial_state : dict of str to ndarray, optional
+        A ``tune_initial_state`` run's tuned state, named arrays of one row
+        (:func:`hiddenstate.train.initial_state.state_to_arrays`); the weights are then the frozen
+        model's.
     """
 
     model: dict
@@ -154,6 +167,7 @@ class Snapshot:
     carry: np.ndarray | tuple | None = field(default=None, repr=False)
     raw_weights: dict | None = field(default=None, repr=False)
     ema_steps: int | None = None
+    initial_state: dict | None = field(default=None, repr=False)
 
     def torch_note(self) -> str:
         """``meta["torch"]``: which ``torch.nn`` module loads the ``rnn.`` weights.
@@ -202,6 +216,7 @@ class Snapshot:
             arrays[_CARRY_H] = np.ascontiguousarray(self.carry)
         for key, dtype in HISTORY.items():
             arrays[_HISTORY + key] = np.asarray(self.history[key], dtype=dtype)
+        arrays.update(_prefixed(_INITIAL, {k: np.ascontiguousarray(v) for k, v in (self.initial_state or {}).items()}))
         return self.weights, meta, arrays
 
     @classmethod
@@ -257,7 +272,8 @@ class Snapshot:
                    weights=params, adam=_unprefixed(_ADAM, arrays),
                    history={key: arrays[_HISTORY + key].tolist() for key in HISTORY}, carry=carry,
                    raw_weights=_unprefixed(_RAW, arrays) if ema else None,
-                   ema_steps=int(arrays[_EMA_STEP]) if ema else None)
+                   ema_steps=int(arrays[_EMA_STEP]) if ema else None,
+                   initial_state={k: v.copy() for k, v in _unprefixed(_INITIAL, arrays).items()} or None)
 
     def save(self, directory) -> None:
         """Write the checkpoint to ``directory`` (atomically; see :mod:`hiddenstate.train.rundir.checkpoint`).

@@ -96,7 +96,7 @@ RNG = {
 }
 _OPTIONAL_TRAIN = frozenset(f.name for f in dataclasses.fields(TrainConfig) if f.default is None)
 _TRAIN = {f.name: RULES.get(f.name) for f in dataclasses.fields(TrainConfig)}
-_TRAIN.update(data=_optional(_path), out=_path)
+_TRAIN.update(data=_optional(_path), out=_path, tune_initial_state=_optional(_path))
 # int64-bounded: the sizes and counts (the seed is any non-negative integer, as numpy takes it)
 _INTS = frozenset(name for name, rule in RULES.items() if rule in (positive_int, nonnegative_int)) - {"seed"}
 
