@@ -196,7 +196,12 @@ class CacheCheck:
         return None
 
     def line(self) -> str:
-        """One line: every path agrees, or where the first divergence is."""
+        """One line: every path agrees, or where the first divergence is.
+
+        Returns
+        -------
+        str
+        """
         N, T = self.shape
         if self.ok:
             worst = _max(p.logits_error for p in self.paths)

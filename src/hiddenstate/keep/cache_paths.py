@@ -36,7 +36,15 @@ __all__ = ["PathFailed", "cache_states", "carry_keyword", "run_path"]
 
 
 class PathFailed(RuntimeError):
-    """The model raised on a call of a path: ``step`` the call's first step, the message its error's."""
+    """The model raised on a call of a path: ``step`` the call's first step, the message its error's.
+
+    Parameters
+    ----------
+    step : int
+        The first step of the call that raised.
+    message : str
+        What the model raised, in one line.
+    """
 
     def __init__(self, step: int, message: str):
         super().__init__(message)

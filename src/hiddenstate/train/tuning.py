@@ -103,14 +103,32 @@ class StateTuner(Trainer):
         return state_from_arrays(self.model, self.params)
 
     def restore(self, snap: Snapshot) -> None:
-        """Continue from a tuning run's checkpoint: frozen weights, tuned state, optimizer, batcher, RNG."""
+        """Continue from a tuning run's checkpoint: frozen weights, tuned state, optimizer, batcher, RNG.
+
+        Parameters
+        ----------
+        snap : Snapshot
+            The checkpoint's contents (its ``initial_state`` the tuned state's arrays).
+        """
         super().restore(snap)
         tuned = state_from_arrays(self.model, snap.initial_state or {}, name="the checkpoint's initial_state")
         for key, value in state_to_arrays(self.model, tuned).items():
             np.copyto(self.params[key], value)
 
     def snapshot(self, val_loss: float | None, elapsed_s: float) -> Snapshot:
-        """The checkpoint: the frozen weights, the tuned state and the optimizer's moments over it."""
+        """The checkpoint: the frozen weights, the tuned state and the optimizer's moments over it.
+
+        Parameters
+        ----------
+        val_loss : float or None
+            The last validation loss, nats per character.
+        elapsed_s : float
+            Seconds trained so far.
+
+        Returns
+        -------
+        Snapshot
+        """
         self.world.check_same_weights(self.params)  # ranks: still one state
         snap = super().snapshot(val_loss, elapsed_s)
         return dataclasses.replace(snap, initial_state={k: v.copy() for k, v in self.params.items()})
@@ -128,12 +146,23 @@ class StateTuner(Trainer):
         )
 
     def evaluate(self) -> float:
-        """The validation loss with every row read from the tuned state."""
+        """The validation loss with every row read from the tuned state.
+
+        Returns
+        -------
+        float
+            Nats per character.
+        """
         rows = self.world.val_rows(validation_rows(self.corpus.val_ids).shape[1])
         total, count = nll_sum(self.model, self.corpus.val_ids, rows=rows, initial_state=self.initial_state)
         total, count = self.world.sum(total, count)
         return total / count
 
     def final_model(self):
-        """The model (its weights are the tuned run's, unchanged)."""
+        """The model (its weights are the tuned run's, unchanged).
+
+        Returns
+        -------
+        CharRNN
+        """
         return self.model
