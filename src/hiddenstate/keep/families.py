@@ -22,7 +22,9 @@ where transformers' multi-token cached forward is wrong (issue 33), one token pe
 (``"tokens"``): Mamba and FalconMamba (their multi-token cached forward ignores the cached SSM
 state), RecurrentGemma (its multi-token call restarts the convolution window), and Jamba, Zamba
 and MiniMax, whose multi-token continuation leaves round-off (measured: :data:`PATHS`); Zamba2
-continues in one call (its one-token path is the one off). ``position_ids`` are passed wherever ``forward`` takes them (Bamba's
+continues in one call (its one-token path is the one off). RWKV's one-token call with a state
+is wrong for a batch of more than one row (the shifted state of shape (N, H) broadcasts against
+the input (N, 1, H) into N positions): generation runs it one row at a time. ``position_ids`` are passed wherever ``forward`` takes them (Bamba's
 positions are wrong without them), and the cache goes in as ``cache=`` (``past_key_values=`` is
 swallowed by ``**kwargs`` in some families and the continuation silently starts from zeros).
 """
@@ -37,7 +39,7 @@ import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
 
-__all__ = ["PATHS", "capture", "config_of", "describe", "digest_of", "estimate", "restore", "step"]
+__all__ = ["PATHS", "capture", "config_of", "describe", "digest_of", "estimate", "prefill", "restore", "step"]
 
 #: How each family continues from a kept state: "tokens" (one token per call) where transformers' multi-token
 #: cached forward is wrong; every other family "chunk" (the whole suffix in one call).
@@ -213,6 +215,13 @@ def _call(model, ids_t, live, start):
             got = live.get("modules", {}).get(i)
             if got is not None:
                 m.conv1d_state, m.rg_lru.recurrent_states = got["conv1d_state"], got["recurrent_states"]
+    if family.name == "rwkv" and s == 1 and N > 1 and "state" in live:
+        # RWKV's one-token call with a state broadcasts the shifted state (N, H) against (N, 1, H) into (N, N, H):
+        # a batch of N comes back as N positions. Each row alone is right: one call per row.
+        rows = [_call(model, ids_t[r:r + 1], {"state": [t[r:r + 1].clone() for t in live["state"]]}, start)
+                for r in range(N)]
+        return (torch.cat([lg for lg, _ in rows]),
+                {"state": [torch.cat([lv["state"][j] for _, lv in rows]) for j in range(len(live["state"]))]})
     kw = _kwargs(model, live, start, s, N)
     with torch.no_grad():
         out = model(input_ids=ids_t, **kw)
@@ -289,12 +298,7 @@ def capture(model, ids) -> tuple:
     next_logits : ndarray of shape (N, V)
         The logits at the prefix's last position (float64).
     """
-    was = model.training
-    model.eval()
-    try:
-        logits, live = _call(model, _ids_tensor(model, ids), {}, 0)
-    finally:
-        model.train(was)
+    logits, live = prefill(model, ids)
     N = ids.shape[0]
     tensors, scalars = {}, {}
     for key, obj in live.items():
@@ -398,6 +402,28 @@ def _freeze(obj):
             if k not in _SKIP and isinstance(v, (dict, list)):
                 setattr(obj, k, _freeze(v))
     return obj
+
+
+def prefill(model, ids) -> tuple:
+    """The model run on ``ids`` (N, T) from an empty state: its logits and its own live state (not taken apart).
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+    ids : ndarray of int64, shape (N, T)
+
+    Returns
+    -------
+    logits : torch.Tensor of shape (N, T, V)
+    live : dict
+        The model's own state objects, what :func:`step` continues from.
+    """
+    was = model.training
+    model.eval()
+    try:
+        return _call(model, _ids_tensor(model, ids), {}, 0)
+    finally:
+        model.train(was)
 
 
 def step(model, live, ids, start) -> tuple:
