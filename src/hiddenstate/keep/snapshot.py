@@ -80,6 +80,8 @@ class Snapshot:
     prefix_length : int
         T, the tokens the state has seen (positions continue from it).
     backend : {"transformers", "ours"}
+    extra : dict
+        Anything else the header carries (JSON), default empty.
     """
 
     arrays: dict
@@ -104,9 +106,8 @@ class Snapshot:
         return int(sum(a.nbytes for a in self.arrays.values()) + self.next_logits.nbytes)
 
     def __repr__(self) -> str:
-        layers = sorted({i["layer"] for i in self.info.values() if i["layer"] is not None})
-        return (f"Snapshot({self.model_type}, N={self.batch}, T={self.prefix_length}, {len(self.arrays)} arrays over "
-                f"{len(layers)} layers, {self.nbytes} bytes)")
+        return (f"Snapshot({self.model_type}, N={self.batch}, T={self.prefix_length}, {len(self.arrays)} arrays, "
+                f"{self.nbytes} bytes)")
 
     def check_model(self, model, *, name: str = "model") -> None:
         """Refuse a model other than the one the snapshot was taken of (its type, config or weights).
