@@ -119,6 +119,21 @@ def test_the_memory_is_stated_before_and_a_fork_continues_several_suffixes(name)
     np.testing.assert_array_equal(snap.continue_with(model, ids[:, P:]), snap.continue_with(model, ids[:, P:]))
 
 
+@pytest.mark.parametrize("name", ["qwen3_next", "mamba2"])
+def test_a_bfloat16_state_is_kept_as_its_bits(name, tmp_path):
+    model, ids = build(name).to(torch.bfloat16), ids_for()
+    own = full(model, ids)
+    snap = hs.snapshot(model, ids, prefix_length=P)
+    assert "bfloat16" in {i["dtype"] for i in snap.info.values()}
+    got = snap.continue_with(model, ids[:, P:])
+    assert rel(got, own[:, P:]) <= 8 * 2.0 ** -8  # bfloat16's round-off
+    back = hs.load_snapshot(snap.save(tmp_path / "bf16.safetensors"), model)
+    for k, a in snap.arrays.items():
+        np.testing.assert_array_equal(back.arrays[k], a)
+    np.testing.assert_array_equal(back.continue_with(model, ids[:, P:]), got)
+    assert hs.snapshot_bytes(model, ids, prefix_length=P) == snap.nbytes
+
+
 @pytest.mark.parametrize("name", ["lfm3", "recurrent_gemma", "qwen3_next"])
 def test_the_stated_memory_holds_past_a_sliding_window(name):
     model = build(name)
