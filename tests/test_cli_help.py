@@ -30,7 +30,8 @@ def test_version_through_the_entry_point():
     assert out.strip() == f"hiddenstate {version_module}"
 
 
-@pytest.mark.parametrize("command", ["train", "sample", "demo", "reproduce", "inspect", "intervene", "export"])
+@pytest.mark.parametrize("command", ["train", "sample", "demo", "reproduce", "inspect", "intervene", "snapshot",
+                                     "export"])
 def test_every_subcommand_has_a_description_shown_by_help(command, capsys):
     import argparse
 

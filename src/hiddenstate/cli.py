@@ -1,4 +1,4 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, export.
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, snapshot, export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
@@ -227,6 +227,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from hiddenstate.pipelines.intervene_command import add_parser as add_intervene
 
     add_intervene(sub, lambda flag: _typed(flag, int, nonnegative_int))
+    from hiddenstate.pipelines.snapshot_command import add_parser as add_snapshot
+
+    add_snapshot(sub, lambda flag: _typed(flag, int, positive_int))
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
@@ -361,6 +364,12 @@ def _cmd_intervene(args) -> int:
     return run_intervene(args)
 
 
+def _cmd_snapshot(args) -> int:
+    from hiddenstate.pipelines.snapshot_command import run_snapshot
+
+    return run_snapshot(args)
+
+
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
     from hiddenstate.pipelines.export import check_new_file, export_checkpoint, load_hint
@@ -375,7 +384,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
              "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export,
-             "intervene": _cmd_intervene}
+             "intervene": _cmd_intervene, "snapshot": _cmd_snapshot}
 
 
 def _one_line(error: BaseException) -> str:
@@ -391,7 +400,8 @@ _TRAIN_NAMES = ("data", "out", "steps", "hidden_size", "num_layers", "seq_len", 
                 "overwrite", "cell", "dtype", "device")
 _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", "length", "temperature", "seed", "top_k", "top_p"),
                "inspect": ("text", "out", "inputs", "kind", "prefix", "ids", "layers"), "reproduce": ("out", "seed"),
-               "export": ("out", "format"), "intervene": ("layer", "step", "until", "value", "heads", "ids", "target")}
+               "export": ("out", "format"), "intervene": ("layer", "step", "until", "value", "heads", "ids", "target"),
+               "snapshot": ("ids", "out", "prefix_length")}
 
 
 def _flagged(text: str, command: str) -> str:
