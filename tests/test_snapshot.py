@@ -340,3 +340,16 @@ def test_bad_arguments_are_refused_and_nothing_is_written(saved, tmp_path):
     with pytest.raises(TypeError, match=r"^model must be .* got CharRNN\(cell='mingru'\)"):
         hs.snapshot(hs.CharRNN(V, 4, cell="mingru", rng=np.random.default_rng(0)), np.zeros((1, 3), dtype=int))
     assert sorted(os.listdir(tmp_path)) == []  # nothing written where not asked
+
+
+def test_an_initial_state_of_ours_round_trips_with_prefix_length_0(tmp_path):
+    model = OURS["gru"]()
+    h0 = np.random.default_rng(3).normal(size=(2, 1, 8))  # (L, N, H): a state the model starts from
+    logits = h0[-1] @ model.params["decoder.weight"].T + model.params["decoder.bias"]
+    snap = ours.from_state(model, h0, prefix_length=0, next_logits=logits)
+    back = hs.load_snapshot(snap.save(tmp_path / "h0.safetensors"), model)
+    assert back.prefix_length == 0
+    np.testing.assert_array_equal(ours.state_of(back), h0)
+    ids = np.array([[1, 2, 3, 4]])
+    own = model.forward(ids.T, h0, need_cache=False)[0].transpose(1, 0, 2)
+    np.testing.assert_allclose(back.continue_with(model, ids), own, rtol=1e-13, atol=1e-15)

@@ -111,9 +111,10 @@ def _header(meta, source) -> dict:
         raise _bad(source, f"whose header is a {type(header).__name__}, not an object")
     for key, typ in _KEYS.items():
         v = header.get(key)
-        if not isinstance(v, typ) or (typ is int and (isinstance(v, bool) or v < 1)):
+        low = 0 if key == "prefix_length" else 1  # an initial state (a tuned one) has read nothing: 0
+        if not isinstance(v, typ) or (typ is int and (isinstance(v, bool) or v < low)):
             raise _bad(source, f"whose header has {key}={v!r:.60} (must be a {typ.__name__}"
-                               f"{' >= 1' if typ is int else ''})")
+                               f"{f' >= {low}' if typ is int else ''})")
     for k, a in header["arrays"].items():
         ok = (isinstance(a, dict) and isinstance(a.get("shape"), list) and a.get("stored") in _STORED
               and isinstance(a.get("dtype"), str) and (a.get("layer") is None or type(a.get("layer")) is int)
