@@ -119,6 +119,20 @@ def test_the_memory_is_stated_before_and_a_fork_continues_several_suffixes(name)
     np.testing.assert_array_equal(snap.continue_with(model, ids[:, P:]), snap.continue_with(model, ids[:, P:]))
 
 
+@pytest.mark.parametrize("name", ["xlstm", "qwen4_exp_text", "lfm3", "rwkv", "recurrent_gemma", "minimax"])
+def test_one_sequence_forks_into_several(name):
+    # with one row, an array's first axis of size 1 is not always its batch axis (xLSTM's seqlen_offset (1,);
+    # the rope positions (3, N, T) of qwen4_exp_text): read off the state of one row and of two
+    model, ids = build(name), ids_for(n=1)
+    snap = hs.snapshot(model, ids, prefix_length=P)
+    suffixes = ids_for(seed=4, n=3, t=S)
+    whole = np.concatenate([np.repeat(ids[:, :P], 3, axis=0), suffixes], axis=1)
+    own = full(model, whole)
+    assert rel(snap.fork(3).continue_with(model, suffixes), own[:, P:]) <= 1e-5 + 3 * floor(model, whole)
+    if name == "xlstm":
+        assert snap.info["cache.seqlen_offset"]["batch_axis"] is None
+
+
 @pytest.mark.parametrize("name", ["qwen3_next", "mamba2"])
 def test_a_bfloat16_state_is_kept_as_its_bits(name, tmp_path):
     model, ids = build(name).to(torch.bfloat16), ids_for()

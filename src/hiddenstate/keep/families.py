@@ -39,7 +39,8 @@ import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
 
-__all__ = ["PATHS", "capture", "config_of", "describe", "digest_of", "estimate", "prefill", "restore", "step"]
+__all__ = ["PATHS", "batch_axes", "capture", "config_of", "describe", "digest_of", "estimate", "prefill", "restore",
+           "step"]
 
 #: How each family continues from a kept state: "tokens" (one token per call) where transformers' multi-token
 #: cached forward is wrong; every other family "chunk" (the whole suffix in one call).
@@ -271,12 +272,34 @@ def _layer_part(path):
     return layer, part
 
 
-def _batch_axis(path, shape, N):
-    if not shape:
-        return None
-    if path.endswith("indexer_position_ids"):  # (3, N, T): the multimodal rope's three position rows
-        return 1
-    return 0 if shape[0] == N else None
+def _shapes(model, n):
+    """The shape of every array of the state after one token of ``n`` rows."""
+    _, live = prefill(model, np.zeros((n, 1), dtype=np.int64))
+    tensors: dict = {}
+    for key, obj in live.items():
+        _walk(obj, key, tensors, {})
+    return {p: tuple(t.shape) for p, t in tensors.items()}
+
+
+def batch_axes(model) -> dict:
+    """Each array's batch axis (None for one without: a counter), read off the state of one row and of two.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+
+    Returns
+    -------
+    dict of str to int or None
+        By the array's path; the axis whose size is 1 for one row and 2 for two.
+    """
+    one, two = _shapes(model, 1), _shapes(model, 2)
+    axes = {}
+    for path, a in one.items():
+        b = two.get(path, a)
+        diff = [i for i, (x, y) in enumerate(zip(a, b)) if (x, y) == (1, 2)] if len(a) == len(b) else []
+        axes[path] = diff[0] if len(diff) == 1 else None
+    return axes
 
 
 def capture(model, ids) -> tuple:
@@ -299,7 +322,7 @@ def capture(model, ids) -> tuple:
         The logits at the prefix's last position (float64).
     """
     logits, live = prefill(model, ids)
-    N = ids.shape[0]
+    axes = batch_axes(model)
     tensors, scalars = {}, {}
     for key, obj in live.items():
         _walk(obj, key, tensors, scalars)
@@ -308,7 +331,7 @@ def capture(model, ids) -> tuple:
         path = path.lstrip(".")
         arrays[path], dtype = _to_numpy(t)
         layer, part = _layer_part(path)
-        info[path] = {"layer": layer, "part": part, "dtype": dtype, "batch_axis": _batch_axis(path, t.shape, N)}
+        info[path] = {"layer": layer, "part": part, "dtype": dtype, "batch_axis": axes.get(path)}
     scalars = {p.lstrip("."): v for p, v in scalars.items()}
     return arrays, info, scalars, logits[:, -1].detach().cpu().double().numpy()
 
