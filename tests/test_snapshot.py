@@ -317,6 +317,13 @@ def test_a_truncated_or_crafted_file_is_refused(saved, tmp_path):
         head[name]["shape"] = [2 ** 40, 4, 8, 6]  # a declared size the file does not hold
     with pytest.raises(ValueError, match="must take .* bytes"):
         hs.load_snapshot(_rewrite(path, tmp_path / "huge", huge), model)
+    bad = _rewrite(path, tmp_path / "attr", _meta(lambda h: h["scalars"].update({"cache.__class__": 1})))
+    with pytest.raises(ValueError, match=r"^snap must hold the values of this model's state; got values at "
+                                         r"\['cache.__class__'\]"):
+        hs.load_snapshot(bad, model)
+    bad = _rewrite(path, tmp_path / "dtype", _meta(lambda h: h["arrays"][name].update(dtype="bfloat16")))
+    with pytest.raises(ValueError, match=r"^snap must hold the arrays of this model's state; got .* as bfloat16"):
+        hs.load_snapshot(bad, model)
     with pytest.raises(FileNotFoundError):
         hs.load_snapshot(tmp_path / "absent", model)
     with pytest.raises(ValueError, match="^path must name a file"):
@@ -367,3 +374,31 @@ def test_an_initial_state_of_ours_round_trips_with_prefix_length_0(tmp_path):
     ids = np.array([[1, 2, 3, 4]])
     own = model.forward(ids.T, h0, need_cache=False)[0].transpose(1, 0, 2)
     np.testing.assert_allclose(back.continue_with(model, ids), own, rtol=1e-13, atol=1e-15)
+
+
+def test_a_crafted_file_of_our_model_is_refused(tmp_path):
+    model = OURS["lstm"]()
+    path = hs.snapshot(model, np.ones((3, 5), dtype=int)).save(tmp_path / "lstm.safetensors")
+
+    def wider(head):  # the tensor and its header agree, but the model's state is (L, N, H) = (2, 3, 8)
+        h = json.loads(head["__metadata__"]["header"])
+        h["arrays"]["c"]["shape"] = [2, 3, 4]
+        head["__metadata__"]["header"] = json.dumps(h)
+        head["c"]["shape"] = [2, 3, 4]
+        head["c"]["data_offsets"][1] -= 2 * 3 * 4 * 8
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    start, end = head["c"]["data_offsets"]
+    wider(head)
+    for k, v in head.items():  # the tensors after c move up by the bytes c lost
+        if k != "__metadata__" and v["data_offsets"][0] > start:
+            v["data_offsets"] = [o - (end - start - 2 * 3 * 4 * 8) for o in v["data_offsets"]]
+    text = json.dumps(head).encode()
+    text += b" " * (-len(text) % 8)
+    data = raw[8 + n:8 + n + start] + raw[8 + n + start:8 + n + start + 2 * 3 * 4 * 8] + raw[8 + n + end:]
+    (tmp_path / "c").write_bytes(struct.pack("<Q", len(text)) + text + data)
+    with pytest.raises(ValueError, match=r"^snap must hold this CharRNN's state \(h, c\); got a snapshot whose arrays "
+                                         r"differ at \['c'\]"):
+        hs.load_snapshot(tmp_path / "c", model)
+

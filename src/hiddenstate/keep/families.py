@@ -39,7 +39,7 @@ import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
 
-__all__ = ["PATHS", "batch_axes", "capture", "config_of", "describe", "digest_of", "estimate", "prefill", "restore",
+__all__ = ["PATHS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill", "restore",
            "step"]
 
 #: How each family continues from a kept state: "tokens" (one token per call) where transformers' multi-token
@@ -375,12 +375,8 @@ def restore(model, snap) -> dict:
         What :func:`step` continues from.
     """
     dev = next(model.parameters()).device
-    was = model.training
-    model.eval()
-    try:
-        _, live = _call(model, _ids_tensor(model, np.zeros((snap.batch, 1), dtype=np.int64)), {}, 0)
-    finally:
-        model.train(was)
+    live = _template(model, snap.batch)
+    _check_fits(live, snap)
     # tuples (xLSTM's rnn_state (C, n, m), RWKV's state) are rebuilt whole: lists first, then back to tuples
     live = _thaw(live)
     for path, arr in snap.arrays.items():
@@ -388,6 +384,58 @@ def restore(model, snap) -> dict:
     for path, v in snap.scalars.items():
         _set(live, path, v)
     return _freeze(live)
+
+
+def _template(model, N):
+    """The model's state after one token of N rows: the structure a snapshot's arrays are put into."""
+    was = model.training
+    model.eval()
+    try:
+        return _call(model, _ids_tensor(model, np.zeros((N, 1), dtype=np.int64)), {}, 0)[1]
+    finally:
+        model.train(was)
+
+
+def check_fits(model, snap) -> None:
+    """Refuse a snapshot whose arrays and values are not the places ``model``'s state has (a crafted file).
+
+    Parameters
+    ----------
+    model : transformers model of the snapshot's family
+    snap : Snapshot
+
+    Raises
+    ------
+    ValueError
+        An array the state does not hold, or holds with another dtype or number of axes; an array of
+        the state the snapshot lacks; a value at a path the state does not have.
+    """
+    _check_fits(_template(model, snap.batch), snap)
+
+
+def _check_fits(live, snap):
+    """Refuse a snapshot whose arrays and values are not the places this model's state has (a crafted file).
+
+    Every array must be one of the template's (the state after one token), of the same dtype and
+    number of axes, and every template array must be in the snapshot (else the template's token
+    would leak into the continuation); every value must sit at one of the template's paths.
+    """
+    tensors, scalars = {}, {}
+    for key, obj in live.items():
+        _walk(obj, key, tensors, scalars)
+    if set(tensors) != set(snap.arrays):
+        odd = sorted(set(tensors) ^ set(snap.arrays))
+        raise ValueError(f"snap must hold the arrays of this {snap.model_type} model's state; got a snapshot whose "
+                         f"arrays differ from the state's at {odd[:3]}.")
+    for path, t in tensors.items():
+        arr, info = snap.arrays[path], snap.info[path]
+        if info["dtype"] != str(t.dtype).removeprefix("torch.") or arr.ndim != t.ndim:
+            raise ValueError(f"snap must hold the arrays of this model's state; got {path!r} as {info['dtype']} of "
+                             f"{arr.ndim} axes, where the state holds {t.dtype} of {t.ndim}.")
+    extra = sorted(set(snap.scalars) - set(scalars) - set(tensors))
+    if extra:
+        raise ValueError(f"snap must hold the values of this model's state; got values at {extra[:3]}, which the "
+                         "state has no place for.")
 
 
 def _thaw(obj):
