@@ -148,6 +148,24 @@ def test_a_bfloat16_state_is_kept_as_its_bits(name, tmp_path):
     assert hs.snapshot_bytes(model, ids, prefix_length=P) == snap.nbytes
 
 
+@pytest.mark.parametrize("name", ["qwen3_next", "mamba", "jamba", "rwkv", "xlstm", "recurrent_gemma", "lfm3", "minimax"])
+def test_a_prefix_taken_in_chunks_is_the_prefix_taken_at_once(name):
+    model, ids = build(name), ids_for(t=P + S + 4)
+    whole = hs.snapshot(model, ids, prefix_length=P + S)
+    chunked = hs.snapshot(model, ids, prefix_length=4).extend(model, ids[:, 4:P]).extend(model, ids[:, P:P + S])
+    assert chunked.prefix_length == P + S and chunked.arrays.keys() == whole.arrays.keys()
+    assert chunked.info == whole.info and chunked.scalars == whole.scalars
+    own = full(model, ids)
+    tol = 1e-5 + 3 * floor(model, ids)
+    assert rel(chunked.next_logits, own[:, P + S - 1]) <= tol
+    assert rel(chunked.continue_with(model, ids[:, P + S:]), own[:, P + S:]) <= tol
+    for k, a in whole.arrays.items():
+        if a.dtype.kind == "f":
+            assert np.abs(chunked.arrays[k] - a).max() <= 1e-4 * max(np.abs(a).max(), 1), k
+        else:
+            np.testing.assert_array_equal(chunked.arrays[k], a, err_msg=k)
+
+
 @pytest.mark.parametrize("name", ["lfm3", "recurrent_gemma", "qwen3_next"])
 def test_the_stated_memory_holds_past_a_sliding_window(name):
     model = build(name)
@@ -226,6 +244,9 @@ def test_our_models_snapshot_continue_fork_and_round_trip(name, tmp_path):
     assert rel(back.fork(2).continue_with(model, suffix), whole[:, 12:]) <= 1e-13
     state = ours.state_of(snap)  # the model's own state, what its forward takes as h0
     again = ours.from_state(model, state, prefix_length=12, next_logits=snap.next_logits)
+    longer = hs.snapshot(model, ids, prefix_length=5).extend(model, ids[:, 5:12])
+    for k in snap.arrays:
+        np.testing.assert_allclose(longer.arrays[k], snap.arrays[k], rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(again.continue_with(model, ids[:, 12:]), snap.continue_with(model, ids[:, 12:]))
     seq = ids[:, :12]
     for _ in range(3):

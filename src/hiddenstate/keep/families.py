@@ -39,8 +39,8 @@ import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
 
-__all__ = ["PATHS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill", "restore",
-           "step"]
+__all__ = ["PATHS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill",
+           "restore", "step", "take_apart"]
 
 #: How each family continues from a kept state: "tokens" (one token per call) where transformers' multi-token
 #: cached forward is wrong; every other family "chunk" (the whole suffix in one call).
@@ -322,18 +322,35 @@ def capture(model, ids) -> tuple:
         The logits at the prefix's last position (float64).
     """
     logits, live = prefill(model, ids)
-    axes = batch_axes(model)
+    arrays, info, scalars = take_apart(model, live, batch_axes(model))
+    return arrays, info, scalars, logits[:, -1].detach().cpu().double().numpy()
+
+
+def take_apart(model, live, axes) -> tuple:
+    """The live state's tensors as exact arrays by path, with their info, and its plain values.
+
+    Parameters
+    ----------
+    model : transformers model
+    live : dict
+        From :func:`prefill`, :func:`restore` or :func:`step`.
+    axes : dict of str to int or None
+        Each path's batch axis (:func:`batch_axes`).
+
+    Returns
+    -------
+    arrays, info, scalars
+        As :func:`capture`.
+    """
     tensors, scalars = {}, {}
     for key, obj in live.items():
         _walk(obj, key, tensors, scalars)
     arrays, info = {}, {}
     for path, t in tensors.items():
-        path = path.lstrip(".")
         arrays[path], dtype = _to_numpy(t)
         layer, part = _layer_part(path)
         info[path] = {"layer": layer, "part": part, "dtype": dtype, "batch_axis": axes.get(path)}
-    scalars = {p.lstrip("."): v for p, v in scalars.items()}
-    return arrays, info, scalars, logits[:, -1].detach().cpu().double().numpy()
+    return arrays, info, scalars
 
 
 def _parse(path):

@@ -21,7 +21,8 @@ from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.state import MambaState
 from hiddenstate.train.model import CharRNN
 
-__all__ = ["CLASSIC", "capture", "check_fits", "describe", "estimate", "from_state", "restore", "state_of", "step", "supported"]
+__all__ = ["CLASSIC", "capture", "check_fits", "describe", "estimate", "from_state", "restore", "state_of", "step", "supported",
+           "take_apart"]
 
 #: The CharRNN cells whose state a snapshot keeps.
 CLASSIC = ("gru", "lstm", "rnn")
@@ -103,6 +104,23 @@ def _arrays(model, state) -> tuple:
             arrays[f"layers.{i}.{part}"] = a
             info[f"layers.{i}.{part}"] = {"layer": i, "part": part, "dtype": a.dtype.name, "batch_axis": 0}
     return arrays, info
+
+
+def take_apart(model, live, axes=None) -> tuple:
+    """Our model's state as a snapshot's arrays, their info and (no) values.
+
+    Parameters
+    ----------
+    model : CharRNN, MambaLM or Mamba2LM
+    live : the model's state
+    axes : ignored
+        (The batch axes are known: 1 for a CharRNN's h and c, 0 for a Mamba LM's states.)
+
+    Returns
+    -------
+    arrays, info, scalars
+    """
+    return (*_arrays(model, live), {})
 
 
 def capture(model, ids) -> tuple:

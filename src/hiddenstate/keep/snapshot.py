@@ -165,6 +165,37 @@ class Snapshot:
         logits, _ = be.step(model, be.restore(model, self), ids, self.prefix_length)
         return logits
 
+    def extend(self, model, suffix_ids) -> Snapshot:
+        """The snapshot after prefix + ``suffix_ids``: the model continued from this state, then kept again.
+
+        A long prefix taken in chunks (chunked prefill, or state passed between calls): each
+        chunk continues from the last snapshot; the result equals :func:`hiddenstate.snapshot`
+        of the whole prefix to round-off. This snapshot is unchanged.
+
+        Parameters
+        ----------
+        model : the model the snapshot was taken of
+        suffix_ids : array_like of int, shape (N, S) or (S,)
+
+        Returns
+        -------
+        Snapshot
+            Of prefix length T + S, its ``next_logits`` the suffix's last position's.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :meth:`continue_with`.
+        """
+        self.check_model(model)
+        ids = self._suffix(suffix_ids)
+        be = backend(self.backend)
+        logits, live = be.step(model, be.restore(model, self), ids, self.prefix_length)
+        axes = {k: i["batch_axis"] for k, i in self.info.items()}
+        arrays, info, scalars = be.take_apart(model, live, axes)
+        return Snapshot(arrays, info, scalars, np.array(logits[:, -1], dtype=np.float64), self.model_type,
+                        self.config, self.digest, self.prefix_length + ids.shape[1], self.backend, dict(self.extra))
+
     def _suffix(self, suffix_ids, name="suffix_ids"):
         arr = np.asarray(suffix_ids)
         if arr.dtype == bool or arr.dtype.kind not in "iu":
