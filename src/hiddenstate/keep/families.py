@@ -39,7 +39,7 @@ import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
 
-__all__ = ["PATHS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill",
+__all__ = ["PATHS", "RWKV_PARTS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill",
            "restore", "step", "take_apart"]
 
 #: How each family continues from a kept state: "tokens" (one token per call) where transformers' multi-token
@@ -56,6 +56,10 @@ PATHS = {
     "minimax": "tokens",  # 2.4e-3 / 1.6e-7
     "zamba2": "chunk",  # 5.0e-6 / 5.4e-3: its one-token-a-call path is the one off here
 }
+
+#: RWKV's ``state`` list, in order: the channel-mix and time-mix shifts (the previous step's input of each), and
+#: the WKV numerator, denominator and running maximum.
+RWKV_PARTS = ("ffn_shift", "attn_shift", "num", "den", "max")
 
 #: Config keys that name where a model came from or how it runs, not what it computes.
 VOLATILE = ("_name_or_path", "transformers_version", "architectures", "_attn_implementation_autoset",
@@ -263,8 +267,8 @@ def _layer_part(path):
     part = names[-1] if names else path.split("[")[0]
     if path.startswith("cache.linear_cache"):
         part = "linear_cache"
-    if path.startswith("state["):
-        part, layer = f"state[{path[6]}]", None
+    if path.startswith("state["):  # RWKV's five (N, hidden_size, L) tensors: every layer on the last axis
+        part, layer = RWKV_PARTS[int(path[6])], None
     if "rnn_state" in path:
         part = ("C", "n", "m")[int(path.rsplit("[", 1)[1].rstrip("]"))]
     if path.startswith("modules"):
