@@ -56,6 +56,9 @@ LAYERS = {
                                   "interop.states_file"},  # and --save-states
     # a model directory, one edit of its state -> the effect per position (issue 32)
     "pipelines.intervene_command": {CORE, "edit", "pipelines.inspect_command", "pipelines.intervene_command"},
+    # a model directory and ids -> a snapshot file of its whole state (issue 33)
+    "pipelines.snapshot_command": {CORE, "keep", "interop.families", "pipelines.inspect_command",
+                                   "pipelines.snapshot_command"},
     "cli": {CORE, "probe", "report", "train", "interop", "experiments", "pipelines", "cli"},
     # interventions (issue 32): the edit record, the ops and the block-level edit stand on the core floor
     "edit": {CORE, "edit.ops", "edit.blocks", "edit.result", "edit.sources", "edit.api"},

@@ -42,6 +42,15 @@ def test_all_is_sorted_and_every_name_resolves():
     assert hs.initial_state_gradient is hs.train.initial_state.initial_state_gradient  # dL/dh0 of a char model
 
 
+def test_the_snapshot_names_are_the_keep_packages():
+    # issue 33: the state as an object you keep
+    from hiddenstate import keep
+
+    assert {"Snapshot", "snapshot", "snapshot_bytes", "load_snapshot"} <= set(hs.__all__)
+    assert hs.Snapshot is keep.Snapshot and hs.snapshot is keep.snapshot
+    assert hs.snapshot_bytes is keep.snapshot_bytes and hs.load_snapshot is keep.load_snapshot
+
+
 def test_every_block_is_the_class_of_its_kinds_folder_and_analyze_a_function():
     from hiddenstate.kinds.delta.block import GatedDeltaNet
     from hiddenstate.kinds.shortconv.block import ShortConv

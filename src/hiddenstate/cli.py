@@ -1,4 +1,5 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, check-cache, export.
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, check-cache, snapshot,
+export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
 :mod:`hiddenstate.reproduce`, :mod:`hiddenstate.report`). Errors the user can fix (a missing or
@@ -234,6 +235,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from hiddenstate.pipelines.cache_check_command import add_parser as add_check_cache  # -- check-cache --
 
     add_check_cache(sub)
+    from hiddenstate.pipelines.snapshot_command import add_parser as add_snapshot
+
+    add_snapshot(sub, lambda flag: _typed(flag, int, positive_int))
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
@@ -369,6 +373,7 @@ _cmd_inspect = _pipeline("inspect_command", "run_inspect")
 _cmd_intervene = _pipeline("intervene_command", "run_intervene")
 _cmd_trace = _pipeline("trace_command", "run_trace")
 _cmd_check_cache = _pipeline("cache_check_command", "run_check_cache")
+_cmd_snapshot = _pipeline("snapshot_command", "run_snapshot")
 
 
 def _cmd_export(args) -> int:
@@ -385,7 +390,8 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
              "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export,
-             "intervene": _cmd_intervene, "trace": _cmd_trace, "check-cache": _cmd_check_cache}
+             "intervene": _cmd_intervene, "trace": _cmd_trace, "check-cache": _cmd_check_cache,
+             "snapshot": _cmd_snapshot}
 
 
 def _one_line(error: BaseException) -> str:
@@ -404,7 +410,8 @@ _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", 
                "export": ("out", "format"),
                "intervene": ("layer", "step", "until", "value", "heads", "ids", "target", "source", "part"),
                "trace": ("clean_ids", "corrupted_ids", "target", "layers", "steps", "position", "part", "out"),
-               "check-cache": ("ids", "attention_mask", "splits", "chunks", "paths")}
+               "check-cache": ("ids", "attention_mask", "splits", "chunks", "paths"),
+               "snapshot": ("ids", "out", "prefix_length")}
 
 
 def _flagged(text: str, command: str) -> str:

@@ -140,7 +140,8 @@ def load_snapshot(path, model) -> Snapshot:
         No file at ``path``.
     ValueError
         A file that is not a snapshot or is damaged (:func:`hiddenstate.keep.fileformat.read_snapshot_header`);
-        a model whose type, config or weights differ from the snapshot's.
+        a model whose type, config or weights differ from the snapshot's; arrays or values the
+        model's state has no place for (a crafted header).
     """
     _backend_name(model)
     header, st = read_snapshot_header(path)
@@ -152,4 +153,5 @@ def load_snapshot(path, model) -> Snapshot:
     data = read_snapshot_arrays(header, st)
     snap.next_logits = data.pop("next_logits")
     snap.arrays = data
+    backend(snap.backend).check_fits(model, snap)  # the arrays are the places the model's state has
     return snap

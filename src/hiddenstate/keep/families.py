@@ -22,7 +22,9 @@ where transformers' multi-token cached forward is wrong (issue 33), one token pe
 (``"tokens"``): Mamba and FalconMamba (their multi-token cached forward ignores the cached SSM
 state), RecurrentGemma (its multi-token call restarts the convolution window), and Jamba, Zamba
 and MiniMax, whose multi-token continuation leaves round-off (measured: :data:`PATHS`); Zamba2
-continues in one call (its one-token path is the one off). ``position_ids`` are passed wherever ``forward`` takes them (Bamba's
+continues in one call (its one-token path is the one off). RWKV's one-token call with a state
+is wrong for a batch of more than one row (the shifted state of shape (N, H) broadcasts against
+the input (N, 1, H) into N positions): generation runs it one row at a time. ``position_ids`` are passed wherever ``forward`` takes them (Bamba's
 positions are wrong without them), and the cache goes in as ``cache=`` (``past_key_values=`` is
 swallowed by ``**kwargs`` in some families and the continuation silently starts from zeros).
 """
@@ -37,7 +39,8 @@ import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
 
-__all__ = ["PATHS", "capture", "config_of", "describe", "digest_of", "estimate", "restore", "step"]
+__all__ = ["PATHS", "RWKV_PARTS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill",
+           "restore", "step", "take_apart"]
 
 #: How each family continues from a kept state: "tokens" (one token per call) where transformers' multi-token
 #: cached forward is wrong; every other family "chunk" (the whole suffix in one call).
@@ -53,6 +56,10 @@ PATHS = {
     "minimax": "tokens",  # 2.4e-3 / 1.6e-7
     "zamba2": "chunk",  # 5.0e-6 / 5.4e-3: its one-token-a-call path is the one off here
 }
+
+#: RWKV's ``state`` list, in order: the channel-mix and time-mix shifts (the previous step's input of each), and
+#: the WKV numerator, denominator and running maximum.
+RWKV_PARTS = ("ffn_shift", "attn_shift", "num", "den", "max")
 
 #: Config keys that name where a model came from or how it runs, not what it computes.
 VOLATILE = ("_name_or_path", "transformers_version", "architectures", "_attn_implementation_autoset",
@@ -213,6 +220,13 @@ def _call(model, ids_t, live, start):
             got = live.get("modules", {}).get(i)
             if got is not None:
                 m.conv1d_state, m.rg_lru.recurrent_states = got["conv1d_state"], got["recurrent_states"]
+    if family.name == "rwkv" and s == 1 and N > 1 and "state" in live:
+        # RWKV's one-token call with a state broadcasts the shifted state (N, H) against (N, 1, H) into (N, N, H):
+        # a batch of N comes back as N positions. Each row alone is right: one call per row.
+        rows = [_call(model, ids_t[r:r + 1], {"state": [t[r:r + 1].clone() for t in live["state"]]}, start)
+                for r in range(N)]
+        return (torch.cat([lg for lg, _ in rows]),
+                {"state": [torch.cat([lv["state"][j] for _, lv in rows]) for j in range(len(live["state"]))]})
     kw = _kwargs(model, live, start, s, N)
     with torch.no_grad():
         out = model(input_ids=ids_t, **kw)
@@ -253,8 +267,8 @@ def _layer_part(path):
     part = names[-1] if names else path.split("[")[0]
     if path.startswith("cache.linear_cache"):
         part = "linear_cache"
-    if path.startswith("state["):
-        part, layer = f"state[{path[6]}]", None
+    if path.startswith("state["):  # RWKV's five (N, hidden_size, L) tensors: every layer on the last axis
+        part, layer = RWKV_PARTS[int(path[6])], None
     if "rnn_state" in path:
         part = ("C", "n", "m")[int(path.rsplit("[", 1)[1].rstrip("]"))]
     if path.startswith("modules"):
@@ -262,12 +276,34 @@ def _layer_part(path):
     return layer, part
 
 
-def _batch_axis(path, shape, N):
-    if not shape:
-        return None
-    if path.endswith("indexer_position_ids"):  # (3, N, T): the multimodal rope's three position rows
-        return 1
-    return 0 if shape[0] == N else None
+def _shapes(model, n):
+    """The shape of every array of the state after one token of ``n`` rows."""
+    _, live = prefill(model, np.zeros((n, 1), dtype=np.int64))
+    tensors: dict = {}
+    for key, obj in live.items():
+        _walk(obj, key, tensors, {})
+    return {p: tuple(t.shape) for p, t in tensors.items()}
+
+
+def batch_axes(model) -> dict:
+    """Each array's batch axis (None for one without: a counter), read off the state of one row and of two.
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+
+    Returns
+    -------
+    dict of str to int or None
+        By the array's path; the axis whose size is 1 for one row and 2 for two.
+    """
+    one, two = _shapes(model, 1), _shapes(model, 2)
+    axes = {}
+    for path, a in one.items():
+        b = two.get(path, a)
+        diff = [i for i, (x, y) in enumerate(zip(a, b)) if (x, y) == (1, 2)] if len(a) == len(b) else []
+        axes[path] = diff[0] if len(diff) == 1 else None
+    return axes
 
 
 def capture(model, ids) -> tuple:
@@ -289,24 +325,36 @@ def capture(model, ids) -> tuple:
     next_logits : ndarray of shape (N, V)
         The logits at the prefix's last position (float64).
     """
-    was = model.training
-    model.eval()
-    try:
-        logits, live = _call(model, _ids_tensor(model, ids), {}, 0)
-    finally:
-        model.train(was)
-    N = ids.shape[0]
+    logits, live = prefill(model, ids)
+    arrays, info, scalars = take_apart(model, live, batch_axes(model))
+    return arrays, info, scalars, logits[:, -1].detach().cpu().double().numpy()
+
+
+def take_apart(model, live, axes) -> tuple:
+    """The live state's tensors as exact arrays by path, with their info, and its plain values.
+
+    Parameters
+    ----------
+    model : transformers model
+    live : dict
+        From :func:`prefill`, :func:`restore` or :func:`step`.
+    axes : dict of str to int or None
+        Each path's batch axis (:func:`batch_axes`).
+
+    Returns
+    -------
+    arrays, info, scalars
+        As :func:`capture`.
+    """
     tensors, scalars = {}, {}
     for key, obj in live.items():
         _walk(obj, key, tensors, scalars)
     arrays, info = {}, {}
     for path, t in tensors.items():
-        path = path.lstrip(".")
         arrays[path], dtype = _to_numpy(t)
         layer, part = _layer_part(path)
-        info[path] = {"layer": layer, "part": part, "dtype": dtype, "batch_axis": _batch_axis(path, t.shape, N)}
-    scalars = {p.lstrip("."): v for p, v in scalars.items()}
-    return arrays, info, scalars, logits[:, -1].detach().cpu().double().numpy()
+        info[path] = {"layer": layer, "part": part, "dtype": dtype, "batch_axis": axes.get(path)}
+    return arrays, info, scalars
 
 
 def _parse(path):
@@ -348,12 +396,8 @@ def restore(model, snap) -> dict:
         What :func:`step` continues from.
     """
     dev = next(model.parameters()).device
-    was = model.training
-    model.eval()
-    try:
-        _, live = _call(model, _ids_tensor(model, np.zeros((snap.batch, 1), dtype=np.int64)), {}, 0)
-    finally:
-        model.train(was)
+    live = _template(model, snap.batch)
+    _check_fits(live, snap)
     # tuples (xLSTM's rnn_state (C, n, m), RWKV's state) are rebuilt whole: lists first, then back to tuples
     live = _thaw(live)
     for path, arr in snap.arrays.items():
@@ -361,6 +405,58 @@ def restore(model, snap) -> dict:
     for path, v in snap.scalars.items():
         _set(live, path, v)
     return _freeze(live)
+
+
+def _template(model, N):
+    """The model's state after one token of N rows: the structure a snapshot's arrays are put into."""
+    was = model.training
+    model.eval()
+    try:
+        return _call(model, _ids_tensor(model, np.zeros((N, 1), dtype=np.int64)), {}, 0)[1]
+    finally:
+        model.train(was)
+
+
+def check_fits(model, snap) -> None:
+    """Refuse a snapshot whose arrays and values are not the places ``model``'s state has (a crafted file).
+
+    Parameters
+    ----------
+    model : transformers model of the snapshot's family
+    snap : Snapshot
+
+    Raises
+    ------
+    ValueError
+        An array the state does not hold, or holds with another dtype or number of axes; an array of
+        the state the snapshot lacks; a value at a path the state does not have.
+    """
+    _check_fits(_template(model, snap.batch), snap)
+
+
+def _check_fits(live, snap):
+    """Refuse a snapshot whose arrays and values are not the places this model's state has (a crafted file).
+
+    Every array must be one of the template's (the state after one token), of the same dtype and
+    number of axes, and every template array must be in the snapshot (else the template's token
+    would leak into the continuation); every value must sit at one of the template's paths.
+    """
+    tensors, scalars = {}, {}
+    for key, obj in live.items():
+        _walk(obj, key, tensors, scalars)
+    if set(tensors) != set(snap.arrays):
+        odd = sorted(set(tensors) ^ set(snap.arrays))
+        raise ValueError(f"snap must hold the arrays of this {snap.model_type} model's state; got a snapshot whose "
+                         f"arrays differ from the state's at {odd[:3]}.")
+    for path, t in tensors.items():
+        arr, info = snap.arrays[path], snap.info[path]
+        if info["dtype"] != str(t.dtype).removeprefix("torch.") or arr.ndim != t.ndim:
+            raise ValueError(f"snap must hold the arrays of this model's state; got {path!r} as {info['dtype']} of "
+                             f"{arr.ndim} axes, where the state holds {t.dtype} of {t.ndim}.")
+    extra = sorted(set(snap.scalars) - set(scalars) - set(tensors))
+    if extra:
+        raise ValueError(f"snap must hold the values of this model's state; got values at {extra[:3]}, which the "
+                         "state has no place for.")
 
 
 def _thaw(obj):
@@ -398,6 +494,28 @@ def _freeze(obj):
             if k not in _SKIP and isinstance(v, (dict, list)):
                 setattr(obj, k, _freeze(v))
     return obj
+
+
+def prefill(model, ids) -> tuple:
+    """The model run on ``ids`` (N, T) from an empty state: its logits and its own live state (not taken apart).
+
+    Parameters
+    ----------
+    model : transformers model of a registered family
+    ids : ndarray of int64, shape (N, T)
+
+    Returns
+    -------
+    logits : torch.Tensor of shape (N, T, V)
+    live : dict
+        The model's own state objects, what :func:`step` continues from.
+    """
+    was = model.training
+    model.eval()
+    try:
+        return _call(model, _ids_tensor(model, ids), {}, 0)
+    finally:
+        model.train(was)
 
 
 def step(model, live, ids, start) -> tuple:

@@ -21,8 +21,8 @@ from hiddenstate.kinds.ssm.lm import Mamba2LM, MambaLM
 from hiddenstate.state import MambaState
 from hiddenstate.train.model import CharRNN
 
-__all__ = ["CLASSIC", "capture", "describe", "estimate", "from_state", "initial_snapshot", "restore", "state_of", "step",
-           "supported"]
+__all__ = ["CLASSIC", "capture", "check_fits", "describe", "estimate", "from_state", "initial_snapshot", "restore",
+           "state_of", "step", "supported", "take_apart"]
 
 #: The CharRNN cells whose state a snapshot keeps.
 CLASSIC = ("gru", "lstm", "rnn")
@@ -106,6 +106,23 @@ def _arrays(model, state) -> tuple:
     return arrays, info
 
 
+def take_apart(model, live, axes=None) -> tuple:
+    """Our model's state as a snapshot's arrays, their info and (no) values.
+
+    Parameters
+    ----------
+    model : CharRNN, MambaLM or Mamba2LM
+    live : the model's state
+    axes : ignored
+        (The batch axes are known: 1 for a CharRNN's h and c, 0 for a Mamba LM's states.)
+
+    Returns
+    -------
+    arrays, info, scalars
+    """
+    return (*_arrays(model, live), {})
+
+
 def capture(model, ids) -> tuple:
     """Run our ``model`` on the prefix ``ids`` (N, T) and keep its final state.
 
@@ -151,6 +168,33 @@ def state_of(snap):
         return (a["h"], a["c"]) if "c" in a else a["h"]
     L = snap.config["num_layers"]
     return [MambaState(a[f"layers.{i}.ssm"], a[f"layers.{i}.conv"]) for i in range(L)]
+
+
+def check_fits(model, snap) -> None:
+    """Refuse a snapshot whose arrays are not ``model``'s state (their names, shapes and dtypes).
+
+    Parameters
+    ----------
+    model : CharRNN, MambaLM or Mamba2LM
+    snap : Snapshot
+
+    Raises
+    ------
+    ValueError
+        Other arrays than the model's state has, of other shapes or dtypes; values (ours have none).
+    """
+    N = snap.batch
+    if isinstance(model, CharRNN):
+        zero = np.zeros((model.num_layers, N, model.hidden_size), dtype=model.dtype)
+        want = _arrays(model, (zero, zero) if model.cell == "lstm" else zero)[0]
+    else:
+        want = _arrays(model, [blk.initial_state(N) for blk in model.layers])[0]
+    got = {k: (a.shape, a.dtype) for k, a in snap.arrays.items()}
+    if got != {k: (a.shape, a.dtype) for k, a in want.items()} or snap.scalars:
+        odd = sorted(k for k in set(got) | set(want)
+                     if got.get(k) != ((want[k].shape, want[k].dtype) if k in want else None))
+        raise ValueError(f"snap must hold this {snap.model_type}'s state ({', '.join(want)}); got a snapshot whose "
+                         f"arrays differ at {odd[:3] or sorted(snap.scalars)[:3]}.")
 
 
 def restore(model, snap):

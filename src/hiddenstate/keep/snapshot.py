@@ -80,6 +80,8 @@ class Snapshot:
     prefix_length : int
         T, the tokens the state has seen (positions continue from it).
     backend : {"transformers", "ours"}
+    extra : dict
+        Anything else the header carries (JSON), default empty.
     """
 
     arrays: dict
@@ -104,9 +106,8 @@ class Snapshot:
         return int(sum(a.nbytes for a in self.arrays.values()) + self.next_logits.nbytes)
 
     def __repr__(self) -> str:
-        layers = sorted({i["layer"] for i in self.info.values() if i["layer"] is not None})
-        return (f"Snapshot({self.model_type}, N={self.batch}, T={self.prefix_length}, {len(self.arrays)} arrays over "
-                f"{len(layers)} layers, {self.nbytes} bytes)")
+        return (f"Snapshot({self.model_type}, N={self.batch}, T={self.prefix_length}, {len(self.arrays)} arrays, "
+                f"{self.nbytes} bytes)")
 
     def check_model(self, model, *, name: str = "model") -> None:
         """Refuse a model other than the one the snapshot was taken of (its type, config or weights).
@@ -163,6 +164,37 @@ class Snapshot:
         be = backend(self.backend)
         logits, _ = be.step(model, be.restore(model, self), ids, self.prefix_length)
         return logits
+
+    def extend(self, model, suffix_ids) -> Snapshot:
+        """The snapshot after prefix + ``suffix_ids``: the model continued from this state, then kept again.
+
+        A long prefix taken in chunks (chunked prefill, or state passed between calls): each
+        chunk continues from the last snapshot; the result equals :func:`hiddenstate.snapshot`
+        of the whole prefix to round-off. This snapshot is unchanged.
+
+        Parameters
+        ----------
+        model : the model the snapshot was taken of
+        suffix_ids : array_like of int, shape (N, S) or (S,)
+
+        Returns
+        -------
+        Snapshot
+            Of prefix length T + S, its ``next_logits`` the suffix's last position's.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :meth:`continue_with`.
+        """
+        self.check_model(model)
+        ids = self._suffix(suffix_ids)
+        be = backend(self.backend)
+        logits, live = be.step(model, be.restore(model, self), ids, self.prefix_length)
+        axes = {k: i["batch_axis"] for k, i in self.info.items()}
+        arrays, info, scalars = be.take_apart(model, live, axes)
+        return Snapshot(arrays, info, scalars, np.array(logits[:, -1], dtype=np.float64), self.model_type,
+                        self.config, self.digest, self.prefix_length + ids.shape[1], self.backend, dict(self.extra))
 
     def _suffix(self, suffix_ids, name="suffix_ids"):
         arr = np.asarray(suffix_ids)
