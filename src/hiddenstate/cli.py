@@ -226,18 +226,13 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--states-dtype", choices=("float32", "float64"), default="float32",
                     help="the saved dtype (default float32; the recomputation is float64)")
 
-    # -- intervene, trace: their flags beside their commands -------------------------------------
-    from hiddenstate.pipelines.intervene_command import add_parser as add_intervene
-    from hiddenstate.pipelines.trace_command import add_parser as add_trace
+    # -- intervene, trace, check-cache, snapshot: their flags beside their commands --------------
+    import importlib
 
-    for add in (add_intervene, add_trace):
-        add(sub, lambda flag: _typed(flag, int, nonnegative_int))
-    from hiddenstate.pipelines.cache_check_command import add_parser as add_check_cache  # -- check-cache --
-
-    add_check_cache(sub)
-    from hiddenstate.pipelines.snapshot_command import add_parser as add_snapshot
-
-    add_snapshot(sub, lambda flag: _typed(flag, int, positive_int))
+    for module, rule in (("intervene_command", nonnegative_int), ("trace_command", nonnegative_int),
+                         ("cache_check_command", None), ("snapshot_command", positive_int)):
+        add = importlib.import_module(f"hiddenstate.pipelines.{module}").add_parser
+        add(sub) if rule is None else add(sub, lambda flag, rule=rule: _typed(flag, int, rule))
 
     # -- export ----------------------------------------------------------------------------------
     ex = sub.add_parser("export", help="write a trained model as an ONNX graph or a torch.export program",
@@ -369,13 +364,6 @@ def _pipeline(module: str, name: str):
     return run
 
 
-_cmd_inspect = _pipeline("inspect_command", "run_inspect")
-_cmd_intervene = _pipeline("intervene_command", "run_intervene")
-_cmd_trace = _pipeline("trace_command", "run_trace")
-_cmd_check_cache = _pipeline("cache_check_command", "run_check_cache")
-_cmd_snapshot = _pipeline("snapshot_command", "run_snapshot")
-
-
 def _cmd_export(args) -> int:
     from hiddenstate import train as _train
     from hiddenstate.pipelines.export import check_new_file, export_checkpoint, load_hint
@@ -388,10 +376,10 @@ def _cmd_export(args) -> int:
     return 0
 
 
-_COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo,
-             "reproduce": _cmd_reproduce, "inspect": _cmd_inspect, "export": _cmd_export,
-             "intervene": _cmd_intervene, "trace": _cmd_trace, "check-cache": _cmd_check_cache,
-             "snapshot": _cmd_snapshot}
+_COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo, "reproduce": _cmd_reproduce,
+             "export": _cmd_export, **{name: _pipeline(module, f"run_{name.replace('-', '_')}") for name, module in (
+                 ("inspect", "inspect_command"), ("intervene", "intervene_command"), ("trace", "trace_command"),
+                 ("check-cache", "cache_check_command"), ("snapshot", "snapshot_command"))}}
 
 
 def _one_line(error: BaseException) -> str:
