@@ -246,8 +246,7 @@ def family_page(analysis, *, title: str = "", subtitle: str = "") -> str:
     title = title or default_title(analysis)
     sections = [("state", "State", _card("state", "The recurrent state", "", card.head(m, what), wide=True)),
                 ("layermap", "Layer map", _layer_map(analysis))]
-    layers = "".join(card.layer(la, m, _curve, _recomputed).replace("<section ", '<section class="card" ', 1)
-                     for la in analysis.layers)
+    layers = "".join(f'<div class="card">{card.layer(la, m, _curve, _recomputed)}</div>' for la in analysis.layers)
     sections.append((f"layer{analysis.layers[0].layer}" if analysis.layers else "", "Layers",
                      f'<div class="grid">{layers}</div><div style="height:20px"></div>' if layers else ""))
     sections += [("memory", "Memory", _memory(analysis)), ("units", "Channels", _units(analysis)),
