@@ -198,7 +198,7 @@ def test_every_report_has_the_same_header_and_navigation(tmp_path, bpe_report):
         assert head, name
         links = re.findall(r'<a href="#([^"]+)">', head.group(2))
         assert len(links) >= 3 and all(f'id="{a}"' in page for a in links), (name, links)
-        assert "<th></th>" not in page and page.count('<section class="card') >= 3, name
+        assert "<th></th>" not in page and page.count('class="card') >= 3, name
         assert "<footer>hiddenstate " in page, name
     styles = {re.search(r"<style>(.*?)</style>", page, re.S).group(1) for page in pages.values()}
     assert len(styles) == 1 and "--ink:#202124" in styles.pop()  # one style sheet for every report

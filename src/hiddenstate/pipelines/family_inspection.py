@@ -204,8 +204,8 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     """
     arr = _ids_array(ids)
     if text is not None and isinstance(text, (str, list, tuple)) and arr.ndim == 2 and not 1 <= len(text) <= arr.shape[1]:
-        raise ValueError(f"text must hold the characters (or tokens' pieces) of sequence 0, one per step: 1 to "
-                         f"T={arr.shape[1]} of them; got {len(text)}.")  # before the model runs
+        raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={arr.shape[1]} "
+                         f"characters (or tokens' pieces); got {len(text)}.")  # before the model runs
     check_epsilons(getattr(model, "config", None))  # a NaN norm epsilon would surface as "u must be finite"
     if arr.ndim == 2 and arr.size and arr.dtype.kind in "iu":  # else recompute_layers says what is wrong
         N, T = arr.shape

@@ -21,11 +21,17 @@ import numpy as np
 from hiddenstate.kinds import KINDS
 from hiddenstate.report.cards import ROWS_CARD, KindCard
 from hiddenstate.report.explorer import explorer_html
-from hiddenstate.report.layout import card as _card
 from hiddenstate.report.layout import line_chart, page_html
 from hiddenstate.report.target import write_report
 
 __all__ = ["build_family_report", "build_mamba_report", "card_of", "default_title", "family_page", "mamba_page"]
+
+
+def _card(anchor: str, title: str, what: str, body: str, *, wide: bool = False) -> str:
+    """One card of the page: a ``div.card`` around the section (its id, heading and paragraph as the kinds' cards have them)."""
+    what = f"<p>{what}</p>" if what else ""
+    return (f'<div class="card{" wide" if wide else ""}"><section id="{anchor}"><h2>{html.escape(title)}</h2>{what}{body}'
+            "</section></div>")
 
 
 def _curve(ys: np.ndarray, label: str, xlabel: str = "lag") -> str:
@@ -140,11 +146,12 @@ def _layer_map(analysis) -> str:
             what = "recorded: its card below"
         else:
             idx = str(e.index)
-            what = "not recorded (layers= chose others)" if e.role == "recurrent" else "the model's own"
+            what = "not recorded (layers= chose others)" if e.role == "recurrent" else ""
         parts = ((e.role, e.class_name, e.path),) + tuple(getattr(e, "parts", ()))  # a layer's MoE, shared attention
         role, cls = (" + ".join(html.escape(p[k]) for p in parts) for k in range(2))
         path = " + ".join(f"<code>{html.escape(p[2])}</code>" for p in parts)
-        rows.append(f"<tr><td>{idx}</td><td>{role}</td><td>{cls}</td><td>{path}</td><td>{what}</td></tr>")
+        rows.append(f"<tr><td>{idx}</td><td>{role}</td><td style=\"text-align:left\">{cls}</td>"
+                    f"<td style=\"text-align:left\">{path}</td><td style=\"text-align:left\">{what}</td></tr>")
     n_rec = sum(e.role == "recurrent" for e in entries)
     what = (f"Every layer of the model: {n_rec} of its {len(entries)} layers are recurrent. The model itself ran on the "
             "ids; each recorded recurrent layer was recomputed by our block from the input its hook saw, and its output "
