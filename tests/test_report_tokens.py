@@ -275,3 +275,33 @@ def test_the_explorer_switches_layers_and_heads_in_headless_chromium(bpe_dir, bp
     assert res["mtitle"].startswith(f"head {head} state S_t at step {ids.size - 1}")
     assert re.search(r"values \S+ to \S+, mean", res["legend"])
     assert decode  # the page's decoding is the module's (tests/test_report_explorer.py)
+
+
+def test_layers_past_the_budget_are_left_out_whole_the_top_layer_never():
+    from hiddenstate.report.explorer import explorer_html
+
+    rng = np.random.default_rng(0)
+    layers = [{"name": f"layer {i}", "signals": {"y": rng.normal(size=(50, 10)), "decay": rng.uniform(size=(50, 10))}}
+              for i in range(3)]
+    per = 4 * math.ceil(50 * 10 / 3)  # base64 of one signal: 500 bytes -> 668 characters
+    for budget, names, left in ((2 * per + 10, ["layer 2"], "layer 1 (its every signal), layer 0 (its every signal)"),
+                                (3 * per, ["layer 1", "layer 2"], "layer 1 decay, layer 0 (its every signal)"),
+                                (1, ["layer 2"], "layer 2 decay, layer 1 (its every signal)")):
+        frag = explorer_html({"text": ["ab"] * 50, "layers": layers}, max_bytes=budget)
+        assert [lay["name"] for lay in _payload(frag)["layers"]] == names, budget
+        assert f"Left out to keep the page small: {left}" in frag, budget
+
+
+def test_saturation_counts_the_output_gate_not_a_decay():
+    from hiddenstate.kinds.base import RecordView
+    from hiddenstate.probe.state_units import view_explore_data
+
+    T, N, U = 40, 1, 4
+    decay = np.full((T, N, U), 0.99)  # a decay always > 0.9: once counted as "saturated" half of the time
+    out_gate = np.tile(np.array([0.05, 0.5, 0.95, 0.5]), (T, N, 1))  # unit 0 shut, 2 open, 1 and 3 in between
+    view = RecordView(state=np.ones((T, N, 3)), keep=decay, keep_shape=(U,), keep_name="decay", lag_norms=None,
+                      units=np.zeros((T, N, U)), unit_keep=decay, out_gate=out_gate)
+    ex = view_explore_data(view, "x" * T, None, name="layer 0")
+    np.testing.assert_array_equal(ex["units"]["saturation"], [1.0, 0.0, 1.0, 0.0])
+    np.testing.assert_allclose(ex["units"]["time constant"], 1 / (1 - 0.99))  # 100 steps, the card's definition
+    assert ex["heads"] == 0 and ex["matrix"] is None and ex["name"] == "layer 0"

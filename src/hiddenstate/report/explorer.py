@@ -146,8 +146,11 @@ def _matrix(m, T: int, budget: int, max_side: int):
             "lo": _floats(lo), "hi": _floats(hi)}
 
 
-def _layer(ex: Mapping, T: int, budget: list, left_out: list, label: str) -> dict:
-    """One layer's payload: its signals (the state always, gates while ``budget[0]`` lasts), unit columns, featured units."""
+def _layer(ex: Mapping, T: int, budget: list, left_out: list, label: str, required: bool = True) -> dict | None:
+    """One layer's payload: its signals (the state always, gates while ``budget[0]`` lasts), unit columns, featured units.
+
+    A layer that is not ``required`` is left out whole (None, its name in ``left_out``) when its state does not fit.
+    """
     signals = dict(ex.get("signals") or {})
     if not signals:
         raise ValueError("explore['signals'] must name at least one (T, H) array (the state first).")
@@ -160,8 +163,10 @@ def _layer(ex: Mapping, T: int, budget: list, left_out: list, label: str) -> dic
         H = v.shape[1]
         codes, lo, hi = quantize(v[:T])  # ValueError if not finite
         b64 = base64.b64encode(codes.tobytes()).decode("ascii")
-        if data and len(b64) > budget[0]:
-            left_out.append(f"{label}{name}")
+        if len(b64) > budget[0] and (data or not required):
+            left_out.append(f"{label}{name}" if data else f"{label.strip() or 'a layer'} (its every signal)")
+            if not data:
+                return None
             continue
         budget[0] -= len(b64)
         data[str(name)] = {"codes": b64, "lo": _floats(lo), "hi": _floats(hi)}
@@ -213,8 +218,9 @@ def explorer_html(explore: Mapping, *, max_chars: int = 2000, max_bytes: int = M
     max_chars : int, default 2000
         Steps of the text shown (positive).
     max_bytes : int, default :data:`MAX_BYTES`
-        Budget for the base64 of the signals: every layer's state always goes in, a gate only
-        while the total stays within the budget (the card names those left out).
+        Budget for the base64 of the signals: the top layer's state always goes in; then, from
+        the top down, each layer's signals while the total stays within the budget (a layer
+        whose state does not fit is left out whole; the card names what was left out).
     matrix_bytes : int, default :data:`MATRIX_BYTES`
         Budget for the matrix states, shared by the layers: each gets the steps that fit (spread
         evenly, always the first and last).
@@ -253,7 +259,12 @@ def explorer_html(explore: Mapping, *, max_chars: int = 2000, max_bytes: int = M
     if not layers:
         raise ValueError("explore['layers'] must hold at least one layer's data; got none.")
     budget, left_out, several = [max_bytes], [], len(layers) > 1
-    out = [_layer(ex, T, budget, left_out, f"{ex.get('name', 'layer')} " if several else "") for ex in layers]
+    made = {}  # the top layer first, always; the others from the top down while their states fit
+    for j in reversed(range(len(layers))):
+        ex = layers[j]
+        made[j] = _layer(ex, T, budget, left_out, f"{ex.get('name', 'layer')} " if several else "", j == len(layers) - 1)
+    kept = [j for j in range(len(layers)) if made[j] is not None]
+    out, layers = [made[j] for j in kept], [layers[j] for j in kept]
     with_matrix = [j for j, ex in enumerate(layers) if ex.get("matrix") is not None]
     for j in with_matrix:
         out[j]["matrix"] = _matrix(layers[j]["matrix"], T, matrix_bytes // len(with_matrix), matrix_side)
