@@ -157,7 +157,9 @@ def test_inspect_model_gives_the_delta_analysis_with_the_effective_rank_and_the_
     assert '<section id="layermap"><h2>Layer map</h2>' in page and f"{len(recurrent)} of its 3 layers are recurrent" in page
     for i, role in enumerate(roles):
         cls = rec_cls if role == "recurrent" else att_cls
-        assert f"<td>{role}</td><td style=\"text-align:left\">{cls}</td>" in page
+        ffn = an.layer_map[i].parts  # every layer's MLP or MoE, listed after its mixer (Qwen3-Next's MoE was missing)
+        assert ffn and ffn[0][0] in ("mlp", "moe")
+        assert f"<td>{role} + {ffn[0][0]}</td><td style=\"text-align:left\">{cls} + {ffn[0][1]}</td>" in page
         assert (f'<section id="layer{i}">' in page) == (role == "recurrent")
     assert "How full the associative memory is" in page and "effective rank of S_T" in page
     assert f"Inside the recurrent layers of a {type(model).__name__}" in page

@@ -253,7 +253,8 @@ def test_inspect_model_reports_the_layer_map_and_each_kinds_measurements(name, t
     assert (f'<section id="layermap"><h2>Layer map</h2><p>Every layer of the model: {n_rec} of its '
             f"{len(rc.layer_map)} layers are recurrent") in page
     for e in rc.layer_map:
-        assert f"<td>{e.role}</td><td style=\"text-align:left\">{e.class_name}</td>" in page
+        roles, classes = (" + ".join(p[k] for p in ((e.role, e.class_name), *e.parts)) for k in range(2))
+        assert f"<td>{roles}</td><td style=\"text-align:left\">{classes}</td>" in page
         assert (f'<a href="#layer{e.index}">{e.index}</a>' in page) == (e.role == "recurrent")
         assert (f'<section id="layer{e.index}">' in page) == (e.role == "recurrent")
     for la in an.layers:

@@ -33,7 +33,7 @@ EXPECTED = {
     "lfm3": ((0, 3),
              [("recurrent", "Lfm3ShortConv"), ("attention", "Lfm3Attention"), ("attention", "Lfm3Attention"),
               ("recurrent", "Lfm3ShortConv")],
-             [[]] * 4),
+             [[("mlp", "Lfm3MLP")]] * 4),  # a family that names no parts: its feed-forward found
 }
 
 

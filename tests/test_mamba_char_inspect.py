@@ -100,6 +100,7 @@ def test_analyze_mamba_measures_every_layer_of_the_char_model():
     model, state = model_and_state()
     ids = np.random.default_rng(2).integers(0, 6, (40, 3))
     an = analyze_mamba(model, ids, state, max_lag=5)
+    assert an.meta.pop("warnings")[0].startswith("The memory curve is scored on only 30 held-out step(s)")  # 3 x 10
     assert an.meta == {"T": 40, "N": 3, "d_inner": 16, "d_state": 16, "d_conv": 4, "num_layers": 2,
                        "model": "hiddenstate CharRNN (mamba)", "memory target": "the token k steps back (held-out accuracy)"}
     records = trace_mamba(model, ids, state)

@@ -227,14 +227,16 @@ def test_the_cli_text_of_a_character_tokenizer_gives_the_unit_features(mamba_dir
     assert "unit features and the explorer" not in printed
     stepped = text  # the tokenizer's pieces: one character per step
     ref = families.recompute_layers(model, np.array([[chars.index(c) for c in stepped]]))
-    an = hs.inspect_model(model, np.array([[chars.index(c) for c in stepped]]), text=stepped)
+    an = hs.inspect_model(model, np.array([[chars.index(c) for c in stepped]]), text=stepped, max_lag=None)  # the CLI's
     assert an.text == stepped and an.explore is not None
     np.testing.assert_array_equal(an.layers[0].record.ssm, ref.records[0].ssm)
     assert [line for line in printed.splitlines() if line.startswith("layer ")] == \
         [line for line in an.summary().splitlines() if line.startswith("layer ")]
 
 
-def test_the_cli_text_of_a_word_tokenizer_says_why_the_unit_features_are_missing(mamba_dir, tmp_path, capsys):
+def test_the_cli_text_of_a_word_tokenizer_reads_its_tokens_as_the_units_of_text(mamba_dir, tmp_path, capsys):
+    import json
+    import re
     import shutil
 
     _, path = mamba_dir
@@ -243,9 +245,8 @@ def test_the_cli_text_of_a_word_tokenizer_says_why_the_unit_features_are_missing
     (tmp_path / "t.txt").write_text("the cat sat", encoding="utf-8")
     assert main(["inspect", os.fspath(d), "--text", os.fspath(tmp_path / "t.txt"), "--out",
                  os.fspath(tmp_path / "r.html")]) == 0
-    missing = [line for line in capsys.readouterr().out.splitlines()
-               if line.startswith("not measured: unit features and the explorer: ")]
-    assert missing == [f"not measured: unit features and the explorer: they need one character per step, and the "
-                       f"tokens that '{d / 'tokenizer.json'}' makes of --text '{tmp_path / 't.txt'}' are not single "
-                       "characters (step 0 is 'the'); --text gives them with a tokenizer that makes one token per "
-                       "character"]
+    # once refused ("the tokens ... are not single characters"): the tokens are the explorer's units of text
+    assert "not measured: unit features and the explorer" not in capsys.readouterr().out
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="ex-data">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
+    assert data["tokens"] is True and data["text"] == ["the", "cat", "sat"]

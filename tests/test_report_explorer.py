@@ -19,7 +19,7 @@ import hiddenstate as hs
 from hiddenstate.probe.analysis import analyze_model
 from hiddenstate.report import build_report, render_html
 from hiddenstate.report.explorer import decode, explorer_html, quantize
-from hiddenstate.report.textview import background, colour_scale
+from hiddenstate.report.textview import background, colour_scale, legend_number
 from tests.test_report import _PROBE, _browser
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
@@ -218,7 +218,7 @@ def test_explorer_reacts_in_headless_chromium(tmp_path, gru_analysis):
     bad = [t for t in range(T) if not _same_colour(res["z_bg"][t], want_z[t], tol)]
     assert not bad, [(t, res["z_bg"][t], want_z[t]) for t in bad[:5]]
     assert res["h_bg"] != res["z_bg"]  # the colours changed with the signal
-    assert f"values {z[:, k].min():.2f} to {z[:, k].max():.2f}" in res["legend"]
+    assert f"values {legend_number(z[:, k].min())} to {legend_number(z[:, k].max())}" in res["legend"]
     # hover: the value, the norm and the most active units at that step
     top = np.lexsort((np.arange(H), -np.abs(h[g])))[:5]
     assert f"‖h‖ = {np.linalg.norm(h[g]):.3f}" in res["readout"]

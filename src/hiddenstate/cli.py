@@ -212,6 +212,9 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="the cap on the inspection's estimated memory (records, their recomputation and "
                          "analyses), checked before the model runs: bytes, or with a unit K, M, G (powers of 1000) or "
                          "Ki, Mi, Gi (powers of 1024), e.g. 8G (default 4Gi)")
+    md.add_argument("--max-lag", type=_typed("--max-lag", int, positive_int), default=None, metavar="K",
+                    help="the gradient curve's largest lag (default: from the data, three times each layer's slowest "
+                         "time constant, 30 to T-1) and the memory curve's (at most T/3; default up to 128)")
     md.add_argument("--record-dtype", choices=("float64", "float32"), default=None,
                     help="the recorded states' dtype (default float64; float32 halves them, the recomputation "
                          "and its check stay float64)")

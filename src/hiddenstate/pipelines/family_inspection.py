@@ -163,10 +163,12 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         peak (:func:`inspection_bytes`: the records, their recomputation and their analyses) is
         estimated too and refused, before the model runs, over this machine's memory
         (:func:`~hiddenstate.core.resources.check_memory`).
-    max_lag : int, default 30
-        Largest lag of the Jacobian products and of the memory curve.
-    text : str, optional
-        Sequence 0's characters, one per step: the channels that track text features and the explorer.
+    max_lag : int or None, default 30
+        Largest lag of the Jacobian products and of the memory curve; None: chosen from the data
+        (:func:`~hiddenstate.probe.layer_loop.analyze_records`).
+    text : str or list of str, optional
+        Sequence 0's characters, or its tokens' pieces (the text each token added), one per step:
+        the channels that track text features and the explorer.
     tokens : array_like of int, shape (T, N), optional
         The ids the memory curve decodes (default ``ids``, time-major).
     model_name : str, optional
@@ -201,9 +203,9 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         :func:`~hiddenstate.probe.layer_loop.analyze_records`.
     """
     arr = _ids_array(ids)
-    if text is not None and isinstance(text, str) and arr.ndim == 2 and not 1 <= len(text) <= arr.shape[1]:
+    if text is not None and isinstance(text, (str, list, tuple)) and arr.ndim == 2 and not 1 <= len(text) <= arr.shape[1]:
         raise ValueError(f"text must hold the characters of sequence 0, one per step: 1 to T={arr.shape[1]} "
-                         f"characters; got {len(text)}.")  # before the model runs
+                         f"characters (or tokens' pieces); got {len(text)}.")  # before the model runs
     check_epsilons(getattr(model, "config", None))  # a NaN norm epsilon would surface as "u must be finite"
     if arr.ndim == 2 and arr.size and arr.dtype.kind in "iu":  # else recompute_layers says what is wrong
         N, T = arr.shape
@@ -220,7 +222,8 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
                           stride=stride, echo=echo)
     if rc.steps is not None:  # the analyses read the kept steps
         arr = arr[:, rc.steps]
-        text = None if text is None else "".join(text[t] for t in rc.steps if t < len(text)) or None
+        kept_text = None if text is None else [text[t] for t in rc.steps if t < len(text)]
+        text = None if not kept_text else ("".join(kept_text) if isinstance(text, str) else kept_text)
         tokens = None if tokens is None else np.asarray(tokens)[rc.steps]
     return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
                            tokens=tokens, max_lag=max_lag, text=text,
@@ -246,10 +249,11 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
     title : str, optional
         The report's title (default: it names the model, ``"Inside the recurrent layers of a
         FalconH1ForCausalLM"``; for ours, the kind and the model).
-    max_lag : int, default 30
-        Largest lag of the Jacobian products and of the memory curve.
-    text : str, optional
-        Sequence 0's characters, one per step.
+    max_lag : int or None, default 30
+        Largest lag of the Jacobian products and of the memory curve (None: from the data, for a
+        transformers model).
+    text : str or list of str, optional
+        Sequence 0's characters, or its tokens' pieces, one per step.
     tokens : array_like of int, shape (T, N), optional
         The ids the memory curve decodes.
     source : str, optional

@@ -245,9 +245,11 @@ def model_dir_inspect(args, path: str) -> int:
     the directory's ``config.json`` (``num_hidden_layers``, ``vocab_size``) before a weight is
     read or a model is built. Each stage, once its checks have passed, prints one line on stderr
     (``hiddenstate: inspect: ...``: the model loaded, the memory estimate, the forward pass, each
-    layer's recomputation and analyses, the report, the states). With ``--text`` and a tokenizer that makes one token per character,
-    those characters give the unit features and the explorer; otherwise the "not measured" line
-    says so in terms of the flags.
+    layer's recomputation and analyses, the report, the states). With ``--text``, the tokens (any
+    tokenizer: each id decoded to the text it adds) are the units of text of the unit features and
+    the explorer; with ``--ids`` the "not measured" line says so in terms of the flags.
+    ``--max-lag`` sets the gradient curve's largest lag (default: from the data,
+    :func:`hiddenstate.probe.caveats.data_lag`).
 
     Parameters
     ----------
@@ -300,19 +302,15 @@ def model_dir_inspect(args, path: str) -> int:
     text = None
     if args.ids is not None:
         request = request.with_ids(read_ids(args.ids), name=f"--ids '{args.ids}'")
-        needs = ("they need the characters behind the steps, one per step: give --text FILE instead of --ids, "
-                 "tokenised by the model directory's tokenizer.json" + ("" if os.path.lexists(tokenizer) else
-                                                                        " (this one has none)")
-                 + ", with a tokenizer that makes one token per character")
+        needs = ("they need the text behind the steps: give --text FILE instead of --ids, tokenised by the model "
+                 "directory's tokenizer.json" + ("" if os.path.lexists(tokenizer) else " (this one has none)"))
     else:
         ids = tokenize(path, load_text(args.text, name="--text"))
         request = request.with_ids(ids, name=f"--text '{args.text}', tokenised by '{tokenizer}',")
         pieces = token_strings(path, request.ids)
-        step = next((t for t, piece in enumerate(pieces) if len(piece) != 1), None)
-        text = "".join(pieces) if step is None else None
-        needs = (None if step is None else f"they need one character per step, and the tokens that '{tokenizer}' "
-                 f"makes of --text '{args.text}' are not single characters (step {step} is {pieces[step]!r}); "
-                 "--text gives them with a tokenizer that makes one token per character")
+        # one character per step: the text itself; else the tokens' pieces are the explorer's units of text
+        text = "".join(pieces) if all(len(piece) == 1 for piece in pieces) else pieces
+        needs = None
     started = time.perf_counter()
     model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype)
     _stage(f"loaded the {type(model).__name__} from '{path}' in {time.perf_counter() - started:.1f} s")
@@ -320,6 +318,7 @@ def model_dir_inspect(args, path: str) -> int:
     out = check_report_path(args.out)
     analysis = inspect_recurrent_model(model, request.ids, out=out, text=text, source=source, layers=request.layers,
                                        needs_text=needs, max_bytes=max_bytes, record_dtype=record_dtype,
+                                       max_lag=getattr(args, "max_lag", None),
                                        echo=_stage)  # every stage on stderr, a terminal or not: no progress bar here
     print(analysis.summary())
     print(f"report: {out}")

@@ -19,7 +19,7 @@ from hiddenstate.classic.recurrent import RecurrentLayer
 from hiddenstate.core.nesting import where_ragged
 from hiddenstate.core.validation import float_array, shape_str
 from hiddenstate.interop.families import MAX_BYTES, family_of
-from hiddenstate.interop.families.directory import open_request
+from hiddenstate.interop.families.directory import open_request, token_strings
 from hiddenstate.interop.keras3 import from_keras
 from hiddenstate.interop.pytorch import from_torch
 from hiddenstate.interop.statedict_file import load_state_dict_file
@@ -371,8 +371,12 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if source is not None and not isinstance(source, str):
         raise TypeError(f"source must be a str or None; got {type(source).__name__}.")
     if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
+        named_dir = model
         model, request, named = open_request(model, x, layers=layers, max_bytes=max_bytes,
                                               record_dtype=record_dtype)
+        if isinstance(x, str) and text is None:  # a text: the tokens' pieces are the units of text (any tokenizer)
+            pieces = token_strings(named_dir, request.ids)
+            text = "".join(pieces) if all(len(p) == 1 for p in pieces) else pieces
         x, layers, source = request.ids, request.layers, source or named  # read and checked once
     if is_recurrent_model(model):
         if lengths is not None:  # the measurements would average over the padded steps

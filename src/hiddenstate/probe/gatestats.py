@@ -30,7 +30,7 @@ import numpy as np
 
 from hiddenstate.core.validation import bool_mask, float_array, real
 
-__all__ = ["GateStats", "gate_statistics", "time_constant"]
+__all__ = ["GateStats", "gate_statistics", "time_constant", "unit_time_constants"]
 
 
 def time_constant(mean_keep) -> np.ndarray:
@@ -66,6 +66,46 @@ def time_constant(mean_keep) -> np.ndarray:
     out = np.full_like(m, np.inf)
     np.divide(1.0, gap, out=out, where=gap > 0)
     return out
+
+
+def unit_time_constants(time_constants, n_units: int) -> np.ndarray | None:
+    """Each unit's time constant, the one definition the report's cards and explorer share.
+
+    A unit's time constant is ``1 / (1 - m)`` (:func:`time_constant`) with ``m`` the mean over
+    steps (and sequences) of its keep gate. Where one unit reads several state entries with
+    gates of their own (a Mamba channel's S entries, a KDA head's Dk key channels), it is the
+    longest of theirs: the slowest entry is what the unit still remembers. Where several units
+    share a gate (a Mamba-2 or delta-rule head's P or Dv channels), each has its gate's. The
+    layer's card summarises these per unit (quantiles, median over units); a time constant of
+    ``-1 / log(m)`` would be the e-folding time of the mean gate instead (within 1/2 step of
+    this one for ``m >= 0.5``).
+
+    Parameters
+    ----------
+    time_constants : array_like of shape (G, ...)
+        Per gate unit, in steps (``inf`` for a gate held at 1), its first axis the units or
+        the heads (the kind's ``keep_shape``: ``(Di, S)``, ``(H,)``, ``(Hv, Dk)``).
+    n_units : int
+        The layer's units U.
+
+    Returns
+    -------
+    ndarray of float64, shape (U,), or None
+        The longest over the axes after the first, each repeated ``U / G`` times (unit ``k``
+        belongs to gate unit ``k // (U / G)``); None where U is not a multiple of G.
+
+    Raises
+    ------
+    ValueError
+        ``time_constants`` is a scalar.
+    """
+    tau = np.asarray(time_constants, dtype=np.float64)
+    if tau.ndim == 0:
+        raise ValueError(f"time_constants must have at least one axis (the gate units); got a scalar {float(tau)}.")
+    per = tau.reshape(tau.shape[0], -1).max(axis=1)  # (G,) the slowest entry of each
+    if n_units % per.size:
+        return None
+    return np.repeat(per, n_units // per.size)
 
 
 @dataclass(frozen=True)

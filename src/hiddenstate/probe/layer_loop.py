@@ -42,11 +42,13 @@ from hiddenstate.core.validation import positive_int
 from hiddenstate.kinds import get_kind
 from hiddenstate.kinds.agreement import Agreement
 from hiddenstate.kinds.delta.view import effective_rank, numerical_rank
+from hiddenstate.probe.caveats import MIN_LAG, data_lag, input_warnings
 from hiddenstate.probe.gatestats import gate_statistics, time_constant
 from hiddenstate.probe.pca import pca
 from hiddenstate.probe.state_memory import memory_rows, memory_target, state_memory_curve
 from hiddenstate.probe.state_units import view_explore_data
-from hiddenstate.probe.textfeatures import usable_text_features
+from hiddenstate.probe.textfeatures import usable_features, usable_text_features
+from hiddenstate.probe.tokens import token_features
 from hiddenstate.probe.unitfeatures import best_units
 
 __all__ = ["NEEDS_TEXT_KEY", "PCA_AXES", "LayerKind", "analyze_records", "layer_kind", "view_measures"]
@@ -155,14 +157,21 @@ def view_measures(view, index: int, max_lag: int) -> dict:
     return out
 
 
+def _keep_tau(view):
+    """The time constants of a view's keep gate (None without one): what :func:`data_lag` reads."""
+    if view.keep is None:
+        return None
+    return time_constant(np.clip(view.keep.reshape(-1, view.keep.shape[-1]).mean(axis=0), 0.0, 1.0))
+
+
 def _units(view, feats: dict) -> dict:
     """The units of sequence 0 that track each text feature best (Pearson r of their activation), top 3."""
     n = len(next(iter(feats.values())))
     return best_units(view.units[:n, 0], feats, top=3)
 
 
-def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool, tokens=None, max_lag: int = 30,
-                    text: str | None = None, model_name: str = "", layers=None, recomputed=None, layer_map=None,
+def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool, tokens=None, max_lag: int | None = 30,
+                    text=None, model_name: str = "", layers=None, recomputed=None, layer_map=None,
                     echo=None):
     """Measure every recorded layer: decay as keep gate, time constants, gradient against lag, memory, PCA, channels.
 
@@ -182,11 +191,17 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         ``x`` is (N, T, ...).
     tokens : array_like of int, shape (T, N), optional
         The ids the memory curve decodes (default: ``x`` when ``ids``).
-    max_lag : int, default 30
+    max_lag : int or None, default 30
         Largest lag of the Jacobian products (at most T) and of the memory curve (at most T // 3).
-    text : str, optional
-        Sequence 0's characters, one per step (1 to T of them): the channels that track text
-        features and the explorer.
+        None: chosen from the data, per layer :func:`hiddenstate.probe.caveats.data_lag` (three
+        slowest time constants, 30 to T - 1) for the Jacobian products, and ``min(T // 3, 128)``
+        for the memory curve.
+    text : str or sequence of str, optional
+        Sequence 0's characters, one per step (1 to T of them), or its tokens' pieces (the
+        text each token added, :func:`hiddenstate.probe.tokens.token_pieces`): the channels that
+        track text features (per token, :func:`hiddenstate.probe.tokens.token_features`) and the
+        explorer, whose data holds every layer (``explore["layers"]``; the top level is the
+        last layer's).
     model_name : str, default ""
         ``meta["model"]``.
     layers : sequence of int, optional
@@ -215,9 +230,13 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         record.
     """
     kind = layer_kind(kind) if isinstance(kind, str) else kind
-    max_lag = positive_int("max_lag", max_lag)
+    auto = max_lag is None
+    max_lag = MIN_LAG if auto else positive_int("max_lag", max_lag)
     if text is not None and not isinstance(text, str):
-        raise TypeError(f"text must be a str or None; got {type(text).__name__}.")
+        if not isinstance(text, (list, tuple)) or not all(isinstance(p, str) for p in text):
+            raise TypeError(f"text must be a str, a sequence of str (one token's text per step) or None; got "
+                            f"{type(text).__name__}.")
+        text = list(text)
     records = list(records)
     if not records:
         raise ValueError("records must hold at least one layer's record; got none.")
@@ -238,14 +257,20 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         raise ValueError(f"layers and recomputed must give one entry per record ({len(records)}); got {len(layers)} "
                          f"and {len(recomputed)}.")
     target, what = memory_target(x, tokens, T, N, ids=ids, batch_first=batch_first)
-    K = min(max_lag, T // 3)
+    K = min(128, T // 3) if auto else min(max_lag, T // 3)
     try:
         memory_rows(T, N, K)
     except ValueError as exc:
         skip_memory = f"the sequences are too short for a held-out split: {exc}"
     else:
         skip_memory = None
-    feats, skipped = usable_text_features(text, unit="channel") if text is not None else ({}, {})
+    if text is None:
+        feats, skipped = {}, {}
+    elif isinstance(text, str):
+        feats, skipped = usable_text_features(text, unit="channel")
+    else:
+        feats, skipped = usable_features(token_features(text), unit="channel", step="tokens")
+    explores = []
     out = []
     for k, (i, rec, err) in enumerate(zip(layers, records, recomputed)):
         if echo is not None:
@@ -253,16 +278,20 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         v = None  # the previous layer's view (its states may be a copy) is freed before this one is made
         v = view(rec)
         flat = v.state  # every state entry a feature
-        common = view_measures(v, i, max_lag)
+        lag = data_lag(T, _keep_tau(v)) if auto else max_lag
+        common = view_measures(v, i, lag)
         gate = None if v.out_gate is None else gate_statistics(
             v.out_gate, name=f"layer {i} output gate {v.out_gate_name}", keep=False)
         out.append(kind.layer_type(
-            layer=i, record=rec, **common, **kind.measure(i, rec, max_lag, common), gate=gate,
+            layer=i, record=rec, **common, **kind.measure(i, rec, lag, common), gate=gate,
             pca=pca(flat, method="gram", keep=min(PCA_AXES, *flat.shape[-1:], T * N)),  # wide: thousands of entries
             memory=None if skip_memory else state_memory_curve(flat, target, max_lag=K),
             units=_units(v, feats) if feats and len(text) >= 2 else None,
             recomputed=err))
         del flat
+        if text is not None:
+            explores.append(view_explore_data(v, text, out[-1].units, time_constants=common.get("time_constants"),
+                                              name=f"layer {i}"))
     meta = {"T": T, "N": N, **kind.sizes(records[0]), "num_layers": len(records), "model": model_name}
     not_measured = dict(kind.not_measured)
     if skip_memory:
@@ -275,7 +304,11 @@ def analyze_records(kind: LayerKind, records, *, x, ids: bool, batch_first: bool
         not_measured.update(skipped)
         if not feats:
             not_measured["unit features"] = "no text feature varies enough on this text to correlate with."
-    explore = view_explore_data(v, text, out[-1].units) if text is not None else None
+    explore = {**explores[-1], "layers": explores} if explores else None
+    scored = None if skip_memory else N * (T - memory_rows(T, N, K)[0])
+    warnings = input_warnings(T, N, scored=scored, ids=target if ids else None, has_text=text is not None)
+    if warnings:
+        meta["warnings"] = warnings
     return kind.analysis_type(layers=out, not_measured=not_measured, meta=meta, text=text, explore=explore,
                               layer_map=None if layer_map is None else tuple(layer_map))
 

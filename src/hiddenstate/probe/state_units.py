@@ -33,7 +33,7 @@ from hiddenstate.kinds.ssm.mamba2_kernel import Mamba2Record
 from hiddenstate.kinds.ssm.mamba_kernel import MambaRecord
 from hiddenstate.kinds.ssm.view import mamba2_view, mamba_view
 from hiddenstate.probe.explore import varying_memory_unit
-from hiddenstate.probe.gatestats import time_constant
+from hiddenstate.probe.gatestats import time_constant, unit_time_constants
 from hiddenstate.probe.unitfeatures import best_units, featured_units
 
 __all__ = ["channel_activations", "channel_decay", "channel_features", "mamba_explore_data", "view_explore_data"]
@@ -116,29 +116,48 @@ def mamba_explore_data(record: MambaRecord | Mamba2Record, text: str, units: dic
     return view_explore_data(view, text, units)
 
 
-def view_explore_data(view, text: str, units: dict | None) -> dict:
+def _heads(view) -> int:
+    """How many heads the units come in (0: none): a matrix state's heads, or the keep gate's first axis when it groups units."""
+    U = view.units.shape[-1]
+    if view.matrix is not None:
+        return int(view.matrix.shape[2])
+    g = int(view.keep_shape[0]) if view.keep is not None and view.keep_shape else 0
+    return g if 1 <= g < U and U % g == 0 else 0
+
+
+def view_explore_data(view, text, units: dict | None, *, time_constants=None, name: str = "") -> dict:
     """The explorer's data (the format of :func:`hiddenstate.probe.explore.explore_data`) of one layer's view.
 
     Parameters
     ----------
     view : RecordView
         The layer's :class:`~hiddenstate.kinds.RecordView`; sequence 0 read ``text``.
-    text : str
-        Its characters, one per step, ``1 <= len(text) <= T``.
+    text : str or sequence of str
+        Its characters, or its tokens' pieces (:func:`hiddenstate.probe.tokens.token_pieces`),
+        one per step, ``1 <= len(text) <= T``.
     units : dict of str to UnitCorrelation, or None
         The best units of the same layer for each text feature (None or empty: no feature columns).
+    time_constants : ndarray, optional
+        The layer's time constants, shaped ``view.keep_shape`` (:func:`hiddenstate.probe.layer_loop.view_measures`):
+        the explorer's column is :func:`~hiddenstate.probe.gatestats.unit_time_constants` of them,
+        the numbers the layer's card summarises. Default: computed from ``view.keep``.
+    name : str, default ""
+        What the explorer's layer selector calls the layer (``"layer 3"``).
 
     Returns
     -------
     dict
-        ``"text"``; ``"signals"``: ``"y"`` the units' activations (T', U), the keep gate
-        ``"decay"`` (``view.unit_keep``) and, where the kind has a (0, 1) output gate, that gate
+        ``"text"``; ``"name"``; ``"signals"``: ``"y"`` the units' activations (T', U), the keep
+        gate ``"decay"`` (``view.unit_keep``) and, where the kind has a (0, 1) output gate, that gate
         under ``view.out_gate_name``; ``"units"``: ``"best feature"`` and ``"|r|"`` (with
-        ``units``), ``"time constant"`` (``1 / (1 - mean decay)``, capped at 1e6 steps) and
-        ``"saturation"`` (the fraction of steps the gates are below 0.1 or above 0.9, averaged
-        over the gates), each of shape (U,), the last two only where the kind has such gates; ``"featured"``: each feature's best unit on ``y`` (at
-        most 4) and the long-memory unit whose decay varies most; ``"norm"``: the norm of the
-        whole state ``||S_t||`` (T',).
+        ``units``), ``"time constant"`` (:func:`~hiddenstate.probe.gatestats.unit_time_constants`,
+        capped at 1e6 steps) and ``"saturation"`` (the fraction of steps the output gate is
+        below 0.1 or above 0.9; a decay is no on/off gate, so it does not count), each of shape
+        (U,), each only where the kind has such a gate; ``"featured"``: each feature's best unit
+        on ``y`` (at most 4) and the long-memory unit whose decay varies most; ``"norm"``: the
+        norm of the whole state ``||S_t||`` (T',); ``"heads"``: how many heads the units come in,
+        unit k in head ``k // (U / heads)`` (0: no heads); ``"matrix"``: a matrix state's
+        ``S_t`` of sequence 0, (T', H, Dk, Dv), or None.
     """
     n = len(text)
     y = view.units[:n, 0]  # (T', U)
@@ -157,12 +176,18 @@ def view_explore_data(view, text: str, units: dict | None) -> dict:
             rs = ", ".join(f"{float(units[f].r[unit]):+.2f}" for f in fnames)
             featured.append((f"{', '.join(fnames)}: channel {unit}, r = {rs}", "y", unit))
     if decay is not None:  # a kind without a keep gate (a short convolution) has no time constants
-        cols["time constant"] = np.minimum(time_constant(np.clip(decay.mean(axis=0), 0.0, 1.0)), 1e6)
-    if gates:
-        cols["saturation"] = np.mean([((g < 0.1) | (g > 0.9)).mean(axis=0) for g in gates.values()], axis=0)
+        if time_constants is None:
+            time_constants = time_constant(np.clip(view.keep.reshape(-1, *view.keep_shape).mean(axis=0), 0.0, 1.0))
+        tau = unit_time_constants(time_constants, y.shape[1])
+        if tau is not None:
+            cols["time constant"] = np.minimum(tau, 1e6)
+    if view.out_gate is not None:
+        g = gates[view.out_gate_name]
+        cols["saturation"] = ((g < 0.1) | (g > 0.9)).mean(axis=0)
     if decay is not None:
         j = varying_memory_unit(decay)
-        tau = 1.0 / max(1.0 - float(decay[:, j].mean()), 1e-12)
-        featured.append((f"decay of channel {j}, τ ≈ {tau:.1f} steps", "decay", j))
-    return {"text": text, "signals": {"y": y, **gates}, "units": cols,
-            "featured": featured, "norm": np.linalg.norm(view.state[:n, 0], axis=1)}
+        featured.append((f"decay of channel {j}, τ ≈ {float(cols.get('time constant', [np.inf] * (j + 1))[j]):.3g} "
+                         "steps", "decay", j))
+    return {"text": text, "name": name, "signals": {"y": y, **gates}, "units": cols, "featured": featured,
+            "norm": np.linalg.norm(view.state[:n, 0], axis=1), "heads": _heads(view),
+            "matrix": None if view.matrix is None else view.matrix[:n, 0]}

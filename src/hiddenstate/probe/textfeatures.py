@@ -28,6 +28,7 @@ __all__ = [
     "is_upper",
     "position_in_line",
     "text_features",
+    "usable_features",
     "usable_text_features",
 ]
 
@@ -251,14 +252,36 @@ def usable_text_features(text: str, *, unit: str = "unit") -> tuple[dict[str, np
     TypeError
         ``text`` is not a str.
     """
-    features, skipped = {}, {}
-    for name, v in text_features(text).items():
+    return usable_features(text_features(text), unit=unit)
+
+
+def usable_features(features: dict, *, unit: str = "unit", step: str = "characters") -> tuple[dict, dict]:
+    """The features of ``features`` that a unit can track: not constant, and a binary one true (and false) at >= 5 steps.
+
+    Parameters
+    ----------
+    features : dict of str to ndarray of shape (T,)
+        Per-step features (:func:`text_features`, or per token
+        :func:`hiddenstate.probe.tokens.token_features`).
+    unit : str, default "unit"
+        What the reasons call a unit.
+    step : str, default "characters"
+        What the reasons call a step (``"tokens"``).
+
+    Returns
+    -------
+    features : dict of str to ndarray of shape (T,)
+    skipped : dict of str to str
+        ``"feature 'NAME'"`` -> why it was left out.
+    """
+    kept, skipped = {}, {}
+    for name, v in features.items():
         if np.ptp(v) == 0:
             hint = " (the text has no double quote)" if name == "inside quotes" else ""
             skipped[f"feature {name!r}"] = f"constant on this text{hint}, so no {unit} can track it."
         elif np.isin(v, (0.0, 1.0)).all() and min(v.sum(), v.size - v.sum()) < 5:
             skipped[f"feature {name!r}"] = (f"true at only {int(min(v.sum(), v.size - v.sum()))} of {v.size} "
-                                            "characters, too few to correlate.")
+                                            f"{step}, too few to correlate.")
         else:
-            features[name] = v
-    return features, skipped
+            kept[name] = v
+    return kept, skipped

@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["KEEP", "ROWS_CARD", "KindCard", "gate_row", "per_unit", "quantiles", "rows_html", "rows_layer",
-           "state_head"]
+__all__ = ["KEEP", "ROWS_CARD", "KindCard", "gate_row", "per_unit", "per_unit_rows", "quantiles", "rows_html",
+           "rows_layer", "state_head"]
 
 #: What the explorer's colours of a keep gate mean (appended to a card's ``gate``).
 KEEP = " (its keep gate, in (0, 1]: white forgets at once, warm keeps)"
@@ -102,7 +102,7 @@ def gate_row(la, name) -> tuple:
 
 
 def per_unit(name, values, labels, fmt="{:.3g}") -> str:
-    """A one-row table of ``values`` under their ``labels`` (scrolling sideways when wide).
+    """A one-row table of ``values`` under their ``labels``, wrapped or summarised when wide (:func:`per_unit_rows`).
 
     Parameters
     ----------
@@ -116,10 +116,52 @@ def per_unit(name, values, labels, fmt="{:.3g}") -> str:
     -------
     str
     """
-    cols = "".join(f"<th>{lab}</th>" for lab in labels)
-    cells = "".join(f"<td>{fmt.format(float(v))}</td>" for v in values)
-    return (f'<div style="overflow-x:auto"><table><tr><th></th>{cols}</tr><tr><th>{name}</th>{cells}</tr></table>'
-            "</div>")
+    return per_unit_rows([(name, values, fmt)], labels)
+
+
+def per_unit_rows(rows, labels, *, corner: str = "per unit", wrap: int = 16, summarise: int = 64) -> str:
+    """Tables of per-unit (or per-head) values that fit the card: wrapped every ``wrap`` columns, or summarised.
+
+    Parameters
+    ----------
+    rows : sequence of (str, sequence of float, str)
+        ``(name, values, fmt)``: each row's name, its values (one per label) and format.
+    labels : sequence of str
+        The columns (``"head 0"``, ``"3"``).
+    corner : str, default "per unit"
+        The header of the column of row names.
+    wrap : int, default 16
+        Columns per table; more are wrapped into further tables.
+    summarise : int, default 64
+        Above this many columns, each row is summarised instead: its minimum, 10/50/90% quantiles,
+        maximum and where the maximum is (the explorer lists every unit).
+
+    Returns
+    -------
+    str
+        HTML: every column has a header.
+    """
+    labels = [str(lab) for lab in labels]
+    if len(labels) > summarise:
+        body = ""
+        for name, vals, fmt in rows:
+            v = np.asarray(vals, dtype=np.float64).reshape(-1)
+            fin = v[np.isfinite(v)]
+            q = [fin.min(), *np.quantile(fin, [0.1, 0.5, 0.9]), fin.max()] if fin.size else [np.nan] * 5
+            at = labels[int(np.nanargmax(np.where(np.isnan(v), -np.inf, v)))] if v.size else ""
+            body += (f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{fmt.format(float(x))}</td>" for x in q)
+                     + f"<td>{html.escape(at)}</td></tr>")
+        return (f'<p class="key">{len(labels)} columns, summarised (the explorer lists each):</p><table><tr>'
+                f"<th>{html.escape(corner)}</th><th>min</th><th>10%</th><th>median</th><th>90%</th><th>max</th>"
+                f"<th>max at</th></tr>{body}</table>")
+    out = []
+    for start in range(0, max(len(labels), 1), wrap):
+        cols = "".join(f"<th>{html.escape(lab)}</th>" for lab in labels[start:start + wrap])
+        body = "".join(f"<tr><th>{html.escape(name)}</th>"
+                       + "".join(f"<td>{fmt.format(float(x))}</td>" for x in list(vals)[start:start + wrap]) + "</tr>"
+                       for name, vals, fmt in rows)
+        out.append(f"<table><tr><th>{html.escape(corner)}</th>{cols}</tr>{body}</table>")
+    return "".join(out)
 
 
 def state_head(m, what) -> str:

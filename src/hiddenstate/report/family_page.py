@@ -14,10 +14,7 @@ their cards), and each card gives its recomputation error against the model's ow
 
 from __future__ import annotations
 
-import datetime
-import functools
 import html
-from importlib import resources
 
 import numpy as np
 
@@ -25,67 +22,32 @@ from hiddenstate.kinds import KINDS
 from hiddenstate.kinds.agreement import Agreement
 from hiddenstate.report.cards import ROWS_CARD, KindCard
 from hiddenstate.report.explorer import explorer_html
+from hiddenstate.report.layout import line_chart, page_html
 from hiddenstate.report.target import write_report
 from hiddenstate.report.tracing import trace_section
-from hiddenstate.version import __version__
 
 __all__ = ["build_family_report", "build_mamba_report", "card_of", "default_title", "family_page", "mamba_page"]
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
-          "table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
-          "text-align:right}th{background:#f4f4f4}section{border:1px solid #ddd;border-radius:6px;padding:.5rem 1rem;"
-          "margin:1rem 0}footer{color:#888;font-size:.8rem;margin-top:2rem}.key{font-size:.8rem;color:#555}")
-_COLOURS = ("#1f77b4", "#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e")
 
-
-@functools.cache
-def _static(name: str) -> str:
-    """A file of the package data folder ``hiddenstate/report/static/`` (the explorer's script and style)."""
-    return (resources.files("hiddenstate.report") / "static" / name).read_text(encoding="utf-8")
+def _card(anchor: str, title: str, what: str, body: str, *, wide: bool = False) -> str:
+    """One card of the page: a ``div.card`` around the section (its id, heading and paragraph as the kinds' cards have them)."""
+    what = f"<p>{what}</p>" if what else ""
+    return (f'<div class="card{" wide" if wide else ""}"><section id="{anchor}"><h2>{html.escape(title)}</h2>{what}{body}'
+            "</section></div>")
 
 
 def _curve(ys: np.ndarray, label: str, xlabel: str = "lag") -> str:
-    """A small inline SVG line chart of ``ys`` (values in [0, 1]) against their index (``xlabel`` at the end)."""
-    w, h, pad = 360, 140, 24
-    n = max(len(ys) - 1, 1)
-    pts = " ".join(f"{pad + (w - 2 * pad) * i / n:.1f},{h - pad - (h - 2 * pad) * float(np.clip(y, 0, 1)):.1f}"
-                   for i, y in enumerate(ys))
-    return (f'<svg width="{w}" height="{h}" role="img" aria-label="{html.escape(label)}">'
-            f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>'
-            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#999"/>'
-            f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{pts}"/>'
-            f'<text x="{pad}" y="{pad - 6}" font-size="11">1</text>'
-            f'<text x="{w - pad - 40}" y="{h - 6}" font-size="11">{xlabel} {len(ys) - 1}</text></svg>')
+    """A small inline SVG line chart of ``ys`` (values in [0, 1]) against their index, with axis ticks."""
+    return line_chart({label: ys}, label, xlabel=xlabel, width=360, height=150)
 
 
 def _curves(curves, label: str, chance=None) -> str:
     """An inline SVG of several curves (name -> values in [0, 1] against their index) and a dotted chance line."""
-    w, h, pad = 420, 170, 26
-    n = max(max(len(ys) for ys in curves.values()) - 1, 1)
-
-    def y_of(v):
-        return h - pad - (h - 2 * pad) * float(np.clip(v, 0, 1))
-
-    lines = "".join(
-        f'<polyline fill="none" stroke="{_COLOURS[i % len(_COLOURS)]}" stroke-width="2" points="'
-        + " ".join(f"{pad + (w - 2 * pad) * t / n:.1f},{y_of(v):.1f}" for t, v in enumerate(ys)) + '"/>'
-        for i, ys in enumerate(curves.values()))
-    if chance is not None:
-        lines += (f'<line x1="{pad}" y1="{y_of(chance):.1f}" x2="{w - pad}" y2="{y_of(chance):.1f}" stroke="#666" '
-                  f'stroke-dasharray="3,3"/>')
-    key = " ".join(f'<span style="color:{_COLOURS[i % len(_COLOURS)]}">&#9632; {html.escape(name)}</span>'
-                   for i, name in enumerate(curves))
-    return (f'<svg width="{w}" height="{h}" role="img" aria-label="{html.escape(label)}">'
-            f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>'
-            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#999"/>{lines}'
-            f'<text x="{pad - 18}" y="{pad + 4}" font-size="11">1</text>'
-            f'<text x="{pad - 18}" y="{h - pad + 4}" font-size="11">0</text>'
-            f'<text x="{w - pad - 40}" y="{h - 6}" font-size="11">lag {n}</text></svg>'
-            f'<div class="key">{key}{" · dashed: chance" if chance is not None else ""}</div>')
+    return line_chart(curves, label, chance=chance)
 
 
 def _memory(analysis) -> str:
-    """The memory-curve section: every layer's curve, its capacity and horizon; '' when none was measured."""
+    """The memory-curve card: every layer's curve, its capacity and horizon; '' when none was measured."""
     mcs = {f"layer {la.layer}": la.memory for la in analysis.layers if getattr(la, "memory", None) is not None}
     if not mcs:
         return ""
@@ -100,12 +62,19 @@ def _memory(analysis) -> str:
     chance = (f" Chance (dashed) is {first.chance:.3f}: always guessing the most common token of the training "
               "steps." if acc else "")
     entries = analysis.meta.get("state entries") or card_of(analysis).entries or "state"
-    return (f'<section id="memory"><h2>Memory curve</h2><p>How well a ridge readout of the whole state h<sub>t'
-            f"</sub> ({html.escape(entries)} entries, standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}"
-            f", fitted on the first 3/4 of the steps and scored on the rest. Its area above chance is the memory "
-            f"capacity (Jaeger 2001); the horizon is the last lag of an unbroken run of scores &ge; 0.5.{chance}</p>"
-            f"{_curves({k: mc.score for k, mc in mcs.items()}, 'memory curve', first.chance if acc else None)}"
-            f"<table><tr><th></th><th>capacity</th><th>horizon</th>{heads}</tr>{rows}</table></section>")
+    what = (f"How well a ridge readout of the whole state h<sub>t</sub> ({html.escape(entries)} entries, "
+            f"standardised; one penalty alpha = {first.alpha:g}) recovers {html.escape(target)}, fitted on the first "
+            "3/4 of the steps and scored on the rest. Its area above chance is the memory capacity (Jaeger 2001); the "
+            f"horizon is the last lag of an unbroken run of scores &ge; 0.5 (-1: not even lag 0).{chance}")
+    return _card("memory", "Memory curve", what,
+                 f"{_curves({k: mc.score for k, mc in mcs.items()}, 'memory curve', first.chance if acc else None)}"
+                 f"<table><tr><th>layer</th><th>capacity</th><th>horizon</th>{heads}</tr>{rows}</table>", wide=True)
+
+
+def _step_word(analysis) -> str:
+    """What one step of the text is: ``"token"`` (a tokenizer's pieces) or ``"character"``."""
+    text = getattr(analysis, "text", None)
+    return "character" if text is None or isinstance(text, str) else "token"
 
 
 def _units(analysis) -> str:
@@ -119,32 +88,47 @@ def _units(analysis) -> str:
         return ""
     card = card_of(analysis)
     unit = card.unit or html.escape(str(analysis.meta.get("unit", "A unit is one entry of the layer's readout.")))
-    return ('<section id="units"><h2>Channels that track text features</h2><p>' + unit + " Each feature of the text (after reading each character) against every channel's y on "
-            "sequence 0, by Pearson r; the three best channels (Karpathy et al. 2015).</p>"
-            f"<table><tr><th>layer</th><th>feature</th><th>best channels</th></tr>{''.join(rows)}</table></section>")
+    step = _step_word(analysis)
+    return _card("units", "Channels that track text features",
+                 f"{unit} Each feature of the text (after reading each {step}) against every channel's y on sequence 0, "
+                 "by Pearson r; the three best channels (Karpathy et al. 2015).",
+                 f"<table><tr><th>layer</th><th>feature</th><th>best channels</th></tr>{''.join(rows)}</table>", wide=True)
+
+
+#: The one definition of a unit's time constant, as the cards and the explorer say it.
+TAU = ("its time constant 1/(1 &minus; m), m the mean over steps of its keep gate (a unit with several state entries: "
+       "its slowest entry's; the same numbers as the layer's card, which gives their quantiles over units)")
 
 
 def _explorer(analysis) -> str:
-    """The explorer section of the top layer's channels; '' without a text."""
+    """The explorer card of every recorded layer's units; '' without a text."""
     ex = getattr(analysis, "explore", None)
     if ex is None:
         return ""
+    step = _step_word(analysis)
+    steps = ("tokens (the text each token added, decoded from its id: whitespace-only tokens show as &#9251; and "
+             "&#8629;, a byte of a multi-byte character as the tokenizer names it)" if step == "token" else "characters")
+    n_layers = len(ex.get("layers") or [ex])
+    pick = (f"The layer selector switches between the {n_layers} recorded layers (the top one first); the head "
+            "selector lists one head's units and, for a matrix state, draws that head's state S<sub>t</sub> as a "
+            "heat map, a step at a time (the step slider). ")
     if "unit" in analysis.meta:  # the other kinds: the unit in the kind's words, its keep gate where it has one
         gates = [k for k in ex["signals"] if k != "y"]
-        return ('<section id="text" class="card wide"><h2>Explore the units</h2><p class="what">The top layer\'s '
-                f"units. {html.escape(analysis.meta['unit'])} Pick one to colour the text by its activation after each "
-                "character (warm positive, cool negative)"
+        what = (f"The text's units are {steps}. {pick}{html.escape(analysis.meta['unit'])} Pick one to colour the text "
+                f"by its activation after each {step} (warm positive, cool negative)"
                 + (f"; the gate buttons switch to its {html.escape(', '.join(gates))}" if gates else
                    "; this kind has no keep gate and no (0, 1) output gate")
-                + ". Hover a character for its value and the norm of the whole state; the values are embedded at 8 "
-                f"bits per unit and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
-    return ('<section id="text" class="card wide"><h2>Explore the channels</h2><p class="what">The top layer\'s '
-            "channels are the units (unit k is channel k). Pick one to colour the text by its activation y after each "
-            "character (warm positive, cool negative); the gate buttons switch to its decay, "
-            + card_of(analysis).gate + " The list sorts by the feature a channel tracks best, its time constant "
-            "1/(1 - mean decay) or its saturation; hover a character for its value and the norm of the whole SSM "
-            "state; select a span to list the channels that are on all over it. The values are embedded at 8 bits "
-            f"per channel and step.</p>{explorer_html(ex, max_chars=len(ex['text']))}</section>")
+                + f". The list sorts by the feature a unit tracks best, {TAU}, or its saturation (the share of steps "
+                f"its output gate is below 0.1 or above 0.9). Hover a {step} for its value and the norm of the whole "
+                "state; the values are embedded at 8 bits per unit and step.")
+        return _card("text", "Explore the units", what, explorer_html(ex, max_chars=len(ex["text"])), wide=True)
+    what = (f"The text's units are {steps}. {pick}The channels are the units (unit k is channel k). Pick one to colour "
+            f"the text by its activation y after each {step} (warm positive, cool negative); the gate buttons switch to "
+            f"its decay, " + card_of(analysis).gate + f" The list sorts by the feature a channel tracks best, {TAU}, or "
+            "its saturation (the share of steps its output gate sigmoid(z) is below 0.1 or above 0.9: a decay is no "
+            f"on/off gate); hover a {step} for its value and the norm of the whole SSM state; select a span to list the "
+            "channels that are on all over it. The values are embedded at 8 bits per channel and step.")
+    return _card("text", "Explore the channels", what, explorer_html(ex, max_chars=len(ex["text"])), wide=True)
 
 
 def _layer_map(analysis) -> str:
@@ -171,12 +155,12 @@ def _layer_map(analysis) -> str:
         rows.append(f"<tr><td>{idx}</td><td>{role}</td><td style=\"text-align:left\">{cls}</td>"
                     f"<td style=\"text-align:left\">{path}</td><td style=\"text-align:left\">{what}</td></tr>")
     n_rec = sum(e.role == "recurrent" for e in entries)
-    return ('<section id="layermap"><h2>Layer map</h2><p>Every layer of the model: '
-            f"{n_rec} of its {len(entries)} layers are recurrent. The model itself ran on the ids; each recorded "
-            "recurrent layer was recomputed by our block from the input its hook saw, and its output held to the "
-            "model's own. Attention, MLP and MoE layers are the model's own and are not measured here.</p>"
-            "<table><tr><th>layer</th><th>role</th><th>class</th><th>module</th><th></th></tr>"
-            f"{''.join(rows)}</table></section>")
+    what = (f"Every layer of the model: {n_rec} of its {len(entries)} layers are recurrent. The model itself ran on the "
+            "ids; each recorded recurrent layer was recomputed by our block from the input its hook saw, and its output "
+            "held to the model's own. Attention, MLP and MoE parts are the model's own and are not measured here.")
+    return _card("layermap", "Layer map", what,
+                 '<div class="scroll"><table><tr><th>layer</th><th>role</th><th>class</th><th>module</th>'
+                 f"<th>measured</th></tr>{''.join(rows)}</table></div>", wide=True)
 
 
 def _recomputed(la) -> str:
@@ -283,24 +267,30 @@ def family_page(analysis, *, title: str = "", subtitle: str = "", causal_trace=N
                         f"inspect_model: layers and a meta dict); got {type(analysis).__name__}.")
     m = analysis.meta
     skipped = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in analysis.not_measured.items())
-    explorer = _explorer(analysis)
-    style = (_static("report.css") if explorer else "") + _STYLE  # the explorer's classes; ours win elsewhere
-    script = f"<script>\n{_static('report.js')}</script>" if explorer else ""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     what = "recorded recurrent " if getattr(analysis, "layer_map", None) else ""
     card = card_of(analysis)
-    head = card.head(m, what)
     title = title or default_title(analysis)
-    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p>{head}{_layer_map(analysis)}"
-            + "".join(card.layer(la, m, _curve, _recomputed) for la in analysis.layers)
-            + ("" if causal_trace is None else trace_section(causal_trace))
-            + _memory(analysis) + _units(analysis) + explorer
-            + f'<section id="skipped"><h2>Not measured</h2><p>What the report of the other kinds shows and this one '
-              f"does not, and why.</p><ul>{skipped}</ul></section>"
-            f"<footer>hiddenstate {__version__} · generated {stamp} · self-contained, no network needed</footer>"
-            f"{script}</body></html>")
+    sections = [("state", "State", _card("state", "The recurrent state", "", card.head(m, what), wide=True)),
+                ("layermap", "Layer map", _layer_map(analysis))]
+    layers = "".join(f'<div class="card">{card.layer(la, m, _curve, _recomputed)}</div>' for la in analysis.layers)
+    sections.append((f"layer{analysis.layers[0].layer}" if analysis.layers else "", "Layers",
+                     f'<div class="grid">{layers}</div><div style="height:20px"></div>' if layers else ""))
+    if causal_trace is not None:
+        sections.append(("trace", "Causal trace", trace_section(causal_trace)))
+    sections += [("memory", "Memory", _memory(analysis)), ("units", "Channels", _units(analysis)),
+                 ("text", "Explore", _explorer(analysis)),
+                 ("skipped", "Not measured", _card("skipped", "Not measured", "What the report of the other kinds "
+                                                   "shows and this one does not, and why.", f"<ul>{skipped}</ul>",
+                                                   wide=True))]
+    kind = _kind(analysis)
+    chips = {"kind": KINDS[kind].display if kind in KINDS else (kind or "recurrent"), "layers": str(len(analysis.layers)),
+             "T": str(m.get("T")), "N": str(m.get("N"))}
+    errors = [la.recomputed for la in analysis.layers if getattr(la, "recomputed", None) is not None]
+    if errors:
+        chips["recomputed within"] = f"{max(errors):.2g}"
+    shown = [(a, lab, body) for a, lab, body in sections if body]
+    return page_html(title, subtitle or None, chips, [(a, lab) for a, lab, _ in shown],
+                     "".join(body for _, _, body in shown), warnings=m.get("warnings", ()))
 
 
 def build_family_report(out, analysis, *, title: str = "", subtitle: str = "", causal_trace=None):

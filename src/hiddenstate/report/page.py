@@ -15,12 +15,9 @@ without explorer data, static text views (:mod:`hiddenstate.report.textview`) sh
 
 from __future__ import annotations
 
-import datetime as _dt
-import functools
 import html
 import inspect
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -28,6 +25,7 @@ import numpy as np
 from hiddenstate.core.validation import boolean, positive_int
 from hiddenstate.report.explorer import explorer_html
 from hiddenstate.report.figures import KIND_COLORS, png_base64, style
+from hiddenstate.report.layout import page_html
 from hiddenstate.report.notebook import Report
 from hiddenstate.report.plots import (
     eigenvalue_figure,
@@ -39,15 +37,8 @@ from hiddenstate.report.plots import (
 )
 from hiddenstate.report.target import check_report_path, write_report
 from hiddenstate.report.textview import text_views_html
-from hiddenstate.version import __version__
 
 __all__ = ["build_report", "render_html"]
-
-
-@functools.cache
-def _static(name: str) -> str:
-    """The text of a file in the package data folder ``hiddenstate/report/static/``."""
-    return (resources.files("hiddenstate.report") / "static" / name).read_text(encoding="utf-8")
 
 
 def _img(fig, alt: str) -> str:
@@ -255,26 +246,15 @@ def _sections(*, loss, gates, gradient, gradient_refs, memory, pca, fixed_points
 
 
 def _page(title: str, subtitle: str | None, meta, grid: list[str], wide: list[str], toc) -> str:
-    """The HTML document around the cards: header with chips, navigation, style sheet and script."""
-    chips = "".join(f'<span class="chip">{_esc(k)}: <b>{_esc(_fmt(v))}</b></span>' for k, v in (meta or {}).items())
-    nav = "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in toc)
+    """The HTML document around the cards (:func:`hiddenstate.report.layout.page_html`, the look of every report)."""
     content = ""
     if grid:
         content += f'<div class="grid">{"".join(grid)}</div><div style="height:20px"></div>'
     content += "".join(wide)
     if not content:
         content = '<section class="card"><p class="empty">No measurements were given.</p></section>'
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    sub = f'<p class="sub">{_esc(subtitle)}</p>' if subtitle else ""
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{_esc(title)}</title><style>\n{_static('report.css')}</style></head><body>"
-        f"<header><h1>{_esc(title)}</h1>{sub}<div class=\"chips\">{chips}</div></header>"
-        f"<nav>{nav}</nav><main>{content}</main>"
-        f"<footer>hiddenstate {__version__} · generated {stamp} · self-contained, no network needed</footer>"
-        f"<script>\n{_static('report.js')}</script></body></html>\n"
-    )
+    chips = {str(k): _fmt(v) for k, v in (meta or {}).items()}
+    return page_html(title, subtitle, chips, toc, content)
 
 
 # --------------------------------------------------------------------------- public API

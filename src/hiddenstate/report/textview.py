@@ -20,7 +20,10 @@ import numpy as np
 
 from hiddenstate.report.figures import COLORS
 
-__all__ = ["background", "colour_scale", "text_views_html"]
+__all__ = ["background", "colour_scale", "legend_number", "legible", "text_views_html"]
+
+#: What the page shows for a whitespace character inside a token of whitespace only.
+_MARKS = {"\n": "↵", "\t": "→", "\r": "␍", " ": "␣"}
 
 
 def _rgb(hex_color: str) -> tuple[int, int, int]:
@@ -89,6 +92,57 @@ def background(v: float, mode: str, a: float, b: float) -> tuple[int, int, int, 
     return c[0], c[1], c[2], 0.88 * f
 
 
+def legend_number(v: float) -> str:
+    """A legend's number with 3 significant digits, as the page's script writes it (``legendNumber``).
+
+    Parameters
+    ----------
+    v : float
+
+    Returns
+    -------
+    str
+        ``"0"`` for zero; ``f"{v:.3g}"`` read back and shown plainly for 1e-3 <= |v| < 1e5
+        (``0.00123``, ``-4.5``, ``12300``); else ``f"{v:.2e}"`` (``-3.20e-05``): a range of
+        ``-3.2e-05 to 3.2e-05`` is never shown as ``-0.00 to 0.00``.
+    """
+    v = float(v)
+    if v == 0.0 or not np.isfinite(v):
+        return "0" if v == 0.0 else str(v)
+    if 1e-3 <= abs(v) < 1e5:
+        return f"{float(f'{v:.3g}'):g}"
+    return f"{v:.2e}"
+
+
+def legible(piece: str) -> str:
+    """How the page shows one token's piece of text.
+
+    Parameters
+    ----------
+    piece : str
+
+    Returns
+    -------
+    str
+        A piece of whitespace only has each character shown as a mark (``" "`` -> ``"␣"``,
+        ``"\\n"`` -> ``"↵"``, ``"\\t"`` -> ``"→"``); elsewhere a newline becomes ``"↵"``
+        followed by the newline itself (the page breaks the line there) and a tab ``"→"``; an
+        empty piece is ``"∅"``.
+
+    Raises
+    ------
+    TypeError
+        ``piece`` is not a str.
+    """
+    if not isinstance(piece, str):
+        raise TypeError(f"piece must be a str; got {type(piece).__name__}.")
+    if not piece:
+        return "∅"
+    if piece.isspace():
+        return "".join(_MARKS.get(c, "·") for c in piece) + ("\n" if "\n" in piece else "")
+    return piece.replace("\t", "→").replace("\r", "").replace("\n", "↵\n")
+
+
 def _rgba(v: float, lo: float, hi: float, diverging: bool) -> str:
     """The CSS background of one value: warm/cool by sign up to ``hi`` (diverging), else warm in [lo, hi]."""
     r, g, b, alpha = background(v, "diverging" if diverging else "sequential", -hi if diverging else lo, hi)
@@ -116,10 +170,10 @@ def _view(idx: int, label: str, text: str, values: np.ndarray) -> str:
     if diverging:
         bar = (f"linear-gradient(90deg, rgba({_COOL[0]},{_COOL[1]},{_COOL[2]},.88), #fff, "
                f"rgba({_WARM[0]},{_WARM[1]},{_WARM[2]},.88))")
-        ends = (f"{-scale:.2f}", f"{scale:.2f}")
+        ends = (legend_number(-scale), legend_number(scale))
     else:
         bar = f"linear-gradient(90deg, #fff, rgba({_WARM[0]},{_WARM[1]},{_WARM[2]},.88))"
-        ends = (f"{base_lo:.2f}", f"{base_hi:.2f}")
+        ends = (legend_number(base_lo), legend_number(base_hi))
     rid = f"readout{idx}"
     return (
         f'<div class="textview"><div class="unit-head"><b>{_esc(label)}</b>'

@@ -304,8 +304,9 @@ def token_strings(directory, ids) -> list:
     Returns
     -------
     list of str
-        T strings: a character-level tokenizer gives one character each (the characters behind
-        the steps, which the unit features need).
+        T strings, the text each token adds: a character-level tokenizer gives one character
+        each; a token that is one byte of a multi-byte character (it decodes to U+FFFD) or a
+        special token (it decodes to nothing) gives its own name (``"<0xE2>"``, ``"âĢ"``).
 
     Raises
     ------
@@ -313,7 +314,12 @@ def token_strings(directory, ids) -> list:
         As :func:`tokenize`: no ``tokenizer.json``, or not a regular file.
     """
     tok = _tokenizer(directory)
-    return [tok.decode([int(i)]) for i in np.asarray(ids)[0]]
+    out = []
+    for i in np.asarray(ids)[0].tolist():
+        piece = tok.decode([i])
+        # a byte of a multi-byte character decodes to U+FFFD, a special token to nothing: the token's own name
+        out.append(piece if piece and "\ufffd" not in piece else str(tok.convert_ids_to_tokens(i)))
+    return out
 
 
 def tokenize(directory, text: str) -> np.ndarray:

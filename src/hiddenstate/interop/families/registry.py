@@ -406,6 +406,23 @@ def _attr(obj, dotted: str):
     return obj
 
 
+#: A decoder layer's feed-forward attributes, tried when a family names no ``parts`` (the first present is shown).
+_FEED_FORWARD = ("mlp", "feed_forward", "block_sparse_moe", "moe", "ffn", "ffn_layer", "mlp_block")
+
+
+def _ffn_role(layer, index) -> str:
+    """``"moe"`` for a mixture of experts (its class or its attributes say experts), else ``"mlp"``."""
+    module = next(_attr(layer, a) for a in _FEED_FORWARD if _attr(layer, a) is not None)
+    name = type(module).__name__.lower()
+    return "moe" if ("moe" in name or "sparse" in name or "expert" in name or hasattr(module, "experts")) else "mlp"
+
+
+def _default_parts(layer, mixer) -> dict:
+    """The parts a family that names none shows: the layer's first feed-forward attribute (MLP or MoE), if any."""
+    attr = next((a for a in _FEED_FORWARD if _attr(layer, a) is not None and _attr(layer, a) is not mixer), None)
+    return {} if attr is None else {attr: _ffn_role}
+
+
 def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict | None = None) -> list:
     """The usual layer map: per layer of ``model.base_model.<stack>``, its first present attribute of ``roles``.
 
@@ -425,7 +442,10 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict 
     parts : dict of str to str, optional
         The layer's other modules to show, attribute (or dotted path) -> role or
         ``role(layer, index)``; every one present becomes an entry of :attr:`LayerInfo.parts`
-        (Jamba: ``{"feed_forward": ...}`` giving ``"moe"`` or ``"mlp"``).
+        (Jamba: ``{"feed_forward": ...}`` giving ``"moe"`` or ``"mlp"``). None: the layer's first
+        feed-forward attribute of ``mlp``, ``feed_forward``, ``block_sparse_moe``, ``moe``, ``ffn``,
+        ``ffn_layer``, ``mlp_block``, as ``"moe"`` when its class or an ``experts`` attribute says experts, else
+        ``"mlp"`` (every family's map lists its MLP or MoE); ``{}``: none.
 
     Returns
     -------
@@ -448,7 +468,7 @@ def decoder_layer_map(model, roles: dict, *, stack: str = "layers", parts: dict 
         mixer = _attr(layer, attr)
         role = roles[attr](layer, i) if callable(roles[attr]) else roles[attr]
         extra = []
-        for a, r in (parts or {}).items():
+        for a, r in (_default_parts(layer, mixer) if parts is None else parts).items():
             module = _attr(layer, a)
             if module is not None:
                 extra.append((r(layer, i) if callable(r) else r, type(module).__name__, paths[id(module)]))

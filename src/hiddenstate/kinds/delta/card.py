@@ -13,7 +13,7 @@ import html
 
 import numpy as np
 
-from hiddenstate.report.cards import KEEP, KindCard
+from hiddenstate.report.cards import KEEP, KindCard, per_unit_rows
 
 __all__ = ["CARD", "KDA_CARD"]
 
@@ -35,7 +35,7 @@ def _layer(la, meta, curve, recomputed) -> str:
     rows = [("mean decay exp(g)", f"{float(np.mean(la.decay.mean)):.4f}"),
             (f"{unit} kept > {la.decay.high:g} (share of steps)", f"{100 * float(np.mean(la.decay.right)):.1f}%"),
             (f"{unit} kept < {la.decay.low:g} (share of steps)", f"{100 * float(np.mean(la.decay.left)):.1f}%"),
-            ("head time constant 1/(1 - mean decay), 10/50/90%", " / ".join(f"{v:.3g}" for v in q) + " steps"),
+            ("head time constant 1/(1 - mean decay), 10/50/90% over heads", " / ".join(f"{v:.3g}" for v in q) + " steps"),
             ("longest head time constant", f"{float(np.max(tau)):.4g} steps (head {int(np.argmax(tau))})"),
             ("mean write strength beta", f"{float(np.mean(la.mean_beta)):.4g}")]
     if la.gate is not None:
@@ -48,14 +48,11 @@ def _layer(la, meta, curve, recomputed) -> str:
               f"{float(la.numerical_rank[-1].mean()):.3g} of {full}"),
              ("principal components for 90% of the state's variance", str(la.pca.n_components_for(0.9)))]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    heads = "".join(f"<th>head {h}</th>" for h in range(tau.size))
     per = [("time constant (steps)", tau, "{:.3g}"), ("mean beta", la.mean_beta, "{:.3g}"),
            ("effective rank of S_T", la.effective_rank[-1], "{:.3g}"),
            ("singular values above 1%", la.numerical_rank[-1], "{:.3g}")]
-    table = "".join(f"<tr><th>{name}</th>" + "".join(f"<td>{fmt.format(float(v))}</td>" for v in vals) + "</tr>"
-                    for name, vals, fmt in per)
-    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{recomputed(la)}<table>{body}</table>'
-            f'<div style="overflow-x:auto"><table><tr><th></th>{heads}</tr>{table}</table></div>'
+    table = per_unit_rows(per, [f"head {h}" for h in range(tau.size)], corner="per head")
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{recomputed(la)}<table>{body}</table>{table}'
             f"<p>The exact Jacobian product dS<sub>T</sub>/dS<sub>T-k</sub> = &prod; (I &minus; &beta; k k<sup>T</sup>) "
             f"diag(a) (not diagonal: each step's delta write mixes the key directions), its spectral norm against the "
             f"lag k:</p>{curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}"

@@ -12,7 +12,7 @@ import html
 
 import numpy as np
 
-from hiddenstate.report.cards import KEEP, KindCard
+from hiddenstate.report.cards import KEEP, KindCard, per_unit_rows
 
 __all__ = ["MAMBA2_CARD", "MAMBA_CARD"]
 
@@ -37,7 +37,7 @@ def _layer(la, m, curve, recomputed) -> str:
     rows = [("mean decay exp(dt A)", f"{float(np.mean(la.decay.mean)):.4f}"),
             (f"state entries kept > {la.decay.high:g} (share of steps)", f"{100 * float(np.mean(la.decay.right)):.1f}%"),
             (f"state entries kept < {la.decay.low:g} (share of steps)", f"{100 * float(np.mean(la.decay.left)):.1f}%"),
-            ("channel time constant 1/(1 - mean decay), 10/50/90%", " / ".join(f"{v:.3g}" for v in q) + " steps"),
+            ("channel time constant: its slowest entry's 1/(1 - mean decay), 10/50/90% over channels", " / ".join(f"{v:.3g}" for v in q) + " steps"),
             ("longest channel time constant", f"{float(np.max(tau)):.4g} steps (channel {int(np.argmax(tau))})"),
             ("mean step size dt", f"{float(np.mean(la.mean_dt)):.4g}"),
             ("output gate sigmoid(z) open > 0.9 / shut < 0.1",
@@ -59,7 +59,7 @@ def _layer2(la, m, curve, recomputed) -> str:
     rows = [("mean head decay exp(dt A_h)", f"{float(np.mean(la.decay.mean)):.4f}"),
             (f"heads kept > {la.decay.high:g} (share of steps)", f"{100 * float(np.mean(la.decay.right)):.1f}%"),
             (f"heads kept < {la.decay.low:g} (share of steps)", f"{100 * float(np.mean(la.decay.left)):.1f}%"),
-            ("head time constant 1/(1 - mean decay), 10/50/90%", " / ".join(f"{v:.3g}" for v in q) + " steps"),
+            ("head time constant 1/(1 - mean decay), 10/50/90% over heads", " / ".join(f"{v:.3g}" for v in q) + " steps"),
             ("longest head time constant", f"{float(np.max(tau)):.4g} steps (head {int(np.argmax(tau))})"),
             ("mean step size dt", f"{float(np.mean(la.mean_dt)):.4g}"),
             ("output gate sigmoid(z) open > 0.9 / shut < 0.1",
@@ -68,11 +68,9 @@ def _layer2(la, m, curve, recomputed) -> str:
              f"{la.flow_spectral[-1]:.3g} / {la.flow_rms[-1]:.3g}"),
             ("principal components for 90% of the state's variance", str(la.pca.n_components_for(0.9)))]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    heads = "".join(f"<th>head {h}</th>" for h in range(tau.size))
-    taus = "".join(f"<td>{v:.3g}</td>" for v in tau)
-    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{recomputed(la)}<table>{body}</table>'
-            f'<div style="overflow-x:auto"><table><tr><th></th>{heads}</tr><tr><th>time constant (steps)</th>{taus}'
-            f"</tr></table></div>"
+    taus = per_unit_rows([("time constant (steps)", tau, "{:.3g}")], [f"head {h}" for h in range(tau.size)],
+                         corner="per head")
+    return (f'<section id="layer{la.layer}"><h2>Layer {la.layer}</h2>{recomputed(la)}<table>{body}</table>{taus}'
             f"<p>The exact Jacobian product dh<sub>T</sub>/dh<sub>T-k</sub> (each head's (P, S) block times the "
             f"product of its last k decays), its largest entry against the lag k:</p>"
             f"{curve(la.flow_spectral, f'layer {la.layer} gradient against lag')}</section>")
