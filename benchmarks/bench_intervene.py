@@ -17,7 +17,10 @@ after one warm-up run:
   layer): the clean and the edited runs, everything after the edited layer as the model's own code;
 * ``recompute``: :func:`hiddenstate.interop.families.recompute_layers` of that one layer (the
   forward with its hook, our float64 block with every step recorded, the state-part check);
-* ``inspect``: :func:`hiddenstate.inspect_model` of that one layer (the same, then its analyses).
+* ``inspect``: :func:`hiddenstate.inspect_model` of that one layer (the same, then its analyses);
+* ``trace cell``: one cell of :func:`hiddenstate.causal_trace` (a corrupted prompt whose first 4
+  tokens differ, the clean state of that layer restored at step T // 2), as
+  :func:`hiddenstate.trace_cost` times it; its setup (the clean and corrupted runs) once per sweep.
 
 The table gives each time, and ``intervene`` against ``forward``, ``recompute`` and ``inspect``.
 The load average is printed before and after: run it on an idle machine for the numbers you report.
@@ -97,18 +100,24 @@ def measure(name: str, T: int, rounds: int, layer=None) -> dict:
     out["intervene"] = median_time(lambda: hs.intervene(model, ids, [edit]), rounds)
     out["recompute"] = median_time(lambda: recompute_layers(model, ids, layers=[layer]), rounds)
     out["inspect"] = median_time(lambda: hs.inspect_model(model, ids, layers=[layer]), rounds)
+    corrupted = ids.copy()
+    corrupted[:, :4] = np.random.default_rng(2).integers(0, model.config.vocab_size, (1, 4))
+    cost = hs.trace_cost(model, ids, corrupted, target=1, layers=[layer], steps=[T // 2])
+    out["trace cell"], out["trace setup"] = cost.seconds_per_run, cost.setup_seconds
     return out
 
 
 def table(rows: list) -> str:
     """The results as a Markdown table: times (ms) and intervene's ratios."""
     lines = ["| model | T | edited layer | forward ms | intervene ms | recompute ms | inspect ms | intervene / forward "
-             "| intervene / recompute | intervene / inspect |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| intervene / recompute | intervene / inspect | trace cell / forward | trace setup / forward |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} ({r['params'] / 1e6:.0f}M) | {r['T']} | {r['layer']} | {1e3 * r['forward']:.0f} "
                      f"| {1e3 * r['intervene']:.0f} | {1e3 * r['recompute']:.0f} | {1e3 * r['inspect']:.0f} "
                      f"| {r['intervene'] / r['forward']:.2f} | {r['intervene'] / r['recompute']:.2f} "
-                     f"| {r['intervene'] / r['inspect']:.2f} |")
+                     f"| {r['intervene'] / r['inspect']:.2f} | {r['trace cell'] / r['forward']:.2f} "
+                     f"| {r['trace setup'] / r['forward']:.2f} |")
     return "\n".join(lines)
 
 
