@@ -22,7 +22,9 @@ MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicp
 (multimodal, read through qwen4_exp_text's backbone), jev (a decision head on Qwen3.5's text backbone); inkling_text and inkling_mm_model (kind ``shortconv``:
 residual depthwise causal convolutions, one of each layer's four recorded), inkling2_text, inkling2,
 inkling2_loop_text, inkling2_loop (the same with an output scale; the looped layers and their message gates, a
-recurrence over passes, named and not recorded).
+recurrence over passes, named and not recorded); zaya (kind ``cca``: ZAYA's CCA projection, causal
+convolutions over the queries and keys and a one-token delayed value, its output the attention's
+queries, keys and values as one flattened view).
 
 How to add a family
 -------------------
@@ -144,6 +146,7 @@ from hiddenstate.interop.families import (
     xlstm,
     zamba,
     zamba2,
+    zaya,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
@@ -162,7 +165,7 @@ _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, ja
             xlstm, rwkv, lfm2_moe, lfm3, glm5_next, bailing_hybrid,
             qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
             minicpmv4_6, minicpmv4_7, minicpm_ocr, qwen4_exp,
-            inkling_text, inkling_mm_model, jev, inkling2_text, inkling2, inkling2_loop_text, inkling2_loop)
+            inkling_text, inkling_mm_model, jev, inkling2_text, inkling2, inkling2_loop_text, inkling2_loop, zaya)
 for _module in _MODULES:
     register(_module.FAMILY)
 

@@ -271,6 +271,9 @@ class StepCost(NamedTuple):
         bfloat16, which NumPy lacks, as float32).
     block : SequenceBlock
         The converted block (float64).
+    d_out : int, default 0
+        The width of its hooked output where it differs from M (ZAYA's ``[query | key | value]``);
+        0: M.
     """
 
     record: int
@@ -279,6 +282,11 @@ class StepCost(NamedTuple):
     d_model: int
     itemsize: int
     block: object
+    d_out: int = 0
+
+    def widths(self, copies: int) -> int:
+        """The widths of the ``copies`` hooked (N, T, .) arrays a layer keeps: its input and its output(s)."""
+        return self.d_model + (copies - 1) * (self.d_out or self.d_model)
 
 
 def _copies(model) -> int:
@@ -326,7 +334,7 @@ def step_costs(model, *, layers=None) -> dict:
             seen[shapes] = (*_dry_run(get_kind(family.kind), blk), blk)
         record, run, fixed, blk = seen[shapes]
         size = next(iter(params.values())).element_size() if params else 4
-        out[i] = StepCost(record, run, fixed, blk.d_model, 4 if size == 2 else size, blk)
+        out[i] = StepCost(record, run, fixed, blk.d_model, 4 if size == 2 else size, blk, getattr(blk, "d_out", 0))
     return out
 
 
@@ -416,10 +424,10 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
     costs = step_costs(model, layers=layers) if costs is None else costs
     steps = T * N
     copies = _copies(model)
-    hooked = {i: copies * steps * c.d_model * c.itemsize for i, c in costs.items()}
+    hooked = {i: steps * c.widths(copies) * c.itemsize for i, c in costs.items()}
     done, peak = 0, 0
     for i, c in costs.items():
-        io = steps * c.d_model * 8  # one float64 (N, T, M) array
+        io = steps * max(c.d_model, c.d_out) * 8  # one float64 (N, T, M) array (or the wider output)
         record = steps * c.record
         layer = (0 if c.itemsize == 8 else 2 * io) + max(c.fixed + steps * c.run, record + 3 * io,
                                                          record + record // 2 + io if half else 0)
@@ -467,7 +475,7 @@ def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64"
     T, N = nonnegative_int("T", T), nonnegative_int("N", N)
     half = _record_dtype(record_dtype) == np.float32
     copies = _copies(model)
-    return {i: T * N * ((c.record // 2 if half else c.record) + copies * c.d_model * c.itemsize)
+    return {i: T * N * ((c.record // 2 if half else c.record) + c.widths(copies) * c.itemsize)
             for i, c in (step_costs(model, layers=layers) if costs is None else costs).items()}
 
 
@@ -613,7 +621,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
     keep = kept_steps(T, window, stride)
     kept = len(range(T)[keep])
     half = 2 if cast is np.float32 else 1  # the records kept, and every step's hooked input and output
-    per = {i: N * (kept * (c.record // half) + T * _copies(model) * c.d_model * c.itemsize)
+    per = {i: N * (kept * (c.record // half) + T * c.widths(_copies(model)) * c.itemsize)
            for i, c in step_costs(model, layers=chosen).items()}
     check_cap(family, per, T, N, max_bytes, np.dtype(cast).name)
     mixers = family.mixers(model)
@@ -664,9 +672,11 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
         u, theirs, extra, alone = seen[i].pop()
         u, theirs = (np.asarray(t, dtype=np.float64) for t in (u, theirs))
         blk = family.convert(mixers[i], model.config)
-        if u.shape != (N, T, blk.d_model) or theirs.shape != u.shape:
+        width = getattr(blk, "d_out", blk.d_model)  # ZAYA's [query | key | value] is wider than M
+        if u.shape != (N, T, blk.d_model) or theirs.shape != (N, T, width):
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
-                             f"M={blk.d_model}); got {shape_str(u.shape)} and {shape_str(theirs.shape)}.")
+                             f"M={blk.d_model}) and (N, T, {width}); got {shape_str(u.shape)} and "
+                             f"{shape_str(theirs.shape)}.")
         ours, rec = kind.run(blk, u, **extra)
         err = _relative(ours, theirs)
         what = f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the model's own"
