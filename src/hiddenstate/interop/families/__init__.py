@@ -70,6 +70,10 @@ import and to ``_MODULES`` below. The fields:
     The mixer's input and output (N, T, M) from what its forward hook sees; default its first
     argument (or ``hidden_states=``) and its output (a tuple's first item). ``forward``, a dict,
     is passed to the block's ``forward`` (RecurrentGemma's ``{"reset": position_ids == 0}``).
+``rebuild(output, new) -> output`` (optional)
+    What the mixer's forward hook returns when an intervention replaces the view ``hooked`` read;
+    default ``new`` in place of the output (a tuple's first item). ZAYA's puts its edited
+    ``[query | key | value]`` back as the three tensors its attention reads.
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 

@@ -71,6 +71,14 @@ accumulated in float32), and a decay near 1 rounded to bfloat16 changes the time
 its own bfloat16 block differs from the same block in float32 on the same input by 6.6e-2 at
 T = 512. A bfloat16 RecurrentGemma is refused on long inputs; a float32 copy of it is not.
 
+ZAYA's CCA projection (kind ``cca``) returns the attention's queries, keys and values: the
+family's hook reads them as one (N, T, Cq + 2 Ck) view, and the block's ``d_out`` gives the width
+the output is held to (and the memory estimates count). Measured on the 3-layer
+``ZayaForCausalLM`` of its family's ``tiny_config`` (seed 0, transformers' own initialisation;
+ids N = 2, T = 24 drawn in [0, 50)): the worst layer's error
+1.0e-7, the final window and delayed value against ``cache.get_conv_state`` and
+``get_recurrent_state`` 1.2e-7 and 9.6e-8.
+
 xlstm (kind ``mlstm``) and rwkv (kind ``rwkv``) are all-recurrent. Measured on 2-layer
 ``xLSTMForCausalLM`` (``hidden_size`` 128, 4 heads of Dk 16, Dv 32, gate weights drawn so that
 the stabiliser switches) and 3-layer ``RwkvForCausalLM`` (``hidden_size`` 64), N = 2, the
@@ -294,11 +302,22 @@ def _copies(model) -> int:
     return 3 if get_kind(family_of(model).kind).skip else 2
 
 
+def _run_and_share(kind, blk, u):
+    """The block's recording run, then the state's share of its readout with the run's output and record held."""
+    out, rec = kind.run(blk, u)
+    if kind.share is not None:
+        kind.share(blk, rec)
+    return out, rec
+
+
 def _dry_run(kind, blk) -> tuple:
-    """Record bytes a step (a 2-step run); the run's peak bytes a step and its fixed part (64- and 192-step runs: whole chunks of 64)."""
+    """Record bytes a step (a 2-step run); the run's peak bytes a step and its fixed part (64- and 192-step runs: whole chunks of 64).
+
+    The run's peak includes the kind's ``share`` (its readout's state part), computed beside the record."""
     _, rec = kind.run(blk, np.zeros((1, 2, blk.d_model)))
-    _, low = traced_peak(kind.run, blk, np.zeros((1, 64, blk.d_model)))
-    _, high = traced_peak(kind.run, blk, np.zeros((1, 192, blk.d_model)))
+    rng = np.random.default_rng(0)  # not zeros: a share of a zero readout may take a shortcut
+    _, low = traced_peak(_run_and_share, kind, blk, rng.normal(size=(1, 64, blk.d_model)))
+    _, high = traced_peak(_run_and_share, kind, blk, rng.normal(size=(1, 192, blk.d_model)))
     step = max(high - low, 0) // 128
     return sum(a.nbytes for a in rec if isinstance(a, np.ndarray)) // 2, step, max(low - 64 * step, 0)
 

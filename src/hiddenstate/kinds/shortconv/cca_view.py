@@ -105,29 +105,40 @@ def cca_share(block, rec) -> float:
     -------
     float
         :func:`hiddenstate.kinds.agreement.readout_share` of the readout ``[query | key | delayed
-        value]`` (each step recomputed from the record: ``z_t``, the newest slot, through identity
-        projections) and the readout less the state's part. With W = 0 (no window) the queries and
-        keys read no state and the record holds no ``z``: the share of the delayed values alone, 1.
+        value]`` (recomputed from the record: ``z_t``, the newest slot, through identity
+        projections) and the readout less the state's part (the readout less its residual paths,
+        the current token's newest taps and the biases; the delayed value whole). With W = 0 (no
+        window) the queries and keys read no state and the record holds no ``z``: the share of the
+        delayed values alone, 1.
     """
     T, N, C, W = rec.conv.shape
     V = rec.v.shape[-1]
     if W == 0:
         return 1.0
     p, eye = block.params, np.eye(C)
-    Cq = block.heads[0] * block.heads[2]
-    ident = {"q_proj.weight": eye[:Cq], "k_proj.weight": eye[Cq:], "v_proj_current.weight": np.zeros((V, C)),
+    Hq, Hk, D = block.heads
+    G = Hq + Hk
+    ident = {"q_proj.weight": eye[:Hq * D], "k_proj.weight": eye[Hq * D:], "v_proj_current.weight": np.zeros((V, C)),
              "v_proj_delayed.weight": np.zeros((V, C))}
-    ident.update({k: p[k] for k in p if k.startswith("conv_qk_")})
-    v0 = np.broadcast_to(p.get("v_proj_delayed.bias", np.zeros(V)), (1, N, V))
-    windows = np.concatenate([np.zeros((1, N, C, W)), rec.conv[:-1]]).reshape(T * N, C, W)  # the state before t
-    values = np.concatenate([v0, rec.v[:-1]]).reshape(T * N, V)
-    z = rec.conv[:, :, :, -1].reshape(T * N, 1, C)
-    zero = np.zeros_like(z)
-    readout = cca_kernel.forward(ident, z, windows, values, block.heads)[0]
-    part = (cca_kernel.forward(ident, zero, windows, values, block.heads)[0]
-            - cca_kernel.forward(ident, zero, np.zeros_like(windows), np.zeros_like(values), block.heads)[0])
-    keep = np.r_[0:C, C + V:C + 2 * V]  # [query | key | delayed value]: the current value half left out
-    return readout_share(readout[..., keep], readout[..., keep] - part[..., keep])
+    conv = {k: p[k] for k in p if k.startswith("conv_qk_")}
+    z = np.ascontiguousarray(rec.conv[..., -1].transpose(1, 0, 2))  # (N, T, C): z_t, the newest slot
+    v0 = np.broadcast_to(p.get("v_proj_delayed.bias", np.zeros(V)), (N, V))
+    window0 = np.zeros((N, C, W))
+    readout = cca_kernel.forward({**ident, **conv}, z, window0, v0, block.heads)[0]  # z through identity projections
+    q, k = z[..., :Hq * D].reshape(N, T, Hq, D), z[..., Hq * D:].reshape(N, T, Hk, D)
+    rq = (q + np.repeat(k, Hq // Hk, axis=2)) / 2  # the residual paths: each query head with its key head
+    resid = np.concatenate([rq.reshape(N, T, -1), rq.reshape(N, T, Hk, Hq // Hk, D).mean(axis=3).reshape(N, T, -1)],
+                           axis=-1)
+    w1, w2 = conv["conv_qk_depthwise.weight"][:, 0], conv["conv_qk_grouped.weight"]  # (C, t0), (C, D, t1)
+    taps2 = w2.reshape(G, D, D, -1)  # (group, out, in, tap)
+    current = np.einsum("ntgi,goi->ntgo", (z * w1[:, -1]).reshape(N, T, G, D), taps2[..., -1]).reshape(N, T, C)
+    bias = conv["conv_qk_grouped.bias"] + np.einsum("goij,gi->go", taps2, conv["conv_qk_depthwise.bias"].reshape(
+        G, D)).reshape(C)  # the depthwise bias through every grouped tap, and the grouped bias
+    part = readout[..., :C] - resid - current - bias  # the convolutions of the window before each step
+    delayed = np.concatenate([v0[:, None], rec.v[:-1].transpose(1, 0, 2)], axis=1)  # v before each step: all state
+    keep = np.concatenate([readout[..., :C], delayed], axis=-1)  # [query | key | delayed value]
+    state = np.concatenate([part, delayed], axis=-1)
+    return readout_share(keep, keep - state)
 
 
 #: The kind's record (registered in :mod:`hiddenstate.kinds` with the short convolution's).
