@@ -192,3 +192,16 @@ def test_inspect_model_from_the_object_and_its_directory(tmp_path):
     assert 0 < a.layers[0].recomputed.share < 1 and "the state's share" in a.summary()
     page = out.read_text(encoding="utf-8")
     assert "ZayaCCAProjection" in page and "a one-token delayed value" in page
+
+
+@pytest.mark.parametrize("value, error, words", [(-1, ValueError, r"must be an int in \[0, 2,147,483,647\]; got -1"),
+                                                 (2.5, TypeError, "must be an int .*; got a float 2.5")])
+def test_a_hostile_cca_time_in_config_json_is_one_line_naming_the_field(tmp_path, value, error, words):
+    import json
+
+    build().save_pretrained(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["cca_time0"] = value
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(error, match=f"config.json' field cca_time0 {words}"):
+        hs.inspect_model(tmp_path / "m", np.array([[1, 2, 3]]))
