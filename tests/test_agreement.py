@@ -1,8 +1,8 @@
 """An agreement figure that can see the recurrence (issue 32): a block with wrong decays is refused, for every family.
 
 Every registered family's tiny random model (its ``tiny_config``, seeded, float32, no download)
-is recomputed by a block whose decay (or, for a short convolution, whose taps on its window) is
-deliberately wrong, and :func:`recompute_layers` must refuse it. Falcon-H1 is also built at
+is recomputed by a block whose decay (or, for a short convolution or ZAYA's CCA projection, whose
+taps on its window) is deliberately wrong, and :func:`recompute_layers` must refuse it. Falcon-H1 is also built at
 transformers' default initialisation with small muP multipliers
 (``ssm_multipliers`` 0.25 to 0.5, ``ssm_in_multiplier`` 1.25, ``ssm_out_multiplier`` 0.24):
 there the state's share of the readout is about 4e-12, a block with decays ten times too fast
@@ -75,6 +75,9 @@ def wrong_decay(blk, kind: str) -> None:
         blk.slope_rate = blk.slope_rate * 10.0
     elif kind == "shortconv":  # the taps that read the state (the window), not the current input's
         p["conv.weight"] = np.concatenate([10.0 * p["conv.weight"][..., :-1], p["conv.weight"][..., -1:]], axis=-1)
+    elif kind == "cca":  # ZAYA: the depthwise taps that read the window (not the current token's)
+        w = p["conv_qk_depthwise.weight"]
+        p["conv_qk_depthwise.weight"] = np.concatenate([10.0 * w[..., :-1], w[..., -1:]], axis=-1)
     else:
         raise AssertionError(f"no wrong decay for kind {kind!r}: add one")
 

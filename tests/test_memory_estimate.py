@@ -42,7 +42,15 @@ def mamba2(layers=2):
     return transformers.Mamba2ForCausalLM(cfg)
 
 
-BUILD = {"qwen3_next": qwen3_next, "mamba2": mamba2}
+def zaya(layers=2):
+    """ZAYA's CCA projection: its hooked output [query | key | value] is wider than the layer (640 + 256 against 128)."""
+    cfg = transformers.ZayaConfig(vocab_size=V, hidden_size=128, num_hidden_layers=layers, num_attention_heads=8,
+                                  num_key_value_heads=2, head_dim=64, moe_intermediate_size=64, num_experts=2,
+                                  router_hidden_size=32, cca_time0=2, cca_time1=3, bos_token_id=1, eos_token_id=2)
+    return transformers.ZayaForCausalLM(cfg)
+
+
+BUILD = {"qwen3_next": qwen3_next, "mamba2": mamba2, "zaya": zaya}
 
 
 def build(name, **over):

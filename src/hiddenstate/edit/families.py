@@ -224,7 +224,7 @@ def intervene_family(model, ids, edits, *, target=None, output="delta") -> EditR
             done.setdefault(i, []).append((br, err))
             new = own + (br.out - br.clean_out) if output == "delta" else br.out
             new = torch.as_tensor(np.ascontiguousarray(new), device=theirs.device).to(theirs.dtype).contiguous()
-            return (new, *out[1:]) if isinstance(out, tuple) else new
+            return family.rebuild(out, new)
         return hook
 
     logits = run_model(model, ids_t, {mixers[i]: replace(i) for i in by_layer})

@@ -19,10 +19,11 @@ that step's update), the part of the layer's state, which heads and channels, an
 A *part* is one or more of the block's state fields (:data:`PARTS`): ``"state"`` is the layer's
 recurrent state (Mamba's ``ssm``, the delta rule's matrix ``recurrent``, RG-LRU's ``rg``,
 lightning's ``kv``, mLSTM's ``C`` and ``n``, RWKV's ``num`` and ``den``; a short convolution's
-window, its only state), ``"conv"`` its convolution window (RWKV's token shift), or a field by
-name (``"m"``, the mLSTM stabiliser). ``zero`` and ``scale`` of mLSTM's ``(C, n)`` or RWKV's
-``(num, den)`` zero or scale the true, unstabilised state (the stabiliser they share is kept);
-``mean`` and ``replace`` set the stabiliser with them.
+window, its only state; ZAYA's CCA projection's window ``conv`` and delayed value ``v``),
+``"conv"`` its convolution window (RWKV's token shift), or a field by name (``"m"``, the mLSTM
+stabiliser). ``zero`` and ``scale`` of mLSTM's ``(C, n)`` or RWKV's ``(num, den)`` zero or scale
+the true, unstabilised state (the stabiliser they share is kept); ``mean`` and ``replace`` set the
+stabiliser with them.
 
 ``heads`` selects along a state's head axis and ``channels`` along its channel axis
 (:data:`AXES`: Mamba's ``Di``, Mamba-2's head dimension ``P``, the delta rule's and lightning's
@@ -52,6 +53,7 @@ PARTS = {
     "rglru": {"state": ("rg",), "conv": ("conv",)},
     "lightning": {"state": ("kv",)},
     "shortconv": {"state": ("conv",), "conv": ("conv",)},
+    "cca": {"state": ("conv", "v"), "conv": ("conv",)},
     "mlstm": {"state": ("C", "n"), "conv": ()},
     "rwkv": {"state": ("num", "den"), "conv": ("shift",)},
     "classic": {"state": ("h", "c"), "conv": ()},
@@ -66,7 +68,7 @@ AXES = {
     ("kda", "recurrent"): (1, 2), ("rglru", "rg"): (None, 1), ("lightning", "kv"): (1, 2),
     ("mlstm", "C"): (1, 2), ("mlstm", "n"): (1, 2), ("mlstm", "m"): (1, None),
     ("rwkv", "num"): (None, 1), ("rwkv", "den"): (None, 1), ("rwkv", "max"): (None, 1), ("rwkv", "shift"): (None, 1),
-    ("classic", "h"): (None, 1), ("classic", "c"): (None, 1),
+    ("classic", "h"): (None, 1), ("classic", "c"): (None, 1), ("cca", "conv"): (None, 1), ("cca", "v"): (None, 1),
 }
 
 

@@ -30,8 +30,10 @@ table keyed by a kind's name: the layer loop, the family page, the family inspec
 recomputation of a transformers model's layers find everything of a kind through its record.
 
 Registered: ``"mamba"``, ``"mamba2"`` (:mod:`hiddenstate.kinds.ssm`), ``"gated_delta"``, ``"kda"``
-(:mod:`hiddenstate.kinds.delta`), ``"rglru"``, ``"lightning"``, ``"shortconv"``, ``"mlstm"`` and
-``"rwkv"`` (each in its folder). Another kind is one :func:`register_kind` call: its block's
+(:mod:`hiddenstate.kinds.delta`), ``"rglru"``, ``"lightning"``, ``"shortconv"`` and ``"cca"``
+(ZAYA's CCA projection, in the short convolution's folder, whose output is the attention's queries,
+keys and values: its block's ``d_out`` gives that width), ``"mlstm"`` and ``"rwkv"`` (each in its
+folder). Another kind is one :func:`register_kind` call: its block's
 ``forward(u, state=None, *, record=True)`` returns ``(out, state_n, cache, record)`` (or give
 ``run``), and its ``view`` maps a record to a :class:`RecordView`;
 :func:`unregister_kind` takes it out again.

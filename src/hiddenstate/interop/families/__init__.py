@@ -22,7 +22,9 @@ MiniCPM-V composites on Qwen3.5's text backbone minicpmv4_6, minicpmv4_7, minicp
 (multimodal, read through qwen4_exp_text's backbone), jev (a decision head on Qwen3.5's text backbone); inkling_text and inkling_mm_model (kind ``shortconv``:
 residual depthwise causal convolutions, one of each layer's four recorded), inkling2_text, inkling2,
 inkling2_loop_text, inkling2_loop (the same with an output scale; the looped layers and their message gates, a
-recurrence over passes, named and not recorded).
+recurrence over passes, named and not recorded); zaya (kind ``cca``: ZAYA's CCA projection, causal
+convolutions over the queries and keys and a one-token delayed value, its output the attention's
+queries, keys and values as one flattened view).
 
 How to add a family
 -------------------
@@ -68,6 +70,10 @@ import and to ``_MODULES`` below. The fields:
     The mixer's input and output (N, T, M) from what its forward hook sees; default its first
     argument (or ``hidden_states=``) and its output (a tuple's first item). ``forward``, a dict,
     is passed to the block's ``forward`` (RecurrentGemma's ``{"reset": position_ids == 0}``).
+``rebuild(output, new) -> output`` (optional)
+    What the mixer's forward hook returns when an intervention replaces the view ``hooked`` read;
+    default ``new`` in place of the output (a tuple's first item). ZAYA's puts its edited
+    ``[query | key | value]`` back as the three tensors its attention reads.
 ``notes`` (optional)
     What surrounds the mixer (norms, multipliers) that stays the model's own.
 
@@ -144,6 +150,7 @@ from hiddenstate.interop.families import (
     xlstm,
     zamba,
     zamba2,
+    zaya,
 )
 from hiddenstate.interop.families.hooks import MAX_BYTES, Recomputed, estimate_bytes, recompute_layers, tolerance
 from hiddenstate.interop.families.registry import (
@@ -162,7 +169,7 @@ _MODULES = (mamba, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_mamba, ja
             xlstm, rwkv, lfm2_moe, lfm3, glm5_next, bailing_hybrid,
             qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen4_exp_text, lara_mini,
             minicpmv4_6, minicpmv4_7, minicpm_ocr, qwen4_exp,
-            inkling_text, inkling_mm_model, jev, inkling2_text, inkling2, inkling2_loop_text, inkling2_loop)
+            inkling_text, inkling_mm_model, jev, inkling2_text, inkling2, inkling2_loop_text, inkling2_loop, zaya)
 for _module in _MODULES:
     register(_module.FAMILY)
 

@@ -11,8 +11,8 @@ config class needs, each refusal one line naming the field, the rule and the val
   a string), one it declares ``float`` a number (a union such as Mamba's ``time_step_rank: str |
   int`` takes what the class takes);
 * an int that is a size or a count (a key naming a size, dim, number, heads, layers, vocab,
-  rank, kernel, chunk, state, expand or experts) lies in ``[0, MAX_INT]``; a token id (a key
-  ending in ``_id`` or ``_ids``) in ``[-MAX_INT, MAX_INT]``; any other int (``sliding_window: -1``
+  rank, kernel, chunk, state, expand or experts, and ZAYA's convolution taps ``cca_time0``,
+  ``cca_time1``) lies in ``[0, MAX_INT]``; a token id (a key ending in ``_id`` or ``_ids``) in ``[-MAX_INT, MAX_INT]``; any other int (``sliding_window: -1``
   marking none, a large integer ``rope_theta``, a seed) fits an int64, as torch reads it;
 * every float is finite (inside a list, as in ``time_step_limit``, inf is allowed, NaN is not);
   an epsilon (a key holding ``eps`` or ``epsilon``) is a number > 0;
@@ -38,7 +38,7 @@ MAX_INT = 2**31 - 1
 DTYPES = ("auto", "bfloat16", "float16", "float32", "float64", "half", "float", "double")
 #: An int field's key that names a size or a count: never negative, at most MAX_INT.
 _SIZE_KEY = re.compile(r"size|dim|^n_|_n_|num_|_num|heads|layers|vocab|rank|kernel|chunk|state|expand|experts|"
-                       r"intermediate|width|position|^d_|_d_", re.IGNORECASE)
+                       r"intermediate|width|position|^d_|_d_|^cca_time", re.IGNORECASE)
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|blocks|layer|h)\.(\d+)\.")
 
 

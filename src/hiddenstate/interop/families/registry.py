@@ -19,7 +19,7 @@ import numpy as np
 from hiddenstate.kinds import BLOCKS, get_kind
 
 __all__ = ["BLOCKS", "ROLES", "Family", "LayerInfo", "decoder_layer_map", "family_of", "find_family",
-           "hooked_hidden_states", "register", "registered"]
+           "hooked_hidden_states", "rebuilt_output", "register", "registered"]
 
 # BLOCKS (from :mod:`hiddenstate.kinds`): our block of each ``Family.kind``, what :attr:`Family.to_block` must
 # return for that kind; a kind registered there (:func:`hiddenstate.kinds.register_kind`) is a kind here.
@@ -78,6 +78,24 @@ def hooked_hidden_states(args, kwargs, output):
     return u, output[0] if isinstance(output, tuple) else output
 
 
+def rebuilt_output(output, new):
+    """The default :attr:`Family.rebuild`: ``new`` in place of the mixer's output (a tuple's first item).
+
+    Parameters
+    ----------
+    output : torch.Tensor or tuple
+        What the mixer returned.
+    new : torch.Tensor of shape (N, T, M')
+        The replacing view, the shape and dtype of what :attr:`Family.hooked` read as ``out``.
+
+    Returns
+    -------
+    torch.Tensor or tuple
+        ``new``, or ``(new, *output[1:])``.
+    """
+    return (new, *output[1:]) if isinstance(output, tuple) else new
+
+
 @dataclass(frozen=True, repr=False)
 class Family:
     """One family of transformers models whose recurrent layers our block computes.
@@ -106,7 +124,12 @@ class Family:
         ``hooked(args, kwargs, output) -> (u, out)`` or ``(u, out, forward)``: the mixer's input
         (N, T, M) and output (N, T, M) from what a forward hook sees, and optionally a dict of
         keywords for the block's ``forward`` (``reset``); default the first argument (or
-        ``hidden_states=``) and the output (the first item of a tuple).
+        ``hidden_states=``) and the output (the first item of a tuple). ``out`` is (N, T, M')
+        where the block's ``d_out`` says M' (ZAYA's queries, keys and values flattened).
+    rebuild : callable, optional
+        ``rebuild(output, new) -> output``: what the mixer's forward hook returns when the
+        interventions replace the view ``hooked`` read (``new``, a tensor of its shape and dtype);
+        default :func:`rebuilt_output` (``new`` in place of the output or a tuple's first item).
     package : str, default "transformers"
         The top-level package the model classes come from.
     notes : str, default ""
@@ -131,6 +154,7 @@ class Family:
     layers: Callable[[Any], list]
     to_block: Callable[[Any, Any], Any]
     hooked: Callable = field(default_factory=lambda: hooked_hidden_states)
+    rebuild: Callable = field(default_factory=lambda: rebuilt_output)
     package: str = "transformers"
     notes: str = ""
     tiny_config: Callable | None = None
@@ -142,7 +166,7 @@ class Family:
         if not isinstance(self.classes, tuple) or not self.classes or not all(isinstance(c, str) for c in self.classes):
             raise TypeError(f"classes must be a non-empty tuple of class names; got {self.classes!r}.")
         get_kind(self.kind)  # a ValueError naming the registered kinds
-        for what in ("layers", "to_block", "hooked"):
+        for what in ("layers", "to_block", "hooked", "rebuild"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
         for what in ("tiny_config", "run"):

@@ -18,8 +18,10 @@ gradients       :meth:`CCAProjection.backward`: every parameter, the input, both
 carry           two chunks give what one long call gives (transformers' decoding path)
 ==============  ===========================================================================
 
-It is not a registered kind: its output is the attention's queries, keys and values, not a
-sequence of the layer's width, and ZAYA's family is not registered (docs/guides/families.md says why).
+It is the registered kind ``"cca"`` (:mod:`hiddenstate.kinds.shortconv.cca_view`): its output
+is the attention's queries, keys and values, (N, T, Cq + 2 Ck), not a sequence of the layer's
+width M, and ``d_out`` says its width; ZAYA's family (``zaya``) hooks the three as that one
+flattened view and puts an edited view back as the three.
 
 References
 ----------
@@ -106,6 +108,22 @@ class CCAProjection:
         rng = generator(rng)
         self.params = {name: (0.02 * rng.standard_normal(shape) if name.endswith("weight") else np.zeros(shape))
                        .astype(self.dtype) for name, (shape, _) in self.shapes().items()}
+
+    @property
+    def d_model(self) -> int:
+        """M, the input's width (``hidden_size``)."""
+        return self.hidden_size
+
+    @property
+    def d_out(self) -> int:
+        """Cq + 2 Ck, the output's width: ``[query | key | value]`` flattened."""
+        Hq, Hk, D = self.heads
+        return (Hq + 2 * Hk) * D
+
+    @property
+    def batch_first(self) -> bool:
+        """Always True: the input is (N, T, M)."""
+        return True
 
     @property
     def window(self) -> int:

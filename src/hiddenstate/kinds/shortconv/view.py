@@ -17,6 +17,7 @@ import numpy as np
 from hiddenstate.core.validation import positive_int
 from hiddenstate.kinds.base import Kind, LagNorms, RecordView
 from hiddenstate.kinds.shortconv.block import ShortConv
+from hiddenstate.kinds.shortconv.cca_view import KIND as CCA_KIND
 
 __all__ = ["KINDS", "shift_lag_norms", "shortconv_view"]
 
@@ -68,8 +69,8 @@ def shortconv_view(rec) -> RecordView:
                       lag_norms=lambda max_lag: shift_lag_norms(T, W, max_lag), units=rec.B * rec.x, unit_keep=None)
 
 
-#: The kind's record (registered in :mod:`hiddenstate.kinds`).
+#: The kinds' records (registered in :mod:`hiddenstate.kinds`): the short convolution's and ZAYA's CCA projection's.
 KINDS = (Kind("shortconv", ShortConv, shortconv_view, lambda rec: {"conv": rec.conv},
               description="conv window (N, M, K-1): a memory of exactly K-1 steps, no keep gate",
               analysis="hiddenstate.kinds.shortconv.analysis:SHORTCONV", card="hiddenstate.kinds.shortconv.card:CARD",
-              title="short convolution"),)
+              title="short convolution"), CCA_KIND)
