@@ -293,7 +293,18 @@ class StepCost(NamedTuple):
     d_out: int = 0
 
     def widths(self, copies: int) -> int:
-        """The widths of the ``copies`` hooked (N, T, .) arrays a layer keeps: its input and its output(s)."""
+        """The widths of the ``copies`` hooked (N, T, .) arrays a layer keeps: its input and its output(s).
+
+        Parameters
+        ----------
+        copies : int
+            The arrays kept: the input, then ``copies - 1`` outputs.
+
+        Returns
+        -------
+        int
+            Their widths summed (features per (n, t)).
+        """
         return self.d_model + (copies - 1) * (self.d_out or self.d_model)
 
 
