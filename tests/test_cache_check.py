@@ -55,14 +55,14 @@ def rel(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-def scores(out):
-    """The logits, or a backbone's last hidden states where the family's head needs more than ids (JEV)."""
-    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+def scores(out, model=None):
+    """The logits, or the family's head on a backbone's last hidden states where it needs more than ids (JEV)."""
+    return out.logits if model is None else families.family_of(model).head(model, out.last_hidden_state)
 
 
 def theirs(model, ids, bounds):
     """The model itself through its cache: logits (N, T, V) and the cache after the last call."""
-    model = model.model if families.family_of(model).run is not None else model
+    whole, model = model, (model.model if families.family_of(model).head is not None else model)
     params = inspect.signature(model.forward).parameters
     kw = "cache" if "cache" in params else "state"
     pos = "position_ids" in params
@@ -76,7 +76,7 @@ def theirs(model, ids, bounds):
             more = {"position_ids": torch.arange(a, b)[None].expand(len(ids), -1)} if pos else {}
             out = model(input_ids=ids_t[:, a:b], use_cache=True, **more, **({kw: cache} if cache is not None else {}))
             cache = cache if getattr(out, kw, None) is None else getattr(out, kw)
-            logits.append(scores(out).double().numpy())
+            logits.append(scores(out, whole if whole is not model else None).double().numpy())
     return np.concatenate(logits, axis=1), cache
 
 
@@ -95,8 +95,9 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
     assert names == ["split@4", "split@8", "split@12", "decode", "chunked", "padded"] and check.shape == (N, T)
     assert check.tolerance == TOL and check.model == name and check.dtype == "float32"
     with torch.no_grad():
-        runs = model.model if families.family_of(model).run is not None else model
-        full = scores(runs(input_ids=torch.from_numpy(ids), use_cache=False)).double().numpy()
+        head = families.family_of(model).head is not None
+        runs = model.model if head else model
+        full = scores(runs(input_ids=torch.from_numpy(ids), use_cache=False), model if head else None).double().numpy()
     scale = np.abs(full).max()
     split = next(p for p in check.paths if p.name == "split@8")
     logits, cache = theirs(model, ids, [0, 8, T])

@@ -171,8 +171,8 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
     import torch
 
     mixers, whole = family.mixers(model), model
-    if family.run is not None:  # a head the forward cannot run from ids alone (JEV's decisions): its backbone's
-        model = model.model  # last hidden states stand for the logits (the head is not recurrent)
+    if family.head is not None:  # a head the forward cannot run from ids alone (JEV's decisions): the backbone
+        model = model.model  # runs the cache, the head scores its last hidden states
     kw = carry_keyword(model)
     pos = "position_ids" in inspect.signature(model.forward).parameters
     seen: dict = {i: [] for i in layers}
@@ -207,7 +207,7 @@ def run_path(model, family, ids, boundaries, layers, *, use_cache=True, attentio
                     raise
                 text = " ".join(str(error).split())[:200]
                 raise PathFailed(a, f"{type(error).__name__}: {text}") from None
-            scores = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+            scores = out.logits if family.head is None else family.head(whole, out.last_hidden_state)
             if tuple(scores.shape[:2]) != (N, b - a):
                 raise PathFailed(a, f"the call on steps [{a}, {b}) returned logits of shape {tuple(scores.shape)}; "
                                     f"(N={N}, {b - a}, V) was expected")

@@ -227,11 +227,13 @@ def _call(model, ids_t, live, start):
                 for r in range(N)]
         return (torch.cat([lg for lg, _ in rows]),
                 {"state": [torch.cat([lv["state"][j] for _, lv in rows]) for j in range(len(live["state"]))]})
-    kw = _kwargs(model, live, start, s, N)
+    runs = model.model if family.head is not None else model  # JEV: its backbone runs the cache, its head scores
+    kw = _kwargs(runs, live, start, s, N)
     with torch.no_grad():
-        out = model(input_ids=ids_t, **kw)
+        out = runs(input_ids=ids_t, **kw)
+        logits = out.logits if family.head is None else family.head(model, out.last_hidden_state)
     cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None) or live.get("cache")
-    return out.logits, _container(model, cache, getattr(out, "state", None))
+    return logits, _container(model, cache, getattr(out, "state", None))
 
 
 def _ids_tensor(model, ids):

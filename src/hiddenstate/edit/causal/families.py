@@ -215,6 +215,6 @@ class FamilyTracer:
         new = torch.as_tensor(new, device=device).to(dtype).contiguous()
 
         def replace(module, args, kwargs, out):
-            return (new, *out[1:]) if isinstance(out, tuple) else new
+            return self.family.rebuild(out, new)  # the mixer's own output form (ZAYA's (q, k, v) from its view)
 
         return run_model(self.model, self.ids, {self.mixers[i]: replace})

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from hiddenstate.interop.families.qwen3_5_text import NOTES, qwen3_5_family, text_config
 
-__all__ = ["FAMILY", "run", "tiny_config"]
+__all__ = ["FAMILY", "head", "run", "tiny_config"]
 
 
 def run(model, ids):
@@ -34,9 +34,24 @@ def run(model, ids):
         ``model.proj`` of ``model.model(input_ids=ids, use_cache=False).last_hidden_state``,
         soft-capped as the model's forward does when ``config.softcap`` is set.
     """
+    return head(model, model.model(input_ids=ids, use_cache=False).last_hidden_state)
+
+
+def head(model, hidden):
+    """JEV's decision head on the backbone's hidden states: ``model.proj``, soft-capped as its forward does.
+
+    Parameters
+    ----------
+    model : transformers JevForDecision
+    hidden : torch.Tensor of shape (N, T, M)
+        The text backbone's last hidden states.
+
+    Returns
+    -------
+    torch.Tensor of shape (N, T, num_verbalizers)
+    """
     import torch
 
-    hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state
     scores = model.proj(hidden.to(model.proj.weight.dtype))
     cap = model.config.softcap
     return scores if cap is None else cap * torch.tanh(scores / cap)
@@ -59,4 +74,4 @@ def tiny_config():
 FAMILY = replace(qwen3_5_family("jev", ("JevForDecision",), tiny_config=tiny_config,
                                 notes=NOTES + " The decision head (model.proj, soft-capped label scores) is not "
                                               "recurrent: the layer map is the text backbone's (model.model)."),
-                 run=run)
+                 run=run, head=head)

@@ -146,6 +146,10 @@ class Family:
         compare, a torch tensor (N, T, V); default ``model(input_ids=ids, use_cache=False).logits``.
         For a model whose own forward needs more than token ids (JEV's decision head: the marks
         of its questions), the run of its text backbone and head on every position.
+    head : callable, optional
+        With ``run``: ``head(model, hidden) -> scores``, the head on the text backbone's
+        (``model.model``) last hidden states (N, T, M), so that the cached paths (snapshots, the
+        cache checker) run the backbone with its cache and score what it returns.
     """
 
     name: str
@@ -159,6 +163,7 @@ class Family:
     notes: str = ""
     tiny_config: Callable | None = None
     run: Callable | None = None
+    head: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
