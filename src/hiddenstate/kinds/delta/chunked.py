@@ -148,16 +148,33 @@ def _gram_backward(x, y, G, strict, dM, E=None):
 
 
 def _unit_lower_inverse(A):
-    """``(I + A)^-1`` for strictly lower-triangular A (..., Q, Q), by forward substitution over the rows.
+    """``(I + A)^-1`` for strictly lower-triangular A (..., Q, Q), by blocked forward substitution.
 
-    Row i of the inverse is ``e_i - sum_{j<i} A_ij X_j``: Q vectorised steps over the whole
-    stack (a quarter of the work of an LU-based inverse, and no pivoting to undo).
+    The diagonal blocks of :data:`SUB_BLOCK` rows are inverted together, row by row (row i of a
+    block's inverse is ``e_i - sum_{j<i} A_ij X_j``); then each block row I below them is
+    ``X[I, :I] = -X_II A[I, :I] X[:I, :I]`` (the leading part ``X[:I, :I]`` is already the inverse
+    of the leading principal block): SUB_BLOCK + Q / SUB_BLOCK vectorised steps instead of Q.
     """
     Q = A.shape[-1]
     X = np.zeros_like(A)
-    X[..., np.arange(Q), np.arange(Q)] = 1.0
-    for i in range(1, Q):
-        X[..., i, :i] = -(A[..., i:i + 1, :i] @ X[..., :i, :i])[..., 0, :]
+    idx = np.arange(Q)
+    X[..., idx, idx] = 1.0
+    B = min(SUB_BLOCK, Q)
+    nb, rest = divmod(Q, B)
+    if rest:  # a chunk that is not a whole number of blocks: plain forward substitution
+        for i in range(1, Q):
+            X[..., i, :i] = -(A[..., i:i + 1, :i] @ X[..., :i, :i])[..., 0, :]
+        return X
+    # the diagonal blocks as one stack (..., nb, B, B) (views of the blocks of A and X)
+    shape = A.shape[:-2] + (nb, B, B)
+    Ad = np.lib.stride_tricks.as_strided(A, shape, A.strides[:-2] + (B * sum(A.strides[-2:]),) + A.strides[-2:],
+                                         writeable=False)
+    Xd = np.lib.stride_tricks.as_strided(X, shape, X.strides[:-2] + (B * sum(X.strides[-2:]),) + X.strides[-2:])
+    for i in range(1, B):
+        Xd[..., i, :i] = -(Ad[..., i:i + 1, :i] @ Xd[..., :i, :i])[..., 0, :]
+    for b in range(B, Q, B):
+        e = b + B
+        X[..., b:e, :b] = -(X[..., b:e, b:e] @ (A[..., b:e, :b] @ X[..., :b, :b]))
     return X
 
 
