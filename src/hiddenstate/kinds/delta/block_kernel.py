@@ -64,7 +64,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hiddenstate.core.functional import sigmoid, sigmoid_tanh
+from hiddenstate.core.functional import sigmoid
 from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
 
 __all__ = ["GATES", "KDA_LAYOUTS", "LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward",
@@ -239,7 +239,7 @@ def param_names(spec) -> dict[str, str]:
 
 
 def _silu(c):
-    """``silu(c) = c sigmoid(c)`` and what its derivative needs, with the kernels' one-``tanh`` sigmoid (absolute accuracy).
+    """``silu(c) = c sigmoid(c)`` and what its derivative needs; the sigmoid as ``1 / (1 + exp(-c))``, in place.
 
     Parameters
     ----------
@@ -251,7 +251,11 @@ def _silu(c):
     parts : pair of ndarray
         ``(c, sigmoid(c))``, for :func:`_silu_grad` (the derivative is formed only by a backward pass).
     """
-    s = sigmoid_tanh(c)
+    s = np.negative(c)
+    with np.errstate(over="ignore"):  # exp(-c) overflows to inf for very negative c: s = 1 / inf = 0
+        np.exp(s, out=s)
+    s += 1.0
+    np.reciprocal(s, out=s)
     return c * s, (c, s)
 
 

@@ -83,7 +83,9 @@ def _diagonal_parts(G, b, e):
 def _scalar_factors(G):
     """``exp(G_i - G_j)`` on and below the diagonal, 0 above, for a decay of width 1: (..., Q, Q)."""
     Q = G.shape[-2]
-    return np.exp(np.where(_tril(Q, False), G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+    d = G[..., :, None, 0] - G[..., None, :, 0]
+    np.copyto(d, -np.inf, where=~_tril(Q, False))
+    return np.exp(d, out=d)
 
 
 def _zero_diagonal(M):
