@@ -37,10 +37,9 @@ def _chunked(x, Q):
     T = x.shape[0]
     C = -(-T // Q)
     x = np.moveaxis(x, 0, 2)  # (N, H, T, ...)
-    pad = [(0, 0)] * x.ndim
-    pad[2] = (0, C * Q - T)
-    x = np.pad(x, pad)
-    return np.ascontiguousarray(x.reshape(x.shape[:2] + (C, Q) + x.shape[3:]))
+    out = (np.empty if C * Q == T else np.zeros)(x.shape[:2] + (C * Q,) + x.shape[3:], dtype=x.dtype)
+    out[:, :, :T] = x  # one copy (np.pad makes several passes)
+    return out.reshape(x.shape[:2] + (C, Q) + x.shape[3:])
 
 
 def _unchunked(x, T):
@@ -217,7 +216,9 @@ def chunk_forward(q, k, v, g, beta, S0, Q):
     Gk = _gram(kc, kc, G, True, E)  # (N, H, C, Q, Q)
     Tinv = _unit_lower_inverse(bc * Gk)
     W = bc * kc * eG  # (N, H, C, Q, Dk)
-    U0, Kc = Tinv @ (bc * vc), Tinv @ W
+    Dv = vc.shape[-1]
+    UK = Tinv @ np.concatenate([bc * vc, W], axis=-1)  # one product for both right-hand sides
+    U0, Kc = UK[..., :Dv], UK[..., Dv:]
     Attn = _gram(qc, kc, G, False, E)
     Qd = qc * eG
     eGl = np.exp(G[..., -1:, :])  # (N, H, C, 1, Dg)
