@@ -350,18 +350,23 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
     Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
     r, kimi = Hv // Hk, spec.layout in KDA_LAYOUTS
     names = param_names(spec)
-    chains, hidden, orders = {}, {}, _row_orders(spec)
-    for out, ws in _chains(spec).items():
-        x = u
-        for i, w in enumerate(ws):
-            if i:
-                hidden[out] = x
-            x = _mm(x, (p[w] if i < len(ws) - 1 or out not in orders else p[w][orders[out]]).T)
-        chains[out] = x
+    chains, hidden, orders, off = {}, {}, _row_orders(spec), {}
+    single = {c: ws[0] for c, ws in _chains(spec).items() if len(ws) == 1}  # one product for all of these
+    Ws = [p[w] if c not in orders else p[w][orders[c]] for c, w in single.items()]
+    X = _mm(u, (np.concatenate(Ws) if len(Ws) > 1 else Ws[0]).T)
+    start = 0
+    for c, W in zip(single, Ws):
+        off[c], chains[c] = start, X[..., start:start + W.shape[0]]
+        start += W.shape[0]
+    for out, ws in _chains(spec).items():  # the low-rank pairs (Kimi's gates)
+        if len(ws) > 1:
+            hidden[out] = _mm(u, p[ws[0]].T)
+            chains[out] = _mm(hidden[out], p[ws[1]].T)
     pieces = _pieces(spec)
     pre = {n: (chains[c] if sl is None else chains[c][..., sl]) for n, (c, sl) in pieces.items()}
-    if pieces["q"][0] == pieces["v"][0]:  # q, k, v side by side in one product
-        xqkv = chains[pieces["q"][0]][..., :2 * Hk * Dk + Hv * Dv]
+    at = [off.get(pieces[n][0], -1) + (0 if pieces[n][1] is None else pieces[n][1].start) for n in "qkv"]
+    if at == [0, Hk * Dk, 2 * Hk * Dk]:  # q, k, v side by side at the start of the one product
+        xqkv = X[..., :2 * Hk * Dk + Hv * Dv]
     else:
         xqkv = np.concatenate([pre["q"], pre["k"], pre["v"]], axis=-1)  # (T, N, Dc)
     xpad = np.concatenate([conv0.transpose(2, 0, 1), xqkv], axis=0)  # (K-1+T, N, Dc)
