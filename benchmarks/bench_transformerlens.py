@@ -118,7 +118,7 @@ def worker(runner, directory, T) -> dict:
         def capture():
             with torch.no_grad():
                 _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n.endswith("hook_ssm_state"))
-            return [cache[k] for k in cache.keys()]
+            return [v for _, v in cache.items()]
     else:
         from hiddenstate.interop.families.hooks import recompute_layers
 
