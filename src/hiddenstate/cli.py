@@ -218,6 +218,10 @@ def _build_parser() -> argparse.ArgumentParser:
     md.add_argument("--record-dtype", choices=("float64", "float32"), default=None,
                     help="the recorded states' dtype (default float64; float32 halves them, the recomputation "
                          "and its check stay float64)")
+    md.add_argument("--window", metavar="START:STOP", help="keep (record, analyse, report) only the states of "
+                    "positions START to STOP-1; every step is still computed (default all)")
+    md.add_argument("--stride", type=_typed("--stride", int, positive_int), default=None, metavar="K",
+                    help="keep every K-th step of the window (default 1)")
     md.add_argument("--save-states", metavar="FILE.safetensors",
                     help="also write every recorded step's states of those layers to FILE (safetensors: one tensor "
                          "layer{L}.{state} of shape (S, N, ...) each; a previous states file is replaced)")

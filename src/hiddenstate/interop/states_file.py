@@ -159,6 +159,8 @@ def save_states(analysis, path, *, layers=None, heads=None, window=None, stride:
     stride = positive_int("stride", stride)
     T = next(iter(chosen[0][1].values())).shape[0]
     steps = np.asarray(_window(window, T)[::stride], dtype=np.int64)
+    kept = analysis.meta.get("steps")  # records cut to a window: their steps' positions in the input
+    positions = steps if kept is None else np.asarray(kept, dtype=np.int64)[steps]
     tensors, index = {}, {}
     for layer, states in chosen:
         for name, array in states.items():
@@ -172,7 +174,7 @@ def save_states(analysis, path, *, layers=None, heads=None, window=None, stride:
             part = array[steps] if keep is None else array[steps][:, :, keep]
             key = f"layer{layer}.{name}"
             tensors[key] = np.ascontiguousarray(part, dtype=out_dtype)
-            index[key] = {"layer": layer, "state": name, "steps": steps.tolist(), "heads": keep}
+            index[key] = {"layer": layer, "state": name, "steps": positions.tolist(), "heads": keep}
     target = states_target(path, overwrite)
     metadata = {"format": FORMAT, "model": model, "kind": kind.name, "dtype": out_dtype.name,
                 "index": json.dumps(index)}

@@ -225,15 +225,18 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
         kept_text = None if text is None else [text[t] for t in rc.steps if t < len(text)]
         text = None if not kept_text else ("".join(kept_text) if isinstance(text, str) else kept_text)
         tokens = None if tokens is None else np.asarray(tokens)[rc.steps]
-    return analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
-                           tokens=tokens, max_lag=max_lag, text=text,
-                           model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,
-                           recomputed=rc.errors, layer_map=rc.layer_map, echo=echo)
+    an = analyze_records(layer_kind(rc.family.kind), rc.records, x=arr, ids=True, batch_first=True,
+                         tokens=tokens, max_lag=max_lag, text=text,
+                         model_name=model_name or f"transformers {type(model).__name__}", layers=rc.layers,
+                         recomputed=rc.errors, layer_map=rc.layer_map, echo=echo)
+    if rc.steps is not None:  # the input's positions of the kept steps (a states file names them)
+        an.meta["steps"] = [int(t) for t in rc.steps]
+    return an
 
 
 def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_lag: int = 30, text=None, tokens=None,
                             source=None, layers=None, max_bytes=MAX_BYTES, needs_text: str | None = None,
-                            record_dtype="float64", echo=None) -> StateAnalysis:
+                            record_dtype="float64", window=None, stride: int = 1, echo=None) -> StateAnalysis:
     """:func:`hiddenstate.inspect_model` of a model of recurrent layers: measure it and optionally write its report.
 
     Parameters
@@ -268,6 +271,11 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
         ``text=``. Used by the summary and the report's "Not measured" card alike.
     record_dtype : {"float64", "float32"}, default "float64"
         A transformers model's records' dtype (see :func:`analyze_family_model`).
+    window : (int, int), optional
+        A transformers model's kept positions ``start <= t < stop`` (see :func:`analyze_family_model`;
+        default all): the records, the analyses and the report are of those steps.
+    stride : int, default 1
+        Keep every ``stride``-th step of the window.
     echo : callable, optional
         ``echo(line)`` is told each stage of a transformers model's inspection
         (:func:`analyze_family_model`), then the report's writing.
@@ -290,6 +298,10 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
         if layers is not None:
             raise ValueError(f"layers must be None for a hiddenstate {type(model).__name__} (every layer is traced); "
                              f"got {layers!r}. It selects the recorded layers of a transformers model.")
+        if window is not None or stride != 1:
+            raise ValueError(f"window and stride apply to a transformers model (whose layers are recomputed and cut "
+                             f"to the kept steps); got window={window!r}, stride={stride!r} for a hiddenstate "
+                             f"{type(model).__name__}. Pass a shorter x instead.")
         source = source or f"hiddenstate {type(model).__name__}"
         analyze = analyze_mamba2 if isinstance(model, (Mamba2, Mamba2LM)) else analyze_mamba
         an = analyze(model, x, states, max_lag=max_lag, model_name=source, text=text, tokens=tokens)
@@ -300,7 +312,8 @@ def inspect_recurrent_model(model, x, states=None, *, out=None, title=None, max_
                              "the recurrent layers are recomputed from, starts from zero states; got a state.")
         source = source or f"transformers {type(model).__name__}"
         an = analyze_family_model(model, x, layers=layers, max_bytes=max_bytes, max_lag=max_lag, text=text,
-                                  tokens=tokens, model_name=source, record_dtype=record_dtype, echo=echo)
+                                  tokens=tokens, model_name=source, record_dtype=record_dtype, window=window,
+                                  stride=stride, echo=echo)
         errors = [la.recomputed for la in an.layers]
         n_rec = sum(e.role == "recurrent" for e in an.layer_map)
         subtitle = (f"{source}: {len(an.layers)} of its {n_rec} recurrent layer(s) ({len(an.layer_map)} layers in "

@@ -277,11 +277,13 @@ def model_dir_inspect(args, path: str) -> int:
     from hiddenstate.interop.families import MAX_BYTES
     from hiddenstate.interop.families.config_file import model_request
     from hiddenstate.interop.families.directory import TOKENIZER_FILE, load_model_dir, token_strings, tokenize
+    from hiddenstate.interop.families.hooks import kept_steps
     from hiddenstate.pipelines.app import check_report_path
     from hiddenstate.pipelines.family_inspection import inspect_recurrent_model
     from hiddenstate.train.corpus import load_text
 
     layers = None if args.layers is None else layer_list("--layers", args.layers)
+    window, stride = window_arg("--window", getattr(args, "window", None)), getattr(args, "stride", None) or 1
     max_bytes = MAX_BYTES if args.max_bytes is None else parse_bytes(args.max_bytes, name="--max-bytes")
     record_dtype = args.record_dtype or "float64"
     flags = {"kind": args.kind, "nonlinearity": args.nonlinearity, "reset_after": args.reset_after,
@@ -312,13 +314,15 @@ def model_dir_inspect(args, path: str) -> int:
         text = "".join(pieces) if all(len(piece) == 1 for piece in pieces) else pieces
         needs = None
     started = time.perf_counter()
-    model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype)
+    T = request.ids.shape[1]
+    kept = len(range(T)[kept_steps(T, window, stride)])  # the window checked against the ids before any weight
+    model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype, kept=kept)
     _stage(f"loaded the {type(model).__name__} from '{path}' in {time.perf_counter() - started:.1f} s")
     source = f"transformers {type(model).__name__} from '{path}'"
     out = check_report_path(args.out)
     analysis = inspect_recurrent_model(model, request.ids, out=out, text=text, source=source, layers=request.layers,
                                        needs_text=needs, max_bytes=max_bytes, record_dtype=record_dtype,
-                                       max_lag=getattr(args, "max_lag", None),
+                                       max_lag=getattr(args, "max_lag", None), window=window, stride=stride,
                                        echo=_stage)  # every stage on stderr, a terminal or not: no progress bar here
     print(analysis.summary())
     print(f"report: {out}")
@@ -329,6 +333,33 @@ def model_dir_inspect(args, path: str) -> int:
         saved = save_states(analysis, states.pop("path"), overwrite=True, **states)
         print(f"states: {saved} (every recorded layer's states; hiddenstate.interop.states_file.load_states reads them)")
     return 0
+
+
+def window_arg(flag: str, window: str | None) -> tuple[int, int] | None:
+    """A ``START:STOP`` flag as two ints (None stays None).
+
+    Parameters
+    ----------
+    flag : str
+        The flag's name, for the message.
+    window : str or None
+        What the command line gave.
+
+    Returns
+    -------
+    (int, int) or None
+
+    Raises
+    ------
+    ValueError
+        Not two non-negative integers around one colon.
+    """
+    if window is None:
+        return None
+    start, sep, stop = window.partition(":")
+    if not sep or not start.strip().isdigit() or not stop.strip().isdigit():
+        raise ValueError(f"{flag} must be START:STOP, two step positions (e.g. 0:100); got {window!r}.")
+    return int(start), int(stop)
 
 
 def states_options(args) -> dict | None:
@@ -362,11 +393,7 @@ def states_options(args) -> dict | None:
             raise ValueError(f"{', '.join(extra)} {'needs' if len(extra) == 1 else 'need'} --save-states FILE (the "
                              f"file the states go to); got {', '.join(extra)} alone.")
         return None
-    if window is not None:
-        start, sep, stop = window.partition(":")
-        if not sep or not start.strip().isdigit() or not stop.strip().isdigit():
-            raise ValueError(f"--states-window must be START:STOP, two step positions (e.g. 0:100); got {window!r}.")
-        window = (int(start), int(stop))
+    window = window_arg("--states-window", window)
     if heads is not None:
         parts = heads.split(",")
         if not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
@@ -436,6 +463,7 @@ def run_inspect(args) -> int:
                             ("--record-dtype", getattr(args, "record_dtype", None)),
                             ("--save-states", getattr(args, "save_states", None)),
                             ("--states-window", getattr(args, "states_window", None)),
+                            ("--window", getattr(args, "window", None)), ("--stride", getattr(args, "stride", None)),
                             ("--states-heads", getattr(args, "states_heads", None)))
              if v is not None]
     if given:

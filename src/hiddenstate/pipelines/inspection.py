@@ -261,7 +261,7 @@ def _check_x(x, layer, source: str) -> np.ndarray:
 def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tokens=None, out=None, title=None,
                   max_lag: int = 30, n_fixed_point_starts: int = 32, rng=None, echo=None,
                   source: str | None = None, layers=None, max_bytes=MAX_BYTES,
-                  record_dtype="float64") -> Analysis | InsideAnalysis:
+                  record_dtype="float64", window=None, stride: int = 1) -> Analysis | InsideAnalysis:
     """Measure the hidden state of a recurrent model trained anywhere, and optionally write its report.
 
     Parameters
@@ -338,6 +338,13 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     record_dtype : {"float64", "float32"}, default "float64"
         A transformers model's records' dtype: ``"float32"`` halves them (the recomputation and
         its check against the model's output stay float64).
+    window : (int, int), optional
+        A transformers model's positions ``start <= t < stop`` whose states are kept (default all):
+        every step is still computed (a state depends on all before it), but each layer's record is
+        cut to the kept steps as soon as it is checked, and the analyses and report read only them;
+        the memory estimate held to ``max_bytes`` follows. Refused for any other model.
+    stride : int, default 1
+        With ``window`` (or alone): keep every ``stride``-th step, the first included.
 
     Returns
     -------
@@ -373,7 +380,7 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
     if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):  # a model directory: x its token ids
         named_dir = model
         model, request, named = open_request(model, x, layers=layers, max_bytes=max_bytes,
-                                              record_dtype=record_dtype)
+                                              record_dtype=record_dtype, window=window, stride=stride)
         if isinstance(x, str) and text is None:  # a text: the tokens' pieces are the units of text (any tokenizer)
             pieces = token_strings(named_dir, request.ids)
             text = "".join(pieces) if all(len(p) == 1 for p in pieces) else pieces
@@ -385,7 +392,12 @@ def inspect_model(model, x, *, h0=None, lengths=None, text=None, vocab=None, tok
         if vocab is not None:
             raise ValueError("vocab must be None unless model is a CharRNN; got a vocabulary. Pass text= instead.")
         return inspect_recurrent_model(model, x, h0, out=out, title=title, max_lag=max_lag, text=text, tokens=tokens,
-                             source=source, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype)
+                             source=source, layers=layers, max_bytes=max_bytes, record_dtype=record_dtype,
+                             window=window, stride=stride)
+    if window is not None or stride != 1:
+        raise ValueError(f"window and stride apply to a transformers model of a registered family (whose recurrent "
+                         f"layers are recomputed and cut to the kept steps); got window={window!r:.40}, "
+                         f"stride={stride!r:.20} for a {type(model).__name__}. Pass a shorter x instead.")
     if record_dtype != "float64":
         raise ValueError(f"record_dtype must be 'float64' unless model is a transformers model of a registered family "
                          f"(whose recurrent layers are recomputed and recorded); got {record_dtype!r:.40}.")

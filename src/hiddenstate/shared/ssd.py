@@ -40,10 +40,13 @@ def _decays(a):
     """
     Q = a.shape[0]
     e = np.exp(np.moveaxis(a, 0, -1))  # (N, H, Q): exp(a_k)
-    after = np.triu(np.ones((Q, Q), dtype=bool), 1)  # [j, k]: k > j
-    X = np.where(after, e[..., None, :], 1.0)  # (N, H, Q j, Q k): exp(a_k) where k > j
-    L = np.cumprod(X, axis=-1).swapaxes(-1, -2)  # [i, j]: the product over j < k <= i
-    L = np.where(np.tril(np.ones((Q, Q), dtype=bool)), L, 0.0)
+    upto = np.tri(Q, Q, 0, dtype=bool)  # [j, k]: k <= j
+    X = np.empty(e.shape[:-1] + (Q, Q), dtype=e.dtype)  # (N, H, Q j, Q k): exp(a_k) where k > j, else 1
+    X[...] = e[..., None, :]
+    np.copyto(X, 1.0, where=upto)
+    np.cumprod(X, axis=-1, out=X)  # [j, i]: the product over j < k <= i (1 for i <= j)
+    L = X.swapaxes(-1, -2)  # [i, j]
+    np.copyto(L, 0.0, where=upto.T & ~np.eye(Q, dtype=bool))  # 0 above the diagonal
     return L, np.cumsum(a, axis=0)
 
 

@@ -61,7 +61,7 @@ from hiddenstate.interop.families.config_file import (
     read_json,
     special_floats,
 )
-from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes
+from hiddenstate.interop.families.hooks import MAX_BYTES, estimate_bytes, kept_steps
 from hiddenstate.interop.safetensors_header import read_header
 
 __all__ = ["CONFIG_FILE", "INDEX_FILE", "MAX_JSON_BYTES", "TOKENIZER_FILE", "WEIGHTS_FILE", "ModelRequest",
@@ -349,7 +349,7 @@ def tokenize(directory, text: str) -> np.ndarray:
 
 
 def _check_records(model, family, ids, layers, max_bytes, weights: int, source: str,
-                   record_dtype: str = "float64") -> None:
+                   record_dtype: str = "float64", kept=None) -> None:
     """Records of the chosen layers under max_bytes, weights within memory: one line each (before any allocation)."""
     import torch
 
@@ -364,7 +364,7 @@ def _check_records(model, family, ids, layers, max_bytes, weights: int, source: 
                     t.zero_()
     N, T = ids.shape
     try:
-        per = estimate_bytes(model, T, N, layers=layers, record_dtype=record_dtype)
+        per = estimate_bytes(model, T, N, layers=layers, record_dtype=record_dtype, kept=kept)
     except ValueError as error:  # a family that checks buffers the zeroed stand-in lacks (Falcon-H1's mup_vector)
         if str(error).startswith("layers must"):
             raise
@@ -395,7 +395,7 @@ def _given(request, **given) -> None:
                         f"{' and '.join(extra)}); got {', '.join(type(given[k]).__name__ for k in extra)}.")
 
 
-def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, record_dtype="float64"):
+def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, record_dtype="float64", kept=None):
     """Build a registered family's transformers model from a ``save_pretrained`` directory, offline and checked.
 
     Parameters
@@ -415,6 +415,8 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, rec
         The cap on the records (None: none).
     record_dtype : {"float64", "float32"}, default "float64"
         The dtype the records will be kept in (what the cap is held to).
+    kept : int, optional
+        Steps of each sequence the records will keep (a window and stride; default all T).
 
     Returns
     -------
@@ -462,7 +464,7 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, rec
     weights = sum(p.numel() * p.element_size() for p in shell.parameters()) + sum(
         e.nbytes for _, e in headers.values())  # the model, and the tensors read before they are copied into it
     if ids is not None:
-        _check_records(shell, request.family, ids, layers, max_bytes, weights, source, record_dtype)
+        _check_records(shell, request.family, ids, layers, max_bytes, weights, source, record_dtype, kept)
     else:
         check_memory(f"loading {source}", weights, "Use a machine with more memory.")
     del shell
@@ -473,7 +475,8 @@ def load_model_dir(directory, ids=None, *, layers=None, max_bytes=MAX_BYTES, rec
     return model.eval()
 
 
-def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES, record_dtype="float64"):
+def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES, record_dtype="float64", window=None,
+                 stride: int = 1):
     """``inspect_model(DIR, x)``: the directory's model and the checked request it was loaded by.
 
     Parameters
@@ -488,6 +491,11 @@ def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES, record_dtype
         The cap on their records, checked before the model is built.
     record_dtype : {"float64", "float32"}, default "float64"
         The dtype the records will be kept in (what the cap is held to).
+    window : (int, int), optional
+        The positions the records will keep (:func:`~hiddenstate.interop.families.hooks.kept_steps`;
+        default all), checked against the ids and held to the cap as such.
+    stride : int, default 1
+        Every ``stride``-th step of the window.
 
     Returns
     -------
@@ -516,7 +524,8 @@ def open_request(directory, x, *, layers=None, max_bytes=MAX_BYTES, record_dtype
         x = tokenize(directory, x)
         name = f"x, tokenised by '{Path(directory) / TOKENIZER_FILE}',"
     request = request.with_ids(x, name=name)  # vocab_size before the model is built
-    model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype)
+    kept = len(range(request.ids.shape[1])[kept_steps(request.ids.shape[1], window, stride)])
+    model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype, kept=kept)
     return model, request, f"transformers {type(model).__name__} from '{shown}'"
 
 

@@ -118,7 +118,7 @@ import numpy as np
 from hiddenstate.core.resources import traced_peak
 from hiddenstate.core.validation import nonnegative_int, positive_int, real, shape_str
 from hiddenstate.interop.families.registry import Family, family_of
-from hiddenstate.kinds import get_kind
+from hiddenstate.kinds import get_kind, record_forward
 from hiddenstate.kinds.agreement import Agreement
 
 __all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "kept_steps", "recompute_bytes",
@@ -403,6 +403,53 @@ def kept_steps(T: int, window=None, stride: int = 1) -> slice:
     return slice(start, stop, stride)
 
 
+#: Steps per piece of a windowed recomputation, a multiple of 64 (the chunked kernels' chunk): at least
+#: this, else about an eighth of the input (:func:`_segment`).
+SEGMENT = 256
+
+
+def _segment(T: int) -> int:
+    """Steps per piece of a windowed recomputation of T steps: about T / 8, a multiple of 64, at least :data:`SEGMENT`."""
+    return max(SEGMENT, 64 * -(-T // 512))
+
+
+def _segmentable(kind, extra, N: int, T: int) -> bool:
+    """Whether a layer can be recomputed piece by piece: the kind's default run, and extras (N, T) if any."""
+    return kind.run is record_forward and all(getattr(v, "shape", None) == (N, T) for v in extra.values())
+
+
+def _run_kept(kind, blk, u, extra, keep: slice, cast):
+    """A layer's output on u (N, T, M) and its record of the ``keep`` steps only, in ``cast``, piece by piece.
+
+    The block runs over pieces of :func:`_segment` steps, its state carried from one to the
+    next (the same recurrence, cut at chunk boundaries); each piece's record is copied into the
+    kept arrays (allocated once, at the first piece that keeps a step) and freed, so the whole
+    record never exists: the peak is one piece's run beside the kept steps.
+    """
+    N, T = u.shape[:2]
+    L, steps = _segment(T), np.arange(T)[keep]
+    out, state, kept, filled, fixed, rtype = np.empty_like(u), None, None, 0, None, None
+    for s in range(0, T, L):
+        e = min(s + L, T)
+        part = {k: v[:, s:e] for k, v in extra.items()}
+        here = steps[(steps >= s) & (steps < e)] - s
+        o, state, cache, rec = blk.forward(u[:, s:e], state=state, record=True, **part)
+        del cache  # (for a backward pass: not kept into the next piece's run)
+        out[:, s:e] = o
+        rtype = type(rec)
+        if kept is None and here.size:
+            fixed = [not (isinstance(a, np.ndarray) and a.ndim >= 2 and a.shape[:2] == (e - s, N)) for a in rec]
+            kept = [a if f else np.empty((steps.size, N) + a.shape[2:], dtype=cast if a.dtype == np.float64 else
+                                         a.dtype) for a, f in zip(rec, fixed)]
+        if here.size:
+            for a, f, dst in zip(rec, fixed, kept):
+                if not f:
+                    dst[filled:filled + here.size] = a[here]
+            filled += here.size
+        del o, rec
+    return out, rtype(*kept)
+
+
 def _cut(a: np.ndarray, keep: slice, cast, T: int, N: int) -> np.ndarray:
     """A record's array: its kept steps (a time-major (T, N, ...) array) in ``cast`` (float64 arrays), copied."""
     part = a[keep] if a.ndim >= 2 and a.shape[:2] == (T, N) else a
@@ -452,6 +499,7 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
     T, N = nonnegative_int("T", T), nonnegative_int("N", N)
     half = _record_dtype(record_dtype) == np.float32
     costs = step_costs(model, layers=layers) if costs is None else costs
+    pieces = get_kind(family_of(model).kind).run is record_forward  # a window is recomputed piece by piece
     steps = T * N
     copies = _copies(model)
     hooked = {i: steps * c.widths(copies) * c.itemsize for i, c in costs.items()}
@@ -461,9 +509,15 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
         record = steps * c.record
         layer = (0 if c.itemsize == 8 else 2 * io) + max(c.fixed + steps * c.run, record + 3 * io,
                                                          record + record // 2 + io if half else 0)
+        check = 0
         if copies == 3:  # the state-part check: the model's output without its skip, and our block's run
-            layer = max(layer, (0 if c.itemsize == 8 else 3 * io) + record + 4 * io + c.fixed + steps * c.run)
-        if kept is not None and kept < T:  # the kept steps copied out of the whole record
+            check = (0 if c.itemsize == 8 else 3 * io) + record + 4 * io + c.fixed + steps * c.run
+            layer = max(layer, check)
+        if kept is not None and kept < T and pieces:  # piece by piece: one piece's run beside the kept steps
+            record = kept * N * c.record
+            layer = max(check, (0 if c.itemsize == 8 else 2 * io) + io + c.fixed + min(_segment(T), T) * N * c.run
+                        + record // (2 if half else 1))
+        elif kept is not None and kept < T:  # the kept steps copied out of the whole record
             layer = max(layer, (0 if c.itemsize == 8 else 2 * io) + record + io + kept * N * c.record // (2 if half else 1))
             record = kept * N * c.record
         peak = max(peak, done + sum(hooked[j] for j in costs if j >= i) + layer)
@@ -471,7 +525,7 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
     return peak
 
 
-def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", costs=None) -> dict:
+def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64", costs=None, kept=None) -> dict:
     """What recording ``layers`` of ``model`` on N sequences of T steps takes, before anything runs.
 
     Parameters
@@ -486,6 +540,8 @@ def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64"
         The records' dtype.
     costs : dict of int to StepCost, optional
         :func:`step_costs` of the same model and layers (default: measured here).
+    kept : int, optional
+        Steps of each sequence the records keep (a ``window`` and ``stride``; default T).
 
     Returns
     -------
@@ -505,7 +561,8 @@ def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64"
     T, N = nonnegative_int("T", T), nonnegative_int("N", N)
     half = _record_dtype(record_dtype) == np.float32
     copies = _copies(model)
-    return {i: T * N * ((c.record // 2 if half else c.record) + c.widths(copies) * c.itemsize)
+    kept = T if kept is None else min(nonnegative_int("kept", kept), T)
+    return {i: N * (kept * (c.record // 2 if half else c.record) + T * c.widths(copies) * c.itemsize)
             for i, c in (step_costs(model, layers=layers) if costs is None else costs).items()}
 
 
@@ -707,7 +764,8 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
             raise ValueError(f"layer {i} ({names[i]})'s hooked input and output must have shape (N={N}, T={T}, "
                              f"M={blk.d_model}) and (N, T, {width}); got {shape_str(u.shape)} and "
                              f"{shape_str(theirs.shape)}.")
-        ours, rec = kind.run(blk, u, **extra)
+        pieces = kept < T and _segmentable(kind, extra, N, T)
+        ours, rec = _run_kept(kind, blk, u, extra, keep, cast) if pieces else kind.run(blk, u, **extra)
         err = _relative(ours, theirs)
         what = f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the model's own"
         if not err <= tol:
@@ -721,7 +779,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
                                  f"{state_err:.3g} of its largest value, above the tolerance {tol:.3g}: the state "
                                  f"part (the recurrence) disagrees, not analysed. {why}")
         err = Agreement(err, 1.0 if kind.share is None else kind.share(blk, rec), state_err, tol)
-        if cast is not np.float64 or kept < T:  # copies: the whole record is freed
+        if not pieces and (cast is not np.float64 or kept < T):  # copies: the whole record is freed
             rec = type(rec)(*(_cut(a, keep, cast, T, N) if isinstance(a, np.ndarray) else a for a in rec))
         records.append(rec)
         errors.append(err)

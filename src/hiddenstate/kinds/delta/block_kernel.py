@@ -64,7 +64,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hiddenstate.core.functional import sigmoid, sigmoid_tanh
+from hiddenstate.core.functional import sigmoid
 from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
 
 __all__ = ["GATES", "KDA_LAYOUTS", "LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward",
@@ -187,22 +187,34 @@ def _chains(spec):
 
 
 def _pieces(spec):
-    """{piece: (chain output, column index or None)}: where q, k, v, z, b, a sit in the chain outputs."""
+    """{piece: (chain output, column slice or None)}: where q, k, v, z, b, a sit in the chain outputs.
+
+    The columns are those of the chain's last weight with its rows in :func:`_row_orders`' order.
+    """
+    Dq, Dv = spec.Hk * spec.Dk, spec.Hv * spec.Dv
     if spec.layout == "qwen3_5":  # q, k, v side by side in one projection, the rest one each
-        Dq, Dv = spec.Hk * spec.Dk, spec.Hv * spec.Dv
-        return {"q": ("qkv", np.arange(Dq)), "k": ("qkv", Dq + np.arange(Dq)), "v": ("qkv", 2 * Dq + np.arange(Dv)),
+        return {"q": ("qkv", slice(0, Dq)), "k": ("qkv", slice(Dq, 2 * Dq)), "v": ("qkv", slice(2 * Dq, None)),
                 "z": ("z", None), "b": ("b", None), "a": ("a", None)}
     if spec.layout != "qwen3_next":
         return {n: (n, None) for n in "qkvzba"}
+    return {"q": ("qkvz", slice(0, Dq)), "k": ("qkvz", slice(Dq, 2 * Dq)), "v": ("qkvz", slice(2 * Dq, 2 * Dq + Dv)),
+            "z": ("qkvz", slice(2 * Dq + Dv, None)), "b": ("ba", slice(0, spec.Hv)), "a": ("ba", slice(spec.Hv, None))}
+
+
+def _row_orders(spec):
+    """{chain output: row order of its last weight or None}: Qwen3-Next's rows regrouped piece by piece.
+
+    ``in_proj_qkvz`` holds per key head the rows ``q, k, v, z`` and ``in_proj_ba`` per key head
+    ``b, a``; taken in this order, each piece is one slice of the product (:func:`_pieces`), so
+    nothing is gathered column by column.
+    """
+    if spec.layout != "qwen3_next":
+        return {}
     Hk, Dk, Dv, r = spec.Hk, spec.Dk, spec.Dv, spec.Hv // spec.Hk
-    w = 2 * Dk + 2 * r * Dv
-    base = np.arange(Hk)[:, None] * w  # each key head's block of rows
-    cols = {"q": base + np.arange(Dk), "k": base + Dk + np.arange(Dk), "v": base + 2 * Dk + np.arange(r * Dv),
-            "z": base + 2 * Dk + r * Dv + np.arange(r * Dv)}
-    out = {n: ("qkvz", c.ravel()) for n, c in cols.items()}
-    out["b"] = ("ba", (np.arange(Hk)[:, None] * 2 * r + np.arange(r)).ravel())
-    out["a"] = ("ba", (np.arange(Hk)[:, None] * 2 * r + r + np.arange(r)).ravel())
-    return out
+    base = np.arange(Hk)[:, None] * (2 * Dk + 2 * r * Dv)  # each key head's block of rows
+    qkvz = [base + o + np.arange(n) for o, n in ((0, Dk), (Dk, Dk), (2 * Dk, r * Dv), (2 * Dk + r * Dv, r * Dv))]
+    ba = [np.arange(Hk)[:, None] * 2 * r + o + np.arange(r) for o in (0, r)]
+    return {"qkvz": np.concatenate([c.ravel() for c in qkvz]), "ba": np.concatenate([c.ravel() for c in ba])}
 
 
 def param_names(spec) -> dict[str, str]:
@@ -227,7 +239,7 @@ def param_names(spec) -> dict[str, str]:
 
 
 def _silu(c):
-    """``silu(c) = c sigmoid(c)`` and its derivative, with the kernels' one-``tanh`` sigmoid (absolute accuracy).
+    """``silu(c) = c sigmoid(c)`` and what its derivative needs; the sigmoid as ``1 / (1 + exp(-c))``, in place.
 
     Parameters
     ----------
@@ -235,10 +247,26 @@ def _silu(c):
 
     Returns
     -------
-    value, derivative : ndarray, shape and dtype of ``c``
+    value : ndarray, shape and dtype of ``c``
+    parts : pair of ndarray
+        ``(c, sigmoid(c))``, for :func:`_silu_grad` (the derivative is formed only by a backward pass).
     """
-    s = sigmoid_tanh(c)
-    return c * s, s * (1.0 + c * (1.0 - s))
+    s = np.negative(c)
+    with np.errstate(over="ignore"):  # exp(-c) overflows to inf for very negative c: s = 1 / inf = 0
+        np.exp(s, out=s)
+    s += 1.0
+    np.reciprocal(s, out=s)
+    return c * s, (c, s)
+
+
+def _silu_grad(parts):
+    """The derivative ``s (1 + c (1 - s))`` of silu from :func:`_silu`'s ``parts``."""
+    c, s = parts
+    d = 1.0 - s
+    d *= c
+    d += 1.0
+    d *= s
+    return d
 
 
 def _mm(x, w):
@@ -322,16 +350,25 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
     Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
     r, kimi = Hv // Hk, spec.layout in KDA_LAYOUTS
     names = param_names(spec)
-    chains, hidden = {}, {}
-    for out, ws in _chains(spec).items():
-        x = u
-        for i, w in enumerate(ws):
-            if i:
-                hidden[out] = x
-            x = _mm(x, p[w].T)
-        chains[out] = x
-    pre = {n: (chains[c] if idx is None else chains[c][..., idx]) for n, (c, idx) in _pieces(spec).items()}
-    xqkv = np.concatenate([pre["q"], pre["k"], pre["v"]], axis=-1)  # (T, N, Dc)
+    chains, hidden, orders, off = {}, {}, _row_orders(spec), {}
+    single = {c: ws[0] for c, ws in _chains(spec).items() if len(ws) == 1}  # one product for all of these
+    Ws = [p[w] if c not in orders else p[w][orders[c]] for c, w in single.items()]
+    X = _mm(u, (np.concatenate(Ws) if len(Ws) > 1 else Ws[0]).T)
+    start = 0
+    for c, W in zip(single, Ws):
+        off[c], chains[c] = start, X[..., start:start + W.shape[0]]
+        start += W.shape[0]
+    for out, ws in _chains(spec).items():  # the low-rank pairs (Kimi's gates)
+        if len(ws) > 1:
+            hidden[out] = _mm(u, p[ws[0]].T)
+            chains[out] = _mm(hidden[out], p[ws[1]].T)
+    pieces = _pieces(spec)
+    pre = {n: (chains[c] if sl is None else chains[c][..., sl]) for n, (c, sl) in pieces.items()}
+    at = [off.get(pieces[n][0], -1) + (0 if pieces[n][1] is None else pieces[n][1].start) for n in "qkv"]
+    if at == [0, Hk * Dk, 2 * Hk * Dk]:  # q, k, v side by side at the start of the one product
+        xqkv = X[..., :2 * Hk * Dk + Hv * Dv]
+    else:
+        xqkv = np.concatenate([pre["q"], pre["k"], pre["v"]], axis=-1)  # (T, N, Dc)
     xpad = np.concatenate([conv0.transpose(2, 0, 1), xqkv], axis=0)  # (K-1+T, N, Dc)
     w = np.ascontiguousarray(p[names["conv"]][:, 0, :].T)  # (K, Dc)
     c = xpad[:T] * w[0]
@@ -408,7 +445,7 @@ def block_backward(cache, d_out, d_final):
     d_n = _mm(d_out, p[names["out"]]).reshape(T, N, Hv, Dv)
     nw = p[names["norm"]]
     grads[names["norm"]] = (d_n * y * gate).reshape(-1, Dv).sum(axis=0)
-    d_z = d_n * nw * y * (gate * (1.0 - gate) if d_gate is None else d_gate)
+    d_z = d_n * nw * y * (gate * (1.0 - gate) if d_gate is None else _silu_grad(d_gate))
     d_y = d_n * nw * gate
     d_o = inv * (d_y - y * np.mean(d_y * y, axis=-1, keepdims=True))
     d_qs, d_ks, d_v, d_g, d_beta, d_S0 = delta_backward(kc, d_o, d_S_T)
@@ -431,7 +468,7 @@ def block_backward(cache, d_out, d_final):
     d_act_out = np.concatenate([_l2norm_backward(qn, q_inv, d_qn).reshape(T, N, Hk * Dk),
                                 _l2norm_backward(kn, k_inv, d_kn).reshape(T, N, Hk * Dk),
                                 d_v.reshape(T, N, Hv * Dv)], axis=-1)
-    d_c = d_act_out * d_act  # (T, N, Dc)
+    d_c = d_act_out * _silu_grad(d_act)  # (T, N, Dc)
     w = p[names["conv"]][:, 0, :]
     Dc = w.shape[0]
     d_w = np.empty_like(w)
@@ -445,22 +482,28 @@ def block_backward(cache, d_out, d_final):
     d_x = d_xpad[K - 1:]
     d_pre = {"q": d_x[..., :Hk * Dk], "k": d_x[..., Hk * Dk:2 * Hk * Dk], "v": d_x[..., 2 * Hk * Dk:],
              "z": d_z.reshape(T, N, Hv * Dv), "b": d_b, "a": d_pre_a}
-    chains = _chains(spec)
+    chains, orders = _chains(spec), _row_orders(spec)
     d_chain = {}
-    for name, (c, idx) in _pieces(spec).items():
-        if idx is None:
+    for name, (c, sl) in _pieces(spec).items():
+        if sl is None:
             d_chain[c] = d_pre[name]
         else:
             if c not in d_chain:
                 d_chain[c] = np.zeros((T, N, p[chains[c][-1]].shape[0]), dtype=u.dtype)
-            d_chain[c][..., idx] = d_pre[name]
+            d_chain[c][..., sl] = d_pre[name]
     d_u = np.zeros_like(u)
     for c, ws in chains.items():
         d = d_chain[c]
         for i in range(len(ws) - 1, -1, -1):
             x_in = hidden[c] if i else u
-            grads[ws[i]] = d.reshape(-1, d.shape[-1]).T @ x_in.reshape(-1, x_in.shape[-1])
-            d = _mm(d, p[ws[i]])
+            gw = d.reshape(-1, d.shape[-1]).T @ x_in.reshape(-1, x_in.shape[-1])
+            if i == len(ws) - 1 and c in orders:  # rows back in the weight's own order
+                grads[ws[i]] = np.empty_like(gw)
+                grads[ws[i]][orders[c]] = gw
+                d = _mm(d, p[ws[i]][orders[c]])
+            else:
+                grads[ws[i]] = gw
+                d = _mm(d, p[ws[i]])
         d_u += d
     grads = {key: grads[key] for key in p}
     return grads, d_u, DeltaState(d_S0, np.ascontiguousarray(d_xpad[:K - 1].transpose(1, 2, 0)))

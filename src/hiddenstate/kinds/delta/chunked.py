@@ -37,10 +37,9 @@ def _chunked(x, Q):
     T = x.shape[0]
     C = -(-T // Q)
     x = np.moveaxis(x, 0, 2)  # (N, H, T, ...)
-    pad = [(0, 0)] * x.ndim
-    pad[2] = (0, C * Q - T)
-    x = np.pad(x, pad)
-    return np.ascontiguousarray(x.reshape(x.shape[:2] + (C, Q) + x.shape[3:]))
+    out = (np.empty if C * Q == T else np.zeros)(x.shape[:2] + (C * Q,) + x.shape[3:], dtype=x.dtype)
+    out[:, :, :T] = x  # one copy (np.pad makes several passes)
+    return out.reshape(x.shape[:2] + (C, Q) + x.shape[3:])
 
 
 def _unchunked(x, T):
@@ -83,7 +82,9 @@ def _diagonal_parts(G, b, e):
 def _scalar_factors(G):
     """``exp(G_i - G_j)`` on and below the diagonal, 0 above, for a decay of width 1: (..., Q, Q)."""
     Q = G.shape[-2]
-    return np.exp(np.where(_tril(Q, False), G[..., :, None, 0] - G[..., None, :, 0], -np.inf))
+    d = G[..., :, None, 0] - G[..., None, :, 0]
+    np.copyto(d, -np.inf, where=~_tril(Q, False))
+    return np.exp(d, out=d)
 
 
 def _zero_diagonal(M):
@@ -148,16 +149,33 @@ def _gram_backward(x, y, G, strict, dM, E=None):
 
 
 def _unit_lower_inverse(A):
-    """``(I + A)^-1`` for strictly lower-triangular A (..., Q, Q), by forward substitution over the rows.
+    """``(I + A)^-1`` for strictly lower-triangular A (..., Q, Q), by blocked forward substitution.
 
-    Row i of the inverse is ``e_i - sum_{j<i} A_ij X_j``: Q vectorised steps over the whole
-    stack (a quarter of the work of an LU-based inverse, and no pivoting to undo).
+    The diagonal blocks of :data:`SUB_BLOCK` rows are inverted together, row by row (row i of a
+    block's inverse is ``e_i - sum_{j<i} A_ij X_j``); then each block row I below them is
+    ``X[I, :I] = -X_II A[I, :I] X[:I, :I]`` (the leading part ``X[:I, :I]`` is already the inverse
+    of the leading principal block): SUB_BLOCK + Q / SUB_BLOCK vectorised steps instead of Q.
     """
     Q = A.shape[-1]
     X = np.zeros_like(A)
-    X[..., np.arange(Q), np.arange(Q)] = 1.0
-    for i in range(1, Q):
-        X[..., i, :i] = -(A[..., i:i + 1, :i] @ X[..., :i, :i])[..., 0, :]
+    idx = np.arange(Q)
+    X[..., idx, idx] = 1.0
+    B = min(SUB_BLOCK, Q)
+    nb, rest = divmod(Q, B)
+    if rest:  # a chunk that is not a whole number of blocks: plain forward substitution
+        for i in range(1, Q):
+            X[..., i, :i] = -(A[..., i:i + 1, :i] @ X[..., :i, :i])[..., 0, :]
+        return X
+    # the diagonal blocks as one stack (..., nb, B, B) (views of the blocks of A and X)
+    shape = A.shape[:-2] + (nb, B, B)
+    Ad = np.lib.stride_tricks.as_strided(A, shape, A.strides[:-2] + (B * sum(A.strides[-2:]),) + A.strides[-2:],
+                                         writeable=False)
+    Xd = np.lib.stride_tricks.as_strided(X, shape, X.strides[:-2] + (B * sum(X.strides[-2:]),) + X.strides[-2:])
+    for i in range(1, B):
+        Xd[..., i, :i] = -(Ad[..., i:i + 1, :i] @ Xd[..., :i, :i])[..., 0, :]
+    for b in range(B, Q, B):
+        e = b + B
+        X[..., b:e, :b] = -(X[..., b:e, b:e] @ (A[..., b:e, :b] @ X[..., :b, :b]))
     return X
 
 
@@ -198,7 +216,9 @@ def chunk_forward(q, k, v, g, beta, S0, Q):
     Gk = _gram(kc, kc, G, True, E)  # (N, H, C, Q, Q)
     Tinv = _unit_lower_inverse(bc * Gk)
     W = bc * kc * eG  # (N, H, C, Q, Dk)
-    U0, Kc = Tinv @ (bc * vc), Tinv @ W
+    Dv = vc.shape[-1]
+    UK = Tinv @ np.concatenate([bc * vc, W], axis=-1)  # one product for both right-hand sides
+    U0, Kc = UK[..., :Dv], UK[..., Dv:]
     Attn = _gram(qc, kc, G, False, E)
     Qd = qc * eG
     eGl = np.exp(G[..., -1:, :])  # (N, H, C, 1, Dg)

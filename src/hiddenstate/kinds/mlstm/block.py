@@ -36,7 +36,6 @@ import math
 
 import numpy as np
 
-from hiddenstate.core.functional import sigmoid
 from hiddenstate.core.validation import boolean, choice, float_dtype, generator, positive_int, real
 from hiddenstate.kinds.mlstm import kernel
 from hiddenstate.kinds.mlstm.kernel import MLSTMState
@@ -247,7 +246,11 @@ class MLSTMLayer(SequenceBlock):
         nw = hn * p["multihead_norm.weight"]
         if self.use_bias:
             nw += p["multihead_norm.bias"]
-        so = sigmoid(o)
+        so = np.negative(o)  # sigmoid(o) = 1 / (1 + exp(-o)), in place: exp(-o) = inf gives 0
+        with np.errstate(over="ignore"):
+            np.exp(so, out=so)
+        so += 1.0
+        np.reciprocal(so, out=so)
         hout = so * nw
         out = _mm(hout, p["out_proj.weight"].T)
         if self.use_bias:
