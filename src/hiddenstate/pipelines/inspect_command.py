@@ -425,6 +425,47 @@ def _check_no_state_dict_flags(args, flags: dict, what: str) -> None:
                          f"dict only; got {what}.")
 
 
+
+def add_model_dir_flags(ins, positive) -> None:
+    """The flags of ``hiddenstate inspect DIR`` for a ``save_pretrained`` directory, in their own group.
+
+    Parameters
+    ----------
+    ins : argparse.ArgumentParser
+        The ``inspect`` subcommand's parser.
+    positive : callable
+        ``positive(flag)``: the CLI's argparse type for a positive int named ``flag``.
+    """
+    md = ins.add_argument_group("a save_pretrained directory (config.json, safetensors) of a recurrent transformers family")
+    md.add_argument("--ids", metavar="FILE.npy", help="token ids (T,) or (N, T); or --text FILE with its tokenizer.json")
+    md.add_argument("--layers", metavar="I,J,...",  # read by the command: its errors are the command's one line
+                    help="the recurrent layers to record (default all; fewer take less memory)")
+    md.add_argument("--max-bytes", metavar="SIZE",  # read by the command: its errors are the command's one line
+                    help="the cap on the inspection's estimated memory (records, their recomputation and "
+                         "analyses), checked before the model runs: bytes, or with a unit K, M, G (powers of 1000) or "
+                         "Ki, Mi, Gi (powers of 1024), e.g. 8G (default 4Gi)")
+    md.add_argument("--max-lag", type=positive("--max-lag"), default=None, metavar="K",
+                    help="the gradient curve's largest lag (default: from the data, three times each layer's slowest "
+                         "time constant, 30 to T-1) and the memory curve's (at most T/3; default up to 128)")
+    md.add_argument("--record-dtype", choices=("float64", "float32"), default=None,
+                    help="the recorded states' dtype (default float64; float32 halves them, the recomputation "
+                         "and its check stay float64)")
+    md.add_argument("--window", metavar="START:STOP", help="keep (record, analyse, report) only the states of "
+                    "positions START to STOP-1; every step is still computed (default all)")
+    md.add_argument("--stride", type=positive("--stride"), default=None, metavar="K",
+                    help="keep every K-th step of the window (default 1)")
+    md.add_argument("--save-states", metavar="FILE.safetensors",
+                    help="also write every recorded step's states of those layers to FILE (safetensors: one tensor "
+                         "layer{L}.{state} of shape (S, N, ...) each; a previous states file is replaced)")
+    md.add_argument("--states-window", metavar="START:STOP", help="the positions saved (default all)")
+    md.add_argument("--states-stride", type=positive("--states-stride"), default=1, metavar="K",
+                    help="save every K-th step of the window (default 1)")
+    md.add_argument("--states-heads", metavar="I,J,...",
+                    help="the heads (or channels) saved, along each state's first axis (default all)")
+    md.add_argument("--states-dtype", choices=("float32", "float64"), default="float32",
+                    help="the saved dtype (default float32; the recomputation is float64)")
+
+
 def run_inspect(args) -> int:
     """Run ``hiddenstate inspect`` with its parsed arguments.
 

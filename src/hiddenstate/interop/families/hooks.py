@@ -450,6 +450,16 @@ def _run_kept(kind, blk, u, extra, keep: slice, cast):
     return out, rtype(*kept)
 
 
+def _output_in_pieces(blk, u, extra):
+    """The block's output on u (N, T, M) run piece by piece (:func:`_segment`), its state carried: no record kept."""
+    T, L = u.shape[1], _segment(u.shape[1])
+    state, parts = None, []
+    for s in range(0, T, L):
+        o, state = blk.forward(u[:, s:s + L], state=state, **{k: v[:, s:s + L] for k, v in extra.items()})[:2]
+        parts.append(o)
+    return np.concatenate(parts, axis=1)
+
+
 def _cut(a: np.ndarray, keep: slice, cast, T: int, N: int) -> np.ndarray:
     """A record's array: its kept steps (a time-major (T, N, ...) array) in ``cast`` (float64 arrays), copied."""
     part = a[keep] if a.ndim >= 2 and a.shape[:2] == (T, N) else a
@@ -515,8 +525,9 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
             layer = max(layer, check)
         if kept is not None and kept < T and pieces:  # piece by piece: one piece's run beside the kept steps
             record = kept * N * c.record
-            layer = max(check, (0 if c.itemsize == 8 else 2 * io) + io + c.fixed + min(_segment(T), T) * N * c.run
-                        + record // (2 if half else 1))
+            piece = c.fixed + min(_segment(T), T) * N * c.run
+            check = (0 if c.itemsize == 8 else 3 * io) + 4 * io + piece if copies == 3 else 0  # the check: in pieces too
+            layer = max(check, (0 if c.itemsize == 8 else 2 * io) + io + piece + record // (2 if half else 1))
         elif kept is not None and kept < T:  # the kept steps copied out of the whole record
             layer = max(layer, (0 if c.itemsize == 8 else 2 * io) + record + io + kept * N * c.record // (2 if half else 1))
             record = kept * N * c.record
@@ -773,7 +784,9 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
                              f"for a {str(dtype).replace('torch.', '')} model: not analysed. {why}")
         state_err = None
         if alone is not None:  # the state's part alone, ours against the model's
-            state_err = _relative(_zeroed(blk, skips[i]).forward(u, **extra)[0], np.asarray(alone, np.float64))
+            twin = _zeroed(blk, skips[i])  # piece by piece under a window: the whole run's arrays never exist
+            mine = _output_in_pieces(twin, u, extra) if pieces else twin.forward(u, **extra)[0]
+            state_err = _relative(mine, np.asarray(alone, np.float64))
             if not state_err <= tol:
                 raise ValueError(f"{what} output with its skip term ({', '.join(skips[i])}) set to 0 in both by "
                                  f"{state_err:.3g} of its largest value, above the tolerance {tol:.3g}: the state "
