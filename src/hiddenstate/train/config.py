@@ -131,9 +131,14 @@ class TrainConfig:
         Returns
         -------
         dict
-            Field name -> value; ``TrainConfig(**d)`` rebuilds it.
+            Field name -> value; ``TrainConfig(**d)`` rebuilds it. ``tune_initial_state`` appears
+            only in a tuning run's (None is its default), so the checkpoints of other runs stay
+            what they were before the field existed (readable by earlier versions).
         """
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d.get("tune_initial_state") is None:
+            d.pop("tune_initial_state", None)
+        return d
 
 
 #: Named configurations (``hiddenstate train --preset NAME``); explicit flags override them.
