@@ -88,7 +88,7 @@ def checks():
 @pytest.mark.parametrize("name", NAMES)
 def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks):
     model, ids = build(name), ids_for()
-    check = hs.check_cache(model, ids)
+    check = hs.check_cache(model, ids, paths=["split", "decode", "chunked", "padded"])
     checks[name] = check
     print(f"\n{check}")
     names = [p.name for p in check.paths]
@@ -134,7 +134,7 @@ def test_every_family_is_checked_and_its_figures_are_the_models_own(name, checks
 
 
 def test_the_shortest_ids_are_checked_on_every_path():
-    check = hs.check_cache(build("qwen3_next"), ids_for(t=2))  # one split, two one-token chunks
+    check = hs.check_cache(build("qwen3_next"), ids_for(t=2), paths=["split", "decode", "chunked", "padded"])
     assert [(p.name, p.boundaries) for p in check.paths] == [("split@1", (0, 1, 2)), ("decode", (0, 1, 2)),
                                                               ("chunked", (0, 1, 2)), ("padded", (0, 2))]
     assert all(p.ok for p in check.paths[:3]) and check.paths[3].logits_error <= TOL
@@ -249,10 +249,10 @@ def saved(tmp_path_factory):
 
 def test_the_command_line_exits_0_1_or_2(saved, capsys):
     model, ids = str(saved / "model"), str(saved / "ids.npy")
-    assert main(["check-cache", model, "--ids", ids, "--paths", "split,decode,chunked"]) == 0
+    assert main(["check-cache", model, "--ids", ids]) == 0  # the default paths: split, decode, chunked
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 6 and out[-1].startswith("lfm2: every cached path agrees") and "agrees" in out[0]
-    assert main(["check-cache", model, "--ids", ids]) == 1  # the padded rows' cache holds the state after the pads
+    assert main(["check-cache", model, "--ids", ids, "--paths", "split,padded"]) == 1  # the state after the pads
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("lfm2: the padded path diverges first at layer 0, step 7")
     np.save(saved / "bad.npy", np.zeros((2, 8)))

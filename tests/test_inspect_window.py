@@ -122,3 +122,21 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_a_window_and_stride_that_keep_fewer_than_two_steps_are_refused_before_the_model_runs(tmp_path, capsys):
+    """A new user's find: --window 100:300 --stride 500 ran the whole recomputation, then failed naming neither flag."""
+    from hiddenstate.cli import main
+
+    model = mamba2()
+    ids = np.random.default_rng(0).integers(0, 50, (1, 40))
+    with pytest.raises(ValueError, match=r"window and stride must keep at least 2 steps .* keep 1 of T=40"):
+        hs.inspect_model(model, ids, window=(10, 30), stride=50)
+    model.save_pretrained(tmp_path / "m")
+    np.save(tmp_path / "ids.npy", ids)
+    capsys.readouterr()  # transformers' own progress bar of the save
+    assert main(["inspect", str(tmp_path / "m"), "--ids", str(tmp_path / "ids.npy"), "--window", "10:30",
+                 "--stride", "50", "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--window and --stride must keep at least 2 steps" in err[0], err
+    assert not (tmp_path / "r.html").exists()

@@ -38,7 +38,9 @@ its input in agreement; in float32 3.0e-5, in float64 5.3e-6).
 
 A right-padded batch's cache holds, in every family of transformers 5.25, the state after the
 row's pad tokens (0.3 to 3 off the state after its last real token), so the ``padded`` path
-diverges everywhere; ``paths=["split", "decode", "chunked"]`` leaves it out.
+diverges everywhere (transformers #48256: left padding, or one call per row, is the remedy for a
+recurrence). It runs when asked (``paths=[..., "padded"]``) or when an ``attention_mask`` is given;
+the default paths are :data:`DEFAULT_PATHS`, whose verdict means something for every family.
 """
 
 from __future__ import annotations
@@ -54,10 +56,12 @@ from hiddenstate.interop.families.registry import family_of
 from hiddenstate.keep.cache_paths import PathFailed, run_path
 from hiddenstate.kinds import get_kind
 
-__all__ = ["PATHS", "CacheCheck", "LayerCheck", "PathCheck", "check_cache"]
+__all__ = ["DEFAULT_PATHS", "PATHS", "CacheCheck", "LayerCheck", "PathCheck", "check_cache"]
 
 #: The kinds of path :func:`check_cache` runs, in the order it runs (and reports) them.
 PATHS = ("split", "decode", "chunked", "padded")
+#: The paths run by default (``padded`` too when an ``attention_mask`` is given).
+DEFAULT_PATHS = ("split", "decode", "chunked")
 
 
 def _max(values) -> float:
@@ -331,7 +335,8 @@ def _refuse_unmasked_padding(ids, pad):
                          "tokens, or np.ones_like(ids) if the trailing pad tokens are real tokens.")
 
 
-def check_cache(model, ids, *, splits=None, chunks: int | None = None, attention_mask=None, paths=PATHS) -> CacheCheck:
+def check_cache(model, ids, *, splits=None, chunks: int | None = None, attention_mask=None,
+                paths=None) -> CacheCheck:
     """Hold every cached path of a transformers model to its full forward, per recurrent layer and step.
 
     The paths and figures are the module's (:mod:`hiddenstate.keep.cache_check`); the model runs
@@ -355,8 +360,11 @@ def check_cache(model, ids, *, splits=None, chunks: int | None = None, attention
         and compares the real positions; the other paths run the ids as tokens. Without it, ids
         that look right-padded (rows ending in runs of ``pad_token_id`` of different lengths, one
         at least 2 long) are refused.
-    paths : sequence of str, default PATHS
-        Which of ``"split"``, ``"decode"``, ``"chunked"``, ``"padded"`` to run.
+    paths : sequence of str, optional
+        Which of ``"split"``, ``"decode"``, ``"chunked"``, ``"padded"`` to run; default
+        :data:`DEFAULT_PATHS`, and ``"padded"`` too when ``attention_mask`` is given (a
+        right-padded batch's cache holds the state after the pads in every family: asked for,
+        not assumed).
 
     Returns
     -------
@@ -385,6 +393,8 @@ def check_cache(model, ids, *, splits=None, chunks: int | None = None, attention
     N, T = ids_t.shape
     if T < 2:
         raise ValueError(f"ids must have T >= 2 steps to be split between calls; got T={T}.")
+    if paths is None:
+        paths = DEFAULT_PATHS + (("padded",) if attention_mask is not None else ())
     bad = [p for p in (paths if isinstance(paths, (list, tuple)) else [paths]) if p not in PATHS]
     if bad or not paths:
         raise ValueError(f"paths must be a non-empty list of {', '.join(PATHS)}; got {paths!r:.80}.")

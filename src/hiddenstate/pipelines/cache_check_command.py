@@ -34,8 +34,9 @@ def add_parser(sub) -> None:
                     help="0s and 1s of the ids' shape: right padding in the ids (default: none)")
     cc.add_argument("--splits", metavar="S,S,...", help="prefix lengths of the split paths (default T/4, T/2, 3T/4)")
     cc.add_argument("--chunks", metavar="K", help="calls of the chunked path (default 3, or T if less)")
-    cc.add_argument("--paths", metavar="P,P,...", default="split,decode,chunked,padded",
-                    help="which paths to run (default split,decode,chunked,padded)")
+    cc.add_argument("--paths", metavar="P,P,...", default=None,
+                    help="which of split,decode,chunked,padded to run (default split,decode,chunked; with "
+                         "--attention-mask also padded)")
 
 
 def _ints(flag: str, text: str) -> list:
@@ -100,7 +101,7 @@ def run_check_cache(args) -> int:
     chunks = [None] if args.chunks is None else _ints("--chunks", args.chunks)
     if len(chunks) != 1:
         raise ValueError(f"--chunks must be one integer; got {args.chunks!r:.60}.")
-    paths = [p.strip() for p in args.paths.split(",")]
+    paths = None if args.paths is None else [p.strip() for p in args.paths.split(",")]
     check = check_cache(str(args.model_dir), ids, splits=splits, chunks=chunks[0], attention_mask=mask, paths=paths)
     print("\n".join(path_lines(check)))
     print(check.line())

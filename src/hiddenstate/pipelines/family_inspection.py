@@ -209,9 +209,12 @@ def analyze_family_model(model, ids, *, layers=None, max_bytes=MAX_BYTES, max_la
     check_epsilons(getattr(model, "config", None))  # a NaN norm epsilon would surface as "u must be finite"
     if arr.ndim == 2 and arr.size and arr.dtype.kind in "iu":  # else recompute_layers says what is wrong
         N, T = arr.shape
+        kept = len(range(T)[kept_steps(T, window, stride)])
+        if kept < 2 and (window is not None or stride != 1):  # the analyses need two steps: said before the run
+            raise ValueError(f"window and stride must keep at least 2 steps to analyse (window {window}, stride "
+                             f"{stride} keep {kept} of T={T}); widen the window or lower the stride.")
         costs = step_costs(model, layers=layers)
-        total = inspection_bytes(model, T, N, record_dtype=record_dtype, max_lag=max_lag, costs=costs,
-                                 kept=len(range(T)[kept_steps(T, window, stride)]))
+        total = inspection_bytes(model, T, N, record_dtype=record_dtype, max_lag=max_lag, costs=costs, kept=kept)
         check_memory(f"inspecting {len(costs)} recurrent layer(s) of this "
                      f"{type(model).__name__} on T={T:,} steps of N={N} sequence(s)", total,
                      "Record fewer layers (layers=, --layers), give fewer tokens, or record_dtype='float32' "

@@ -316,6 +316,9 @@ def model_dir_inspect(args, path: str) -> int:
     started = time.perf_counter()
     T = request.ids.shape[1]
     kept = len(range(T)[kept_steps(T, window, stride)])  # the window checked against the ids before any weight
+    if kept < 2:
+        raise ValueError(f"--window and --stride must keep at least 2 steps to analyse; --window "
+                          f"{getattr(args, 'window', None) or 'all'} with --stride {stride} keeps {kept} of T={T}.")
     model = load_model_dir(request, max_bytes=max_bytes, record_dtype=record_dtype, kept=kept)
     _stage(f"loaded the {type(model).__name__} from '{path}' in {time.perf_counter() - started:.1f} s")
     source = f"transformers {type(model).__name__} from '{path}'"
