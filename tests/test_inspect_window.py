@@ -140,3 +140,10 @@ def test_a_window_and_stride_that_keep_fewer_than_two_steps_are_refused_before_t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--window and --stride must keep at least 2 steps" in err[0], err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_windowed_report_says_which_positions_it_reads():
+    from hiddenstate.report.family_page import family_page
+
+    an = hs.inspect_model(mamba2(), np.random.default_rng(0).integers(0, 50, (1, 200)), window=(64, 128), stride=2)
+    assert "64 to 126, stride 2" in family_page(an)

@@ -285,6 +285,10 @@ def family_page(analysis, *, title: str = "", subtitle: str = "", causal_trace=N
     kind = _kind(analysis)
     chips = {"kind": KINDS[kind].display if kind in KINDS else (kind or "recurrent"), "layers": str(len(analysis.layers)),
              "T": str(m.get("T")), "N": str(m.get("N"))}
+    steps = m.get("steps")
+    if steps is not None and len(steps):  # a window (and stride) of the input: the positions the report reads
+        step = steps[1] - steps[0] if len(steps) > 1 else 1
+        chips["positions"] = f"{steps[0]} to {steps[-1]}" + (f", stride {step}" if step > 1 else "")
     errors = [la.recomputed for la in analysis.layers if getattr(la, "recomputed", None) is not None]
     if errors:
         chips["recomputed within"] = f"{max(errors):.2g}"
