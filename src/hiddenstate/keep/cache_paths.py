@@ -32,7 +32,7 @@ import itertools
 
 import numpy as np
 
-__all__ = ["PathFailed", "cache_states", "carry_keyword", "run_path"]
+__all__ = ["PathFailed", "cache_states", "carry_keyword", "output_cache", "run_path"]
 
 
 class PathFailed(RuntimeError):
@@ -66,9 +66,34 @@ def carry_keyword(model) -> str:
     return next((k for k in ("cache", "state", "past_key_values", "cache_params") if k in params), "cache")
 
 
+def output_cache(out, names=("cache", "past_key_values", "state", "cache_params")):
+    """The first of ``names`` the model's output holds, not through a deprecated alias (a property), or None.
+
+    transformers 5.25's outputs keep ``past_key_values`` and ``cache_params`` as properties that read
+    ``cache`` and log a deprecation: reading them would warn the user of a misuse that is not theirs.
+
+    Parameters
+    ----------
+    out : transformers ModelOutput
+    names : tuple of str
+        The attributes tried, in order.
+
+    Returns
+    -------
+    object or None
+    """
+    for name in names:
+        if isinstance(getattr(type(out), name, None), property):
+            continue
+        got = getattr(out, name, None)
+        if got is not None:
+            return got
+    return None
+
+
 def _carried(out, kw, before):
     for name in ("cache", "past_key_values", "state", "cache_params") if kw != "state" else ("state",):
-        got = getattr(out, name, None)
+        got = output_cache(out, (name,))
         if got is not None:
             return got
     return before

@@ -38,6 +38,7 @@ import json
 import numpy as np
 
 from hiddenstate.interop.families.registry import family_of
+from hiddenstate.keep.cache_paths import output_cache
 
 __all__ = ["PATHS", "RWKV_PARTS", "batch_axes", "capture", "check_fits", "config_of", "describe", "digest_of", "estimate", "prefill",
            "restore", "step", "take_apart"]
@@ -232,7 +233,7 @@ def _call(model, ids_t, live, start):
     with torch.no_grad():
         out = runs(input_ids=ids_t, **kw)
         logits = out.logits if family.head is None else family.head(model, out.last_hidden_state)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None) or live.get("cache")
+    cache = output_cache(out, ("cache", "past_key_values")) or live.get("cache")  # not through deprecated aliases
     return logits, _container(model, cache, getattr(out, "state", None))
 
 
