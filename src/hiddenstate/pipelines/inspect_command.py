@@ -227,9 +227,9 @@ def read_ids(path, *, name: str = "--ids"):
     with open_regular(path, name=name) as f:
         try:
             x = np.load(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as error:
-            raise ValueError(f"{name} must be a .npy file of token ids (read without pickle); got '{path}': "
-                             f"{' '.join(str(error).split())}.") from None
+        except (ValueError, OSError, EOFError):  # numpy's own words name pickles and options the user never chose
+            raise ValueError(f"{name} must be a .npy file of integer token ids (np.save of an int array of shape (T,) "
+                             f"or (N, T)); '{path}' is not one.") from None
     if not isinstance(x, np.ndarray) or x.dtype == bool or x.dtype.kind not in "iu" or x.ndim not in (1, 2) \
             or 0 in x.shape:
         what = f"dtype {x.dtype}, shape {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
