@@ -288,8 +288,9 @@ def _positive_ints(name, values, lo, hi):
 def _mask(attention_mask, shape):
     m = np.asarray(attention_mask)
     if m.shape != shape or m.dtype.kind not in "biu" or not np.isin(m, (0, 1)).all():
+        values = np.unique(m)[:6].tolist() if m.dtype.kind in "biuf" else m.dtype
         raise ValueError(f"attention_mask must be 0s and 1s of the ids' shape {shape}; got shape {m.shape}, "
-                         f"dtype {m.dtype}.")
+                         f"dtype {m.dtype}, values {values}.")
     lengths = m.sum(axis=1)
     right = (m == (np.arange(shape[1]) < lengths[:, None])).all()
     if not right or lengths.min() < 1:

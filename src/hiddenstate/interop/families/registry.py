@@ -416,14 +416,15 @@ def family_of(model) -> Family:
     found = find_family(model)
     if found is not None:
         return found
-    names = ", ".join(f"{f.name} ({'/'.join(f.classes)})" for f in _REGISTRY.values())
+    names = ", ".join(_REGISTRY)  # the model types (their classes: registered()); all classes made a 2,100-char line
     if isinstance(model, str):
         got = f"model_type {model!r}"
     else:
         cls = type(model)
         kind = getattr(getattr(model, "config", model), "model_type", None)
         got = f"{cls.__module__.split('.')[0]} {cls.__name__}" + (f" (model_type {kind!r})" if kind else "")
-    raise TypeError(f"model must be of a registered recurrent family: {names}; got {got}.")
+    raise TypeError(f"model must be of a registered recurrent family (model_type {names}; their classes: "
+                    f"hiddenstate.interop.families.registered()); got {got}.")
 
 
 def _attr(obj, dotted: str):
