@@ -516,21 +516,21 @@ def recompute_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64
     done, peak = 0, 0
     for i, c in costs.items():
         io = steps * max(c.d_model, c.d_out) * 8  # one float64 (N, T, M) array (or the wider output)
-        record = steps * c.record
-        layer = (0 if c.itemsize == 8 else 2 * io) + max(c.fixed + steps * c.run, record + 3 * io,
-                                                         record + record // 2 + io if half else 0)
-        check = 0
+        cast = 0 if c.itemsize == 8 else io  # a model not in float64: each hooked array's float64 copy
+        cut = kept is not None and kept < T  # a window (and stride): the records keep fewer steps than T
+        record, kept_record = steps * c.record, (kept if cut else T) * N * c.record
+        run = c.fixed + steps * c.run
+        layer = 2 * cast + max(run, record + 3 * io, record + record // 2 + io if half else 0)
         if copies == 3:  # the state-part check: the model's output without its skip, and our block's run
-            check = (0 if c.itemsize == 8 else 3 * io) + record + 4 * io + c.fixed + steps * c.run
-            layer = max(layer, check)
-        if kept is not None and kept < T and pieces:  # piece by piece: one piece's run beside the kept steps
-            record = kept * N * c.record
+            layer = max(layer, 3 * cast + record + 4 * io + run)
+        if cut and pieces:  # piece by piece: one piece's run beside the kept steps
             piece = c.fixed + min(_segment(T), T) * N * c.run
-            check = (0 if c.itemsize == 8 else 3 * io) + 4 * io + piece if copies == 3 else 0  # the check: in pieces too
-            layer = max(check, (0 if c.itemsize == 8 else 2 * io) + io + piece + record // (2 if half else 1))
-        elif kept is not None and kept < T:  # the kept steps copied out of the whole record
-            layer = max(layer, (0 if c.itemsize == 8 else 2 * io) + record + io + kept * N * c.record // (2 if half else 1))
-            record = kept * N * c.record
+            check = 3 * cast + 4 * io + piece if copies == 3 else 0  # the check runs in pieces too
+            layer = max(check, 2 * cast + io + piece + kept_record // (2 if half else 1))
+            record = kept_record
+        elif cut:  # the kept steps copied out of the whole record
+            layer = max(layer, 2 * cast + record + io + kept_record // (2 if half else 1))
+            record = kept_record
         peak = max(peak, done + sum(hooked[j] for j in costs if j >= i) + layer)
         done += record // 2 if half else record
     return peak
@@ -546,7 +546,6 @@ def estimate_bytes(model, T: int, N: int, *, layers=None, record_dtype="float64"
         Steps and sequences.
     layers : int or list of int, optional
         Recurrent layer indices (default all).
-
     record_dtype : {"float64", "float32"}, default "float64"
         The records' dtype.
     costs : dict of int to StepCost, optional
