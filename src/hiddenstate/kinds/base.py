@@ -182,6 +182,12 @@ class Kind:
         names the model's mixer gives them too: the state-part check runs the layer again with
         them set to 0, in the model's own mixer and in our block
         (:mod:`hiddenstate.kinds.agreement`).
+    stream : str or callable, optional
+        ``stream(block, u, sink=None) -> out``: the block over ``u`` (N, T, M) without a record,
+        in ``u``'s dtype, every step's states handed to a
+        :class:`~hiddenstate.kinds.stream.StateSink` block by block (the contract is in
+        :mod:`hiddenstate.kinds.stream`), or a lazy reference to it. None: the kind has no
+        streamed run; states are cut out of its records.
     """
 
     name: str
@@ -196,6 +202,7 @@ class Kind:
     title: str = ""
     share: Callable | None = None
     skip: tuple = ()
+    stream: Any = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -205,7 +212,7 @@ class Kind:
         for what in ("view", "states", "run"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"{what} must be callable; got {type(getattr(self, what)).__name__}.")
-        for what in ("analysis", "card", "analyze"):
+        for what in ("analysis", "card", "analyze", "stream"):
             if not _is_ref(getattr(self, what)):
                 raise TypeError(f"{what} must be None, a 'module:NAME' str or the object; got "
                                 f"{type(getattr(self, what)).__name__}.")
@@ -252,6 +259,15 @@ class Kind:
         callable or None
         """
         return resolve(self.analyze)
+
+    def streamer(self):
+        """The kind's streamed run (its lazy reference resolved), or None.
+
+        Returns
+        -------
+        callable or None
+        """
+        return resolve(self.stream)
 
     @property
     def display(self) -> str:
