@@ -75,6 +75,9 @@ LAYERS = {
     "keep": {CORE, "keep", "interop", "train.model", "train.initial_state"},  # snapshots: our models too
     # a model directory and ids -> its cache check, exit status 0/1 (issue 33)
     "pipelines.cache_check_command": {CORE, "keep", "pipelines.inspect_command", "pipelines.cache_check_command"},
+    # a model directory and ids -> every step's states of its recurrent layers in a states file (issue 35)
+    "pipelines.states_command": {CORE, "interop.families", "interop.states_file", "pipelines.inspect_command",
+                                 "pipelines.states_command"},
 }
 # ``hiddenstate`` itself (its __init__, the public surface) and ``python -m hiddenstate`` may
 # import anything; nothing but the CLI may import the package's __init__ (it drags in the surface).

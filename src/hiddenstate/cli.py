@@ -1,4 +1,4 @@
-"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, check-cache, snapshot,
+"""The ``hiddenstate`` command: train, sample, demo, reproduce, inspect, intervene, trace, check-cache, snapshot, states,
 export.
 
 Every subcommand is a thin layer over the Python API (:mod:`hiddenstate.train`,
@@ -208,11 +208,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_model_dir_flags(ins, lambda flag: _typed(flag, int, positive_int))
 
-    # -- intervene, trace, check-cache, snapshot: their flags beside their commands --------------
+    # -- intervene, trace, check-cache, snapshot, states: their flags beside their commands --------------
     import importlib
 
     for module, rule in (("intervene_command", nonnegative_int), ("trace_command", nonnegative_int),
-                         ("cache_check_command", None), ("snapshot_command", positive_int)):
+                         ("cache_check_command", None), ("snapshot_command", positive_int),
+                         ("states_command", positive_int)):
         add = importlib.import_module(f"hiddenstate.pipelines.{module}").add_parser
         add(sub) if rule is None else add(sub, lambda flag, rule=rule: _typed(flag, int, rule))
 
@@ -361,7 +362,8 @@ def _cmd_export(args) -> int:
 _COMMANDS = {"train": _cmd_train, "sample": _cmd_sample, "demo": _cmd_demo, "reproduce": _cmd_reproduce,
              "export": _cmd_export, **{name: _pipeline(module, f"run_{name.replace('-', '_')}") for name, module in (
                  ("inspect", "inspect_command"), ("intervene", "intervene_command"), ("trace", "trace_command"),
-                 ("check-cache", "cache_check_command"), ("snapshot", "snapshot_command"))}}
+                 ("check-cache", "cache_check_command"), ("snapshot", "snapshot_command"),
+                 ("states", "states_command"))}}
 
 
 def _one_line(error: BaseException) -> str:
@@ -381,7 +383,8 @@ _FLAG_NAMES = {"train": _TRAIN_NAMES, "demo": _TRAIN_NAMES, "sample": ("prime", 
                "intervene": ("layer", "step", "until", "value", "heads", "ids", "target", "source", "part"),
                "trace": ("clean_ids", "corrupted_ids", "target", "layers", "steps", "position", "part", "out"),
                "check-cache": ("ids", "attention_mask", "splits", "chunks", "paths"),
-               "snapshot": ("ids", "out", "prefix_length")}
+               "snapshot": ("ids", "out", "prefix_length"),
+               "states": ("ids", "out", "layers", "heads", "states", "window", "stride", "dtype", "check_steps")}
 
 
 def _flagged(text: str, command: str) -> str:

@@ -64,6 +64,15 @@ class SavedStates:
         The model the states are of, as the analysis named it.
     kind : str
         The recurrence kind (``"gated_delta"``, ``"mamba2"``, ...).
+    errors : dict of int to dict
+        What :func:`hiddenstate.record_states` measured, per layer: ``"output"``, the kernel's
+        error against the model's own output on the checked prefix, and ``"state_part"``, the
+        same with the skip term set to 0 in both (None: the kind has none). Empty when read
+        from a file.
+    checked_steps : int
+        The steps of that prefix (0 when read from a file).
+    dtype : str
+        The states' dtype (``"float32"``).
     """
 
     states: dict = field(default_factory=dict)
@@ -71,6 +80,48 @@ class SavedStates:
     heads: tuple | None = None
     model: str = ""
     kind: str = ""
+    errors: dict = field(default_factory=dict)
+    checked_steps: int = 0
+    dtype: str = "float32"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all the states.
+
+        Returns
+        -------
+        int
+        """
+        return sum(a.nbytes for by_name in self.states.values() for a in by_name.values())
+
+    def save(self, path, *, overwrite: bool = False):
+        """Write the states to a safetensors states file (the module docstring's layout).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A new file, or (with ``overwrite=True``) a previous states file.
+        overwrite : bool, default False
+            Replace a previous states file at ``path`` (any other file is never replaced).
+
+        Returns
+        -------
+        pathlib.Path
+            The file written.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`states_target`.
+        """
+        tensors, index = {}, {}
+        for layer, by_name in self.states.items():
+            for name, array in by_name.items():
+                key = f"layer{layer}.{name}"
+                tensors[key] = np.ascontiguousarray(array)
+                index[key] = {"layer": int(layer), "state": name, "steps": self.steps.tolist(),
+                              "heads": None if self.heads is None else list(self.heads)}
+        return _write(tensors, index, self.model, self.kind, self.dtype, path, overwrite)
 
 
 def _window(window, T: int) -> range:
@@ -146,10 +197,6 @@ def save_states(analysis, path, *, layers=None, heads=None, window=None, stride:
         Layers that were not recorded; heads, window or stride out of range; ``path`` an existing
         file that is not a states file of ours, or one without ``overwrite=True``; a directory.
     """
-    from pathlib import Path
-
-    from safetensors.numpy import save
-
     kind, chosen, model = _records(analysis, layers)
     try:
         name = np.dtype(dtype).name
@@ -175,9 +222,17 @@ def save_states(analysis, path, *, layers=None, heads=None, window=None, stride:
             key = f"layer{layer}.{name}"
             tensors[key] = np.ascontiguousarray(part, dtype=out_dtype)
             index[key] = {"layer": layer, "state": name, "steps": positions.tolist(), "heads": keep}
+    return _write(tensors, index, model, kind.name, out_dtype.name, path, overwrite)
+
+
+def _write(tensors: dict, index: dict, model: str, kind: str, dtype: str, path, overwrite: bool):
+    """The states file: ``tensors`` by key with ``index`` and the rest in its metadata, written atomically."""
+    from pathlib import Path
+
+    from safetensors.numpy import save
+
     target = states_target(path, overwrite)
-    metadata = {"format": FORMAT, "model": model, "kind": kind.name, "dtype": out_dtype.name,
-                "index": json.dumps(index)}
+    metadata = {"format": FORMAT, "model": model, "kind": kind, "dtype": dtype, "index": json.dumps(index)}
     write_atomically(Path(target), save(tensors, metadata=metadata))
     return Path(target)
 
@@ -264,4 +319,4 @@ def load_states(path) -> SavedStates:
         steps, heads = entry["steps"], entry["heads"]
     return SavedStates(states=states, steps=np.asarray(steps, dtype=np.int64),
                        heads=None if heads is None else tuple(heads), model=meta.get("model", ""),
-                       kind=meta.get("kind", ""))
+                       kind=meta.get("kind", ""), dtype=meta.get("dtype", "float32"))

@@ -121,9 +121,9 @@ from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind, record_forward
 from hiddenstate.kinds.agreement import Agreement
 
-__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "kept_steps", "recompute_bytes",
-           "recompute_layers", "step_costs",
-           "tolerance"]
+__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "chosen_layers", "estimate_bytes", "host_array",
+           "kept_steps", "model_ids", "recompute_bytes", "recompute_layers", "relative_error", "run_without",
+           "skip_params", "step_costs", "tolerance", "zeroed_block"]
 
 #: The default cap on :func:`estimate_bytes` (4 GiB).
 MAX_BYTES = 4 * 2 ** 30
@@ -206,7 +206,7 @@ class Recomputed:
     steps: np.ndarray | None = None
 
 
-def _ids(model, ids):
+def model_ids(model, ids):
     """``ids`` as a torch int64 tensor (N, T) on the model's device, checked against the vocabulary."""
     import torch
 
@@ -231,7 +231,7 @@ def _ids(model, ids):
     return torch.as_tensor(arr.astype(np.int64), device=device)
 
 
-def _host(t) -> np.ndarray:
+def host_array(t) -> np.ndarray:
     """A hooked tensor copied into a NumPy array of its dtype (bfloat16, which NumPy lacks, as float32)."""
     import torch
 
@@ -239,7 +239,7 @@ def _host(t) -> np.ndarray:
     return np.array((t.float() if t.dtype == torch.bfloat16 else t).numpy())
 
 
-def _chosen(family: Family, model, layer_map, layers) -> tuple:
+def chosen_layers(family: Family, model, layer_map, layers) -> tuple:
     """The recurrent layer indices to record: all by default, else ``layers`` checked."""
     recurrent = [e.index for e in layer_map if e.role == "recurrent"]
     if layers is None:
@@ -353,7 +353,7 @@ def step_costs(model, *, layers=None) -> dict:
         ``model`` of no registered family; ``layers`` not recurrent layers.
     """
     family = family_of(model)
-    chosen = _chosen(family, model, family.layer_map(model), layers)
+    chosen = chosen_layers(family, model, family.layer_map(model), layers)
     mixers = family.mixers(model)
     seen, out = {}, {}
     for i in chosen:
@@ -615,19 +615,19 @@ def check_cap(family, per_layer: dict, T: int, N: int, max_bytes, dtype: str = "
                          f"fewer steps, record_dtype='float32', or a larger max_bytes.")
 
 
-def _relative(ours, theirs) -> float:
+def relative_error(ours, theirs) -> float:
     """``max |ours - theirs| / max |theirs|`` (``max |ours|`` where theirs is all zero)."""
     scale = float(np.abs(theirs).max())
     return float(np.abs(ours - theirs).max()) / scale if scale > 0 else float(np.abs(ours).max())
 
 
-def _skip_params(mixer, names: tuple) -> tuple:
+def skip_params(mixer, names: tuple) -> tuple:
     """The kind's skip parameters (``("D",)``) when the mixer has them all under those names, else ()."""
     own = dict(mixer.named_parameters())
     return names if names and all(k in own for k in names) else ()
 
 
-def _without(module, names: tuple, args, kwargs):
+def run_without(module, names: tuple, args, kwargs):
     """The mixer's own ``forward`` on the same arguments with its parameters ``names`` set to 0 (restored after)."""
     import torch
 
@@ -644,7 +644,7 @@ def _without(module, names: tuple, args, kwargs):
                 own[k].copy_(kept[k])
 
 
-def _zeroed(blk, names: tuple):
+def zeroed_block(blk, names: tuple):
     """A shallow copy of our block with its parameters ``names`` set to 0 (its own stay as they are)."""
     twin = copy.copy(blk)
     twin.params = {**blk.params, **{k: np.zeros_like(blk.params[k]) for k in names}}
@@ -712,8 +712,8 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
         tol = real("tol", tol, low=0.0)
     cast = _record_dtype(record_dtype)
     layer_map = family.layer_map(model)
-    chosen = _chosen(family, model, layer_map, layers)
-    ids = _ids(model, ids)
+    chosen = chosen_layers(family, model, layer_map, layers)
+    ids = model_ids(model, ids)
     N, T = ids.shape
     keep = kept_steps(T, window, stride)
     kept = len(range(T)[keep])
@@ -725,7 +725,7 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
     seen: dict = {i: [] for i in chosen}
 
     kind = get_kind(family.kind)
-    skips = {i: _skip_params(mixers[i], kind.skip) for i in chosen}
+    skips = {i: skip_params(mixers[i], kind.skip) for i in chosen}
 
     def hook(index):
         def keep(module, args, kwargs, output):
@@ -733,8 +733,8 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
             u, out, extra = got if len(got) == 3 else (*got, {})
             alone = None
             if skips[index]:  # the model's own mixer again, its skip term set to 0: the state's part alone
-                alone = _host(family.hooked(args, kwargs, _without(module, skips[index], args, kwargs))[1])
-            seen[index].append((_host(u), _host(out), extra, alone))
+                alone = host_array(family.hooked(args, kwargs, run_without(module, skips[index], args, kwargs))[1])
+            seen[index].append((host_array(u), host_array(out), extra, alone))
         return keep
 
     handles = []
@@ -776,16 +776,16 @@ def recompute_layers(model, ids, *, layers=None, max_bytes=MAX_BYTES, tol=None, 
                              f"{shape_str(theirs.shape)}.")
         pieces = kept < T and _segmentable(kind, extra, N, T)
         ours, rec = _run_kept(kind, blk, u, extra, keep, cast) if pieces else kind.run(blk, u, **extra)
-        err = _relative(ours, theirs)
+        err = relative_error(ours, theirs)
         what = f"layer {i} ({names[i]}) recomputed by our {type(blk).__name__} block differs from the model's own"
         if not err <= tol:
             raise ValueError(f"{what} output by {err:.3g} of its largest value, above the tolerance {tol:.3g} "
                              f"for a {str(dtype).replace('torch.', '')} model: not analysed. {why}")
         state_err = None
         if alone is not None:  # the state's part alone, ours against the model's
-            twin = _zeroed(blk, skips[i])  # piece by piece under a window: the whole run's arrays never exist
+            twin = zeroed_block(blk, skips[i])  # piece by piece under a window: the whole run's arrays never exist
             mine = _output_in_pieces(twin, u, extra) if pieces else twin.forward(u, **extra)[0]
-            state_err = _relative(mine, np.asarray(alone, np.float64))
+            state_err = relative_error(mine, np.asarray(alone, np.float64))
             if not state_err <= tol:
                 raise ValueError(f"{what} output with its skip term ({', '.join(skips[i])}) set to 0 in both by "
                                  f"{state_err:.3g} of its largest value, above the tolerance {tol:.3g}: the state "
