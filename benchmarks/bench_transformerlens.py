@@ -7,9 +7,13 @@ measurement (``--rounds`` processes each, medians), one thread:
 * ``TL``: ``TransformerBridge.boot_transformers(DIR, hf_model=model)``, every SSM mixer's
   ``eager_scan = True``, ``run_with_cache(ids, names_filter=hook_ssm_state)`` (every layer's
   state at every step, float32);
-* ``ours f32`` / ``ours f64``: :func:`hiddenstate.interop.families.hooks.recompute_layers` on the
-  same model (the model's own forward pass, every recurrent layer recomputed in float64, held to
-  the model's output, its every step's states recorded in float32 / float64).
+* ``ours f32`` / ``ours f64``: :func:`hiddenstate.record_states` on the same model (every layer
+  proven against the model's own mixer on the first 128 steps, output and state part, then every
+  step's state of every layer streamed out of one forward pass with our kernels in the mixers'
+  place, float32 / float64);
+* ``ours full f32`` (with ``--full``): :func:`hiddenstate.interop.families.hooks.recompute_layers`
+  (the model's own forward pass, every layer recomputed in float64 and held to the model's output
+  at every step, everything recorded: gates, readouts, selective parameters; records float32).
 
 Printed: wall time of the capture (model loaded before the clock starts), the process's peak
 resident memory above what it held before the capture (+MiB, from ``ru_maxrss``), and the ratios
@@ -39,6 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MODELS = ("mamba", "mamba2", "qwen3_next")
 RUNNERS = ("TL", "ours f32", "ours f64")
+FULL = "ours full f32"
 
 
 def parse_args(argv=None):
@@ -51,6 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--tl-python", default=sys.executable,
                    help="the Python that imports transformer_lens (default this one)")
     p.add_argument("--quick", action="store_true", help="T = 64, hidden 64, 2 layers, 1 round (a smoke run)")
+    p.add_argument("--full", action="store_true", help="also time recompute_layers (every step proven, all recorded)")
     p.add_argument("--worker", nargs=3, metavar=("RUNNER", "DIR", "T"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -119,13 +125,18 @@ def worker(runner, directory, T) -> dict:
             with torch.no_grad():
                 _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n.endswith("hook_ssm_state"))
             return [v for _, v in cache.items()]
-    else:
+    elif runner == FULL:
         from hiddenstate.interop.families.hooks import recompute_layers
+
+        def capture():
+            return recompute_layers(model, ids, record_dtype="float32", max_bytes=None).records
+    else:
+        from hiddenstate import record_states
 
         dtype = "float32" if runner == "ours f32" else "float64"
 
         def capture():
-            return recompute_layers(model, ids, record_dtype=dtype, max_bytes=None).records
+            return list(record_states(model, ids, dtype=dtype, max_bytes=None).states.values())
     base = _rss_mib()
     t0 = time.perf_counter()
     got = capture()
@@ -170,6 +181,7 @@ def main(argv=None) -> int:
 
     why = _has_tl(args.tl_python)
     runners = list(RUNNERS) if why is None else [r for r in RUNNERS if r != "TL"]
+    runners += [FULL] if args.full else []
     if why is not None:
         print(f"transformer_lens is not importable by {args.tl_python} ({why}): ours only. Install TransformerLens "
               "4.x beside this environment and pass --tl-python (benchmarks/README.md).")

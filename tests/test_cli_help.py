@@ -31,7 +31,7 @@ def test_version_through_the_entry_point():
 
 
 @pytest.mark.parametrize("command", ["train", "sample", "demo", "reproduce", "inspect", "intervene", "trace",
-                                     "check-cache", "snapshot", "export"])
+                                     "check-cache", "snapshot", "states", "export"])
 def test_every_subcommand_has_a_description_shown_by_help(command, capsys):
     import argparse
 
