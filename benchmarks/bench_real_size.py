@@ -18,14 +18,17 @@ fresh process (the model built and the ids made before the clock starts):
 For each: ``forward`` (``model(ids, use_cache=False)`` under ``torch.no_grad()``) and
 ``inspect`` (:func:`hiddenstate.inspect_model` with the window, ``record_dtype``, no cap: the
 model's forward pass, each recurrent layer recomputed in float64 and held to the model's output,
-its records and analyses, no report). Printed: seconds, the process's peak resident memory above
-what it held before (+MiB, ``ru_maxrss``), and inspect / forward.
+its records and analyses, no report) and ``states`` (:func:`hiddenstate.record_states` with the
+window and ``record_dtype``: every layer proven on the first 128 steps, then every kept step's state
+streamed out of one forward pass with our kernels in the mixers' place). Printed: seconds, the
+process's peak resident memory above what it held before (+MiB, ``ru_maxrss``), and each against
+the forward.
 
 Usage::
 
     python benchmarks/bench_real_size.py [--models qwen3_5 mamba] [--qwen-length 4096] [--mamba-length 2048]
         [--qwen-window START:STOP] [--mamba-window START:STOP] [--record-dtype {float32,float64}]
-        [--scale K] [--vocab V] [--rounds 1]
+        [--scale K] [--vocab V] [--rounds 1] [--modes inspect states]
 
 ``--scale K`` divides every width (hidden size, heads, intermediate size) by K, for a machine
 with less memory or time: say which was run when quoting the numbers.
@@ -62,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--scale", type=int, default=1, help="divide every width by K (default 1: real size)")
     p.add_argument("--vocab", type=int, default=1024, help="Qwen3.5's vocabulary (default 1024)")
     p.add_argument("--rounds", type=int, default=1, help="processes per measurement (medians)")
+    p.add_argument("--modes", nargs="+", choices=("inspect", "states"), default=["inspect", "states"],
+                   help="what is timed beside the forward (default both)")
     p.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -112,6 +117,10 @@ def worker(name, mode, args) -> dict:
     if mode == "forward":
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
+    elif mode == "states":
+        import hiddenstate as hs
+
+        hs.record_states(model, ids, window=window, dtype=args.record_dtype, max_bytes=None)
     else:
         import hiddenstate as hs
 
@@ -135,11 +144,11 @@ def main(argv=None) -> int:
                                                        os.environ.get("PYTHONPATH", "")]))
     print(f"one sequence, one thread, records {args.record_dtype}, scale 1/{args.scale}, {args.rounds} process(es) "
           "per measurement; +MiB: peak resident memory above the process's before the run")
-    print("| model | params | T | window | forward s | forward +MiB | inspect s | inspect +MiB | inspect / forward time "
-          "| inspect / forward memory |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    head = "".join(f" {m} s | {m} +MiB | {m} / forward time | {m} / forward memory |" for m in args.modes)
+    print("| model | params | T | window | forward s | forward +MiB |" + head)
+    print("|---|---|---|---|---|---|" + "---|" * 4 * len(args.modes))
     for name in args.models:
-        res = {"forward": [], "inspect": []}
+        res = {mode: [] for mode in ("forward", *args.modes)}
         for _ in range(args.rounds):
             for mode in res:
                 run = subprocess.run([sys.executable, os.path.abspath(__file__), *(argv or sys.argv[1:]), "--worker",
@@ -147,11 +156,14 @@ def main(argv=None) -> int:
                 if run.returncode != 0:
                     raise RuntimeError(f"{name} {mode} failed:\n{run.stderr[-3000:]}")
                 res[mode].append(json.loads(run.stdout.strip().splitlines()[-1]))
-        f, i = res["forward"], res["inspect"]
+        f = res["forward"]
         fs, fm = np.median([r["seconds"] for r in f]), np.median([r["mib"] for r in f])
-        s, m = np.median([r["seconds"] for r in i]), np.median([r["mib"] for r in i])
-        print(f"| {name} | {f[0]['params'] / 1e6:.0f}M | {f[0]['T']} | {i[0]['window'][0]}:{i[0]['window'][1]} | "
-              f"{fs:.2f} | {fm:.0f} | {s:.2f} | {m:.0f} | {s / fs:.1f} | {m / max(fm, 1e-9):.1f} |", flush=True)
+        row = f"| {name} | {f[0]['params'] / 1e6:.0f}M | {f[0]['T']} | {f[0]['window'][0]}:{f[0]['window'][1]} | " \
+              f"{fs:.2f} | {fm:.0f} |"
+        for mode in args.modes:
+            s, m = np.median([r["seconds"] for r in res[mode]]), np.median([r["mib"] for r in res[mode]])
+            row += f" {s:.2f} | {m:.0f} | {s / fs:.1f} | {m / max(fm, 1e-9):.1f} |"
+        print(row, flush=True)
     return 0
 
 
