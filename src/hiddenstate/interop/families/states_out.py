@@ -323,13 +323,14 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
     kept_names = {i: _names(states, shapes[i], i) for i in chosen}
     sinks = {i: StateSink(T, N, keep, dtype, _heads(heads, kept_names[i], shapes[i], i)) for i in chosen}
     S = sinks[chosen[0]].steps.size
-    held, run = {}, {}  # the kept states of every layer; one layer's run at a time (its input, the kernel's scratch)
-    for i in chosen:
-        step, fixed = stream_bytes(kind, blocks[i], dtype)
-        held[i] = N * S * sinks[i].nbytes_per_step({n: shapes[i][n] for n in kept_names[i]})
-        run[i] = N * T * (step + 2 * blocks[i].d_model * 8) + fixed
-    check_cap(family, {i: held[i] + run[i] for i in chosen}, T, N, max_bytes, dtype.name,
-              total=sum(held.values()) + max(run.values()))
+    if max_bytes is not None:  # the kept states of every layer; one layer's run at a time (input, kernel's scratch)
+        held, run = {}, {}
+        for i in chosen:
+            step, fixed = stream_bytes(kind, blocks[i], dtype)
+            held[i] = N * S * sinks[i].nbytes_per_step({n: shapes[i][n] for n in kept_names[i]})
+            run[i] = N * T * (step + 2 * blocks[i].d_model * 8) + fixed
+        check_cap(family, {i: held[i] + run[i] for i in chosen}, T, N, max_bytes, dtype.name,
+                  total=sum(held.values()) + max(run.values()))
     param_dtype = next(mixers[chosen[0]].parameters()).dtype
     tol = tolerance(param_dtype)
     why = f"The {family.name} family's to_block misses part of what the mixer computes."
