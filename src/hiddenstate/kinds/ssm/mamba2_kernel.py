@@ -71,8 +71,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hiddenstate.classic.cells.activations import silu
 from hiddenstate.core.functional import sigmoid
-from hiddenstate.kinds.ssm.mamba_kernel import silu
+from hiddenstate.kinds.ssm.mamba_kernel import linear
 from hiddenstate.shared import causal_conv
 from hiddenstate.shared.scan import recurrence_backward, recurrence_forward
 from hiddenstate.shared.ssd import ssd_backward, ssd_forward
@@ -235,9 +236,7 @@ def prepare(p: dict, u: np.ndarray, conv0: np.ndarray, *, n_groups: int, dt_limi
     """
     T, N, _ = u.shape
     H, P, G, S, K, Di, Dc = _sizes(p, n_groups)
-    zxr = (u if in_multiplier == 1.0 else u * in_multiplier) @ p["in_proj.weight"].T  # (T, N, Di + Dc + H)
-    if p.get("in_proj.bias") is not None:
-        zxr += p["in_proj.bias"]
+    zxr = linear(u if in_multiplier == 1.0 else u * in_multiplier, p["in_proj.weight"], p.get("in_proj.bias"))
     if mup is not None:
         zxr *= mup
     z, xbc, r = zxr[:, :, :Di], zxr[:, :, Di:Di + Dc], zxr[:, :, Di + Dc:]
@@ -333,9 +332,7 @@ def readout(p: dict, y: np.ndarray, z: np.ndarray, *, eps: float, n_groups: int,
     else:
         g = yf * sz  # (T, N, Di)
         nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, n_groups)
-    out = nrm @ p["out_proj.weight"].T  # (T, N, M)
-    if p.get("out_proj.bias") is not None:
-        out += p["out_proj.bias"]
+    out = linear(nrm, p["out_proj.weight"], p.get("out_proj.bias"))  # (T, N, M)
     return out, sz, dsz, g, nrm, inv, nb
 
 

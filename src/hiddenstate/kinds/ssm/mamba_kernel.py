@@ -68,14 +68,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hiddenstate.classic.cells.activations import silu
 from hiddenstate.core.functional import sigmoid
 from hiddenstate.core.params import MAMBA_NORMS
 from hiddenstate.shared import causal_conv
 from hiddenstate.shared.scan import recurrence_backward, recurrence_forward
 from hiddenstate.state import MambaState
 
-__all__ = ["NORMS", "PARAMS", "SCANS", "MambaRecord", "MambaState", "Selective", "discretize", "prepare", "readout",
-           "recorded", "rms_norm", "rms_norm_backward", "scan_backward", "scan_forward", "silu", "state_readout"]
+__all__ = ["NORMS", "PARAMS", "SCANS", "MambaRecord", "MambaState", "Selective", "discretize", "linear", "prepare",
+           "readout", "recorded", "rms_norm", "rms_norm_backward", "scan_backward", "scan_forward", "silu", "softplus",
+           "state_readout"]
 
 #: The evaluation modes of the SSM recurrence (option ``scan``).
 SCANS = ("parallel", "sequential")
@@ -125,19 +127,40 @@ class MambaRecord(NamedTuple):
     z: np.ndarray
 
 
-def silu(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``silu(c) = c sigmoid(c)`` and its derivative ``sigmoid(c) (1 + c (1 - sigmoid(c)))``.
+def linear(x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+    """A linear layer ``x @ weight.T + bias`` over the last axis, as one 2-D matrix product.
+
+    (NumPy's ``matmul`` of a (T, N, k) array runs T products of N rows; one (T N, k) product is
+    several times faster.)
 
     Parameters
     ----------
-    c : ndarray, floating
+    x : ndarray of shape (..., k)
+    weight : ndarray of shape (j, k)
+    bias : ndarray of shape (j,), optional
 
     Returns
     -------
-    value, derivative : ndarray, shape and dtype of ``c``
+    ndarray of shape (..., j)
     """
-    s = sigmoid(c)
-    return c * s, s * (1.0 + c * (1.0 - s))
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
+    if bias is not None:
+        y += bias
+    return y.reshape(x.shape[:-1] + (weight.shape[0],))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """``log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))``: within an ulp, without overflow, faster than ``logaddexp``.
+
+    Parameters
+    ----------
+    x : ndarray, floating
+
+    Returns
+    -------
+    ndarray, shape and dtype of ``x``
+    """
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -276,9 +299,7 @@ def prepare(p: dict, u: np.ndarray, conv0: np.ndarray, *, lengths=None, reset=No
     Wx, Wdt, bdt = _heads(p)  # (H, R + 2S, Dh), (H, Dh, R), (H, Dh)
     H, Dh, R = Wdt.shape
     Di, S = H * Dh, p["A_log"].shape[-1]
-    xz = u @ p["in_proj.weight"].T  # (T, N, 2 Di)
-    if p.get("in_proj.bias") is not None:
-        xz += p["in_proj.bias"]
+    xz = linear(u, p["in_proj.weight"], p.get("in_proj.bias"))  # (T, N, 2 Di)
     x, z = (xz[:, :, 0::2], xz[:, :, 1::2]) if "x_proj_weight" in p else (xz[:, :, :Di], xz[:, :, Di:])
     keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
     rm = None if reset is None else (reset if keep is None else reset & keep[:, :, 0])  # (T, N)
@@ -293,7 +314,7 @@ def prepare(p: dict, u: np.ndarray, conv0: np.ndarray, *, lengths=None, reset=No
     else:
         r, B, C = raw  # (T, N, H, R), (T, N, H, S), (T, N, H, S)
     pre = (_per_head(r, Wdt) + bdt).reshape(T, N, Di)
-    dt = np.logaddexp(0.0, pre)  # softplus
+    dt = softplus(pre)
     A = -np.exp(p["A_log"].reshape(Di, S))  # (Di, S)
     return Selective(z, xpad, a, da, r, B, C, pre, dt, A, raw, invs, keep, rm, origin)
 
@@ -364,9 +385,7 @@ def readout(p: dict, y: np.ndarray, z: np.ndarray, keep=None):
     """
     sz, dsz = silu(z)
     g = y * sz
-    out = g @ p["out_proj.weight"].T  # (T, N, M)
-    if p.get("out_proj.bias") is not None:
-        out += p["out_proj.bias"]
+    out = linear(g, p["out_proj.weight"], p.get("out_proj.bias"))  # (T, N, M)
     if keep is not None:
         out *= keep
     return out, sz, dsz, g
