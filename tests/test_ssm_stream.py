@@ -7,9 +7,12 @@ import pytest
 
 from _ssm import jittered
 from hiddenstate import Mamba, Mamba2
+from hiddenstate.interop.families import family_of
 from hiddenstate.kinds.ssm.stream import mamba2_stream, mamba_stream
 from hiddenstate.kinds.ssm.view import KINDS, ssm_states
 from hiddenstate.kinds.stream import StateSink, pick
+from tests import test_families_mamba1 as one
+from tests import test_families_mamba2 as two
 
 MAMBA = {"plain": {}, "biases": {"bias": True, "conv_bias": False}, "falcon_rms": {"bcdt_norm": "rms"},
          "jamba_rms_weight": {"bcdt_norm": "rms_weight", "bias": True}, "zamba_heads": {"num_heads": 2},
@@ -155,3 +158,23 @@ def test_memory_does_not_grow_with_every_state(block, stream, per_step):
     # the (T, N, Di)-sized arrays grow by a fraction of it
     growth = traced_peak(stream, block, 1024) - traced_peak(stream, block, 256)
     assert 0 < growth < 768 * per_step * 4 / 4  # measured: 1,561 and 9,619 bytes a step (of 8,192 and 65,536)
+
+
+@pytest.mark.parametrize("name", ["falcon_mamba", "jamba", "zamba", "bamba", "nemotron_h", "granitemoehybrid", "zamba2",
+                                  "falcon_h1"])
+def test_the_blocks_of_the_transformers_families_stream(name):
+    # every recurrent layer's block as the family's to_block builds it from the model (the mapped variants)
+    model, _ = (one if name in one.FAMILIES else two).build(name)
+    family = family_of(model)
+    layers = [info for info in family.layer_map(model) if info.role == "recurrent"]
+    assert layers
+    u = np.random.default_rng(8).standard_normal((2, 19, model.config.hidden_size))
+    for info in layers:
+        block = family.to_block(model.get_submodule(info.path), model.config)
+        stream = mamba_stream if isinstance(block, Mamba) else mamba2_stream
+        want, states = record(block, u)
+        sink = StateSink(19, 2, slice(None), np.float64)
+        close(stream(block, u, sink, block_steps=4), want, 1e-10)
+        for k in states:
+            close(sink.arrays[k], states[k], 1e-10)
+        close(stream(block, u.astype(np.float32), block_steps=4), want, 1e-4)
