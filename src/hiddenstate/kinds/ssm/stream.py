@@ -110,6 +110,21 @@ class _Scan:
             self.sink.put(t0 + start, {"ssm": blk, "conv": conv})
 
 
+def _recurrence(h, decay, hs, work) -> None:
+    """``h_j = decay_j h_{j-1} + b_j`` over a block, in place: ``hs`` holds the inputs ``b_j``, then the states.
+
+    ``h`` (N, ...) the state before the block, ``decay`` (L, N, ...) broadcasting against it,
+    ``work`` where ``decay_j h_{j-1}`` goes: (L, N, ...) shaped like ``hs`` (``decay`` itself,
+    overwritten) or one step's (N, ...).
+    """
+    prev = h
+    for j in range(hs.shape[0]):
+        w = work[j] if work.ndim == hs.ndim else work
+        np.multiply(prev, decay[j], out=w)
+        hs[j] += w
+        prev = hs[j]
+
+
 def _stream(block, u, sink, block_steps, chunk_steps, shape, channels, run_chunk):
     """A kind's stream: the time in chunks of C steps, each ``run_chunk(block, p, u_chunk, conv0, scan, t0)``.
 
@@ -140,11 +155,7 @@ def _mamba_chunk(block, p, u, conv0, scan, t0):
     def run_block(start, stop, h, hs):
         t = slice(start, stop)
         decay, _ = mamba_kernel.discretize(s.dt[t], s.a[t], s.A, s.B[t], out=(dA[:stop - start], hs))
-        prev = h
-        for j in range(stop - start):  # h_j = decay_j h_{j-1} + b_j, in place
-            np.multiply(prev, decay[j], out=decay[j])
-            hs[j] += decay[j]
-            prev = hs[j]
+        _recurrence(h, decay, hs, decay)
         y[t] = mamba_kernel.state_readout(hs, s.C[t], p["D"], s.a[t])
 
     scan.run(t0, s.xpad, block.d_conv, run_block)
@@ -162,12 +173,7 @@ def _mamba2_chunk(block, p, u, conv0, scan, t0):
     def run_block(start, stop, h, hs):
         t = slice(start, stop)
         mamba2_kernel.ssm_input(s.dt[t], s.x[t], s.Bh[t], out=hs)
-        decay = s.decay[t, :, :, None, None]  # (L, N, H, 1, 1)
-        prev = h
-        for j in range(stop - start):  # h_j = decay_j h_{j-1} + b_j, in place
-            np.multiply(prev, decay[j], out=kept)
-            hs[j] += kept
-            prev = hs[j]
+        _recurrence(h, s.decay[t, :, :, None, None], hs, kept)  # a decay (L, N, H, 1, 1) per head
         y[t] = mamba2_kernel.state_readout(hs, s.Ch[t], p["D"], s.x[t])
 
     scan.run(t0, s.xpad, block.d_conv, run_block)
