@@ -31,6 +31,7 @@ import numpy as np
 
 from hiddenstate.kinds.ssm import mamba2_kernel, mamba_kernel
 from hiddenstate.shared import causal_conv
+from hiddenstate.shared.ssd import ssd_forward
 
 __all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "CHUNK_STEPS", "mamba2_stream", "mamba_stream"]
 
@@ -85,29 +86,39 @@ class _Scan:
         self.h = np.zeros((N,) + shape, dtype=dtype)  # the state before the block
         self.sink, self.L = sink, L
 
+    def _wants(self, start, stop) -> bool:
+        return self.sink is not None and self.sink.wants(start, stop)
+
     @np.errstate(under="ignore")  # states that decay below the smallest normal number: 0 is the right limit
-    def run(self, t0, xpad, K, run_block):
+    def run(self, t0, xpad, K, run_block, skip=None):
         """Steps ``t0 .. t0 + n - 1`` of a chunk, n = ``len(xpad) - (K-1)``, in blocks of L, each handed to the sink.
 
         ``run_block(start, stop, h, hs)`` (``start``, ``stop`` within the chunk) fills ``hs``
         (stop - start, N, *shape) with the block's states from ``h``, the state before it. The
         convolution's windows (stop - start, N, Dc, K-1) are formed from the chunk's ``xpad``
-        only for a block the sink keeps a step of (a zero-strided placeholder else).
+        only for a block the sink keeps a step of. ``skip(start, stop, h)``, when given, runs
+        the steps of blocks the sink keeps nothing of (all of them without a sink) without
+        forming their states, ``h`` updated in place; the sink gets zero-strided placeholders.
         """
         n = xpad.shape[0] - (K - 1)
-        for start in range(0, n, self.L):
+        start = 0
+        while start < n:
             stop = min(start + self.L, n)
-            blk = self.hs[:stop - start]
-            run_block(start, stop, self.h, blk)
-            np.copyto(self.h, blk[-1])
-            if self.sink is None:
-                continue
-            if self.sink.wants(t0 + start, t0 + stop):
-                conv = causal_conv.windows(xpad[start:stop + K - 1], K)  # (L, N, Dc, K-1)
+            wanted = self._wants(t0 + start, t0 + stop)
+            if skip is not None and not wanted:  # as far as the next block the sink keeps a step of
+                while stop < n and not self._wants(t0 + stop, t0 + min(stop + self.L, n)):
+                    stop = min(stop + self.L, n)
+                skip(start, stop, self.h)
+                blk = np.broadcast_to(self.h, (stop - start,) + self.h.shape)
             else:
-                conv = np.broadcast_to(np.zeros((), dtype=blk.dtype), (stop - start,) + blk.shape[1:2] +
-                                       (xpad.shape[2], K - 1))
-            self.sink.put(t0 + start, {"ssm": blk, "conv": conv})
+                blk = self.hs[:stop - start]
+                run_block(start, stop, self.h, blk)
+                np.copyto(self.h, blk[-1])
+            if self.sink is not None:
+                conv = (causal_conv.windows(xpad[start:stop + K - 1], K) if wanted else  # (L, N, Dc, K-1)
+                        np.broadcast_to(np.zeros((), dtype=blk.dtype), blk.shape[:2] + (xpad.shape[2], K - 1)))
+                self.sink.put(t0 + start, {"ssm": blk, "conv": conv})
+            start = stop
 
 
 def _recurrence(h, decay, hs, work) -> None:
@@ -176,7 +187,13 @@ def _mamba2_chunk(block, p, u, conv0, scan, t0):
         _recurrence(h, s.decay[t, :, :, None, None], hs, kept)  # a decay (L, N, H, 1, 1) per head
         y[t] = mamba2_kernel.state_readout(hs, s.Ch[t], p["D"], s.x[t])
 
-    scan.run(t0, s.xpad, block.d_conv, run_block)
+    def skip(start, stop, h):  # SSD's chunked matrix form: y and the last state, no state of every step
+        t = slice(start, stop)
+        y_ssm, h_n, _ = ssd_forward(s.dt[t] * s.A, s.dt[t, :, :, None] * s.x[t], s.Bh[t], s.Ch[t], h)
+        y[t] = y_ssm + p["D"][:, None] * s.x[t]
+        np.copyto(h, h_n)
+
+    scan.run(t0, s.xpad, block.d_conv, run_block, skip)
     out = mamba2_kernel.readout(p, y, s.z, eps=block.eps, n_groups=block.n_groups,
                                 norm_before_gate=block.norm_before_gate)[0]
     return out, s.xpad
