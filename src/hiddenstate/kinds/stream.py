@@ -148,6 +148,8 @@ class StateSink:
         if here.size == 0:
             return
         slots = self._slot[start + here]
+        if here[-1] - here[0] + 1 == here.size:  # a run of steps (every step kept): slices, one copy
+            here, slots = slice(here[0], here[-1] + 1), slice(slots[0], slots[0] + here.size)
         for name, a in states.items():
             idx = self.heads.get(name)
             part = a[here] if idx is None else a[here][:, :, idx]

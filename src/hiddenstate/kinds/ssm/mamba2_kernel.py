@@ -71,15 +71,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hiddenstate.classic.cells.activations import silu
 from hiddenstate.core.functional import sigmoid
-from hiddenstate.kinds.ssm.mamba_kernel import silu
+from hiddenstate.kinds.ssm.mamba_kernel import linear
 from hiddenstate.shared import causal_conv
 from hiddenstate.shared.scan import recurrence_backward, recurrence_forward
 from hiddenstate.shared.ssd import ssd_backward, ssd_forward
 from hiddenstate.state import MambaState
 
-__all__ = ["PARAMS", "Mamba2Record", "MambaState", "gated_rms_norm", "gated_rms_norm_backward", "recorded",
-           "scan_backward", "scan_forward"]
+__all__ = ["PARAMS", "Mamba2Record", "MambaState", "Selective", "gated_rms_norm", "gated_rms_norm_backward", "prepare",
+           "readout", "recorded", "scan_backward", "scan_forward", "ssm_input", "state_readout"]
 
 #: The block's parameters in transformers' ``Mamba2Mixer`` names (the three biases and ``norm.weight`` are optional).
 PARAMS = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight",
@@ -181,6 +182,160 @@ def _sizes(p, n_groups):
     return H, Di // H, n_groups, S, K, Di, Dc
 
 
+class Selective(NamedTuple):
+    """What a Mamba-2 block's SSM reads at every step, from :func:`prepare` (time-major).
+
+    Attributes
+    ----------
+    z : ndarray of shape (T, N, Di)
+        The gate's pre-activation.
+    xpad : ndarray of shape (K-1+T, N, Dc)
+        The convolution's initial window followed by ``xBC``.
+    a, da : ndarray of shape (T, N, Dc)
+        ``silu(conv(xBC))`` and its derivative.
+    x : ndarray of shape (T, N, H, P)
+    Bh, Ch : ndarray of shape (T, N, H, S)
+        Every head's B and C (its group's).
+    pre, dt : ndarray of shape (T, N, H)
+        ``r + dt_bias`` and the (clamped) step size.
+    passes : ndarray of bool, shape (T, N, H), or None
+        Where the clamp of ``dt`` passes the gradient (None: no clamp).
+    A : ndarray of shape (H,)
+        ``-exp(A_log)``.
+    decay : ndarray of shape (T, N, H)
+        ``exp(dt A)``.
+    """
+
+    z: np.ndarray
+    xpad: np.ndarray
+    a: np.ndarray
+    da: np.ndarray
+    x: np.ndarray
+    Bh: np.ndarray
+    Ch: np.ndarray
+    pre: np.ndarray
+    dt: np.ndarray
+    passes: np.ndarray | None
+    A: np.ndarray
+    decay: np.ndarray
+
+
+def prepare(p: dict, u: np.ndarray, conv0: np.ndarray, *, n_groups: int, dt_limit=(0.0, math.inf), mup=None,
+            in_multiplier: float = 1.0) -> Selective:
+    """Everything before the SSM recurrence, for all T steps: ``in_proj``, the convolution, SiLU, ``dt`` and the decay.
+
+    Parameters
+    ----------
+    p, u, conv0, n_groups, dt_limit, mup, in_multiplier
+        As in :func:`scan_forward`.
+
+    Returns
+    -------
+    Selective
+        Arrays of ``u``'s dtype, each (T, N, Dc)-sized or smaller per step.
+    """
+    T, N, _ = u.shape
+    H, P, G, S, K, Di, Dc = _sizes(p, n_groups)
+    zxr = linear(u if in_multiplier == 1.0 else u * in_multiplier, p["in_proj.weight"], p.get("in_proj.bias"))
+    if mup is not None:
+        zxr *= mup
+    z, xbc, r = zxr[:, :, :Di], zxr[:, :, Di:Di + Dc], zxr[:, :, Di + Dc:]
+    c, xpad = causal_conv.conv_forward(xbc, p["conv1d.weight"][:, 0, :], p.get("conv1d.bias"), conv0)  # (T, N, Dc)
+    a, da = silu(c)  # (T, N, Dc)
+    x = a[:, :, :Di].reshape(T, N, H, P)
+    B = a[:, :, Di:Di + G * S].reshape(T, N, G, S)
+    C = a[:, :, Di + G * S:].reshape(T, N, G, S)
+    Bh, Ch = np.repeat(B, H // G, axis=2), np.repeat(C, H // G, axis=2)  # (T, N, H, S)
+    pre = r + p["dt_bias"]  # (T, N, H)
+    dt = np.logaddexp(0.0, pre)  # softplus
+    lo, hi = dt_limit
+    passes = None  # where the clamp passes the gradient (None: everywhere)
+    if lo > 0.0 or hi < math.inf:
+        passes = (dt >= lo) & (dt <= hi)
+        dt = np.clip(dt, lo, hi)
+    A = -np.exp(p["A_log"])  # (H,)
+    with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
+        decay = np.exp(dt * A)  # (T, N, H)
+    return Selective(z, xpad, a, da, x, Bh, Ch, pre, dt, passes, A, decay)
+
+
+def ssm_input(dt: np.ndarray, x: np.ndarray, Bh: np.ndarray, out=None) -> np.ndarray:
+    """The recurrence's input ``dt x B^T`` of every step (of the steps given).
+
+    Parameters
+    ----------
+    dt : ndarray of shape (T, N, H)
+    x : ndarray of shape (T, N, H, P)
+    Bh : ndarray of shape (T, N, H, S)
+    out : ndarray of shape (T, N, H, P, S), optional
+        Where to write it (a streamed run's scratch); None: a new array.
+
+    Returns
+    -------
+    ndarray of shape (T, N, H, P, S)
+    """
+    return np.multiply((dt[..., None] * x)[..., None], Bh[:, :, :, None, :], out=out)
+
+
+def state_readout(hs: np.ndarray, Ch: np.ndarray, D: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``y_t = h_t C_t + D x_t`` of every step (of the steps given).
+
+    Parameters
+    ----------
+    hs : ndarray of shape (T, N, H, P, S)
+    Ch : ndarray of shape (T, N, H, S)
+    D : ndarray of shape (H,)
+    x : ndarray of shape (T, N, H, P)
+
+    Returns
+    -------
+    ndarray of shape (T, N, H, P)
+    """
+    return (hs @ Ch[..., None])[..., 0] + D[:, None] * x
+
+
+def readout(p: dict, y: np.ndarray, z: np.ndarray, *, eps: float, n_groups: int, norm_before_gate: bool = False):
+    """The block's output from the SSM's readout: the gate, the gated norm (its variants), ``out_proj``.
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+        ``norm.weight`` (Di,) (absent: no norm), ``out_proj.weight`` (M, Di), ``out_proj.bias`` (M,).
+    y : ndarray of shape (T, N, H, P)
+    z : ndarray of shape (T, N, Di)
+    eps, n_groups, norm_before_gate
+        As in :func:`scan_forward`.
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    sz, dsz : ndarray of shape (T, N, Di)
+        ``silu(z)`` and its derivative.
+    g : ndarray of shape (T, N, Di)
+        What the norm reads (``y silu(z)``, or ``y`` with the norm before the gate).
+    nrm : ndarray of shape (T, N, Di)
+        What ``out_proj`` reads.
+    inv : ndarray of shape (T, N, G, 1) or None
+        The norm's ``1 / rms`` (None without a norm).
+    nb : ndarray of shape (T, N, Di) or None
+        The norm's output before the gate (``norm_before_gate``; else None).
+    """
+    T, N, H, P = y.shape
+    sz, dsz = silu(z)
+    yf, inv, nb = y.reshape(T, N, H * P), None, None
+    if "norm.weight" not in p:  # no norm: the gated output goes to out_proj
+        g = nrm = yf * sz
+    elif norm_before_gate:  # the norm reads y; the gate multiplies its output
+        g = yf
+        nb, inv = gated_rms_norm(yf, p["norm.weight"], eps, n_groups)
+        nrm = nb * sz
+    else:
+        g = yf * sz  # (T, N, Di)
+        nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, n_groups)
+    out = linear(nrm, p["out_proj.weight"], p.get("out_proj.bias"))  # (T, N, M)
+    return out, sz, dsz, g, nrm, inv, nb
+
+
 def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, eps: float, n_groups: int,
                  scan: str = "parallel", dt_limit: tuple[float, float] = (0.0, math.inf), norm_before_gate: bool = False,
                  mup: np.ndarray | None = None, in_multiplier: float = 1.0):
@@ -226,54 +381,20 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, e
         Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
     """
     T, N, _ = u.shape
-    H, P, G, S, K, Di, Dc = _sizes(p, n_groups)
-    zxr = (u if in_multiplier == 1.0 else u * in_multiplier) @ p["in_proj.weight"].T  # (T, N, Di + Dc + H)
-    if p.get("in_proj.bias") is not None:
-        zxr += p["in_proj.bias"]
-    if mup is not None:
-        zxr *= mup
-    z, xbc, r = zxr[:, :, :Di], zxr[:, :, Di:Di + Dc], zxr[:, :, Di + Dc:]
-    c, xpad = causal_conv.conv_forward(xbc, p["conv1d.weight"][:, 0, :], p.get("conv1d.bias"), conv0)  # (T, N, Dc)
-    a, da = silu(c)  # (T, N, Dc)
-    x = a[:, :, :Di].reshape(T, N, H, P)
-    B = a[:, :, Di:Di + G * S].reshape(T, N, G, S)
-    C = a[:, :, Di + G * S:].reshape(T, N, G, S)
-    Bh, Ch = np.repeat(B, H // G, axis=2), np.repeat(C, H // G, axis=2)  # (T, N, H, S)
-    pre = r + p["dt_bias"]  # (T, N, H)
-    dt = np.logaddexp(0.0, pre)  # softplus
-    lo, hi = dt_limit
-    passes = None  # where the clamp passes the gradient (None: everywhere)
-    if lo > 0.0 or hi < math.inf:
-        passes = (dt >= lo) & (dt <= hi)
-        dt = np.clip(dt, lo, hi)
-    A = -np.exp(p["A_log"])  # (H,)
-    with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
-        decay = np.exp(dt * A)  # (T, N, H)
+    K = p["conv1d.weight"].shape[-1]
+    s = prepare(p, u, conv0, n_groups=n_groups, dt_limit=dt_limit, mup=mup, in_multiplier=in_multiplier)
     if scan == "ssd":  # the chunked matrix form: y without forming every state
         hs = None
-        y_ssm, h_T, starts = ssd_forward(dt * A, dt[..., None] * x, Bh, Ch, h0)
+        y_ssm, h_T, starts = ssd_forward(s.dt * s.A, s.dt[..., None] * s.x, s.Bh, s.Ch, h0)
+        y = y_ssm + p["D"][:, None] * s.x  # (T, N, H, P)
     else:
-        b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
-        hs = recurrence_forward(decay[..., None, None], b, h0, parallel=scan == "parallel")  # (T, N, H, P, S)
-        y_ssm, h_T, starts = (hs @ Ch[..., None])[..., 0], (hs[-1].copy() if T else h0.copy()), None
-    y = y_ssm + p["D"][:, None] * x  # (T, N, H, P)
-    sz, dsz = silu(z)
-    yf, inv, nb = y.reshape(T, N, Di), None, None
-    if "norm.weight" not in p:  # no norm: the gated output goes to out_proj
-        g = nrm = yf * sz
-    elif norm_before_gate:  # the norm reads y; the gate multiplies its output
-        g = yf
-        nb, inv = gated_rms_norm(yf, p["norm.weight"], eps, G)
-        nrm = nb * sz
-    else:
-        g = yf * sz  # (T, N, Di)
-        nrm, inv = gated_rms_norm(g, p["norm.weight"], eps, G)
-    out = nrm @ p["out_proj.weight"].T  # (T, N, M)
-    if p.get("out_proj.bias") is not None:
-        out += p["out_proj.bias"]
-    final = MambaState(h_T, causal_conv.final_window(xpad, K))
-    cache = (p, u, h0, G, z, xpad, a, da, x, Bh, Ch, pre, dt, A, decay, (hs, starts), y, sz, dsz, g, nrm, inv, scan,
-             (passes, nb, mup, in_multiplier))
+        hs = recurrence_forward(s.decay[..., None, None], ssm_input(s.dt, s.x, s.Bh), h0,
+                                parallel=scan == "parallel")  # (T, N, H, P, S)
+        y, h_T, starts = state_readout(hs, s.Ch, p["D"], s.x), (hs[-1].copy() if T else h0.copy()), None
+    out, sz, dsz, g, nrm, inv, nb = readout(p, y, s.z, eps=eps, n_groups=n_groups, norm_before_gate=norm_before_gate)
+    final = MambaState(h_T, causal_conv.final_window(s.xpad, K))
+    cache = (p, u, h0, n_groups, s.z, s.xpad, s.a, s.da, s.x, s.Bh, s.Ch, s.pre, s.dt, s.A, s.decay, (hs, starts), y,
+             sz, dsz, g, nrm, inv, scan, (s.passes, nb, mup, in_multiplier))
     return out, final, cache
 
 
@@ -389,7 +510,6 @@ def recorded(cache) -> Mamba2Record:
     conv = causal_conv.windows(xpad, xpad.shape[0] - T + 1)  # (T, N, Dc, K-1)
     H = A.shape[0]
     if hs is None:  # the SSD form formed no states: the scan gives them
-        b = (dt[..., None] * x)[..., None] * Bh[:, :, :, None, :]  # (T, N, H, P, S)
-        hs = recurrence_forward(decay[..., None, None], b, h0)
+        hs = recurrence_forward(decay[..., None, None], ssm_input(dt, x, Bh), h0)  # (T, N, H, P, S)
     return Mamba2Record(ssm=hs, conv=conv, dt=dt, decay=decay, B=Bh[:, :, ::H // G], C=Ch[:, :, ::H // G], x=x, y=y,
                         gate=sz, z=z)

@@ -68,14 +68,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hiddenstate.classic.cells.activations import silu
 from hiddenstate.core.functional import sigmoid
 from hiddenstate.core.params import MAMBA_NORMS
 from hiddenstate.shared import causal_conv
 from hiddenstate.shared.scan import recurrence_backward, recurrence_forward
 from hiddenstate.state import MambaState
 
-__all__ = ["NORMS", "PARAMS", "SCANS", "MambaRecord", "MambaState", "recorded", "rms_norm", "rms_norm_backward",
-           "scan_backward", "scan_forward", "silu"]
+__all__ = ["NORMS", "PARAMS", "SCANS", "MambaRecord", "MambaState", "Selective", "discretize", "linear", "prepare",
+           "readout", "recorded", "rms_norm", "rms_norm_backward", "scan_backward", "scan_forward", "silu", "softplus",
+           "state_readout"]
 
 #: The evaluation modes of the SSM recurrence (option ``scan``).
 SCANS = ("parallel", "sequential")
@@ -125,19 +127,40 @@ class MambaRecord(NamedTuple):
     z: np.ndarray
 
 
-def silu(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``silu(c) = c sigmoid(c)`` and its derivative ``sigmoid(c) (1 + c (1 - sigmoid(c)))``.
+def linear(x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+    """A linear layer ``x @ weight.T + bias`` over the last axis, as one 2-D matrix product.
+
+    (NumPy's ``matmul`` of a (T, N, k) array runs T products of N rows; one (T N, k) product is
+    several times faster.)
 
     Parameters
     ----------
-    c : ndarray, floating
+    x : ndarray of shape (..., k)
+    weight : ndarray of shape (j, k)
+    bias : ndarray of shape (j,), optional
 
     Returns
     -------
-    value, derivative : ndarray, shape and dtype of ``c``
+    ndarray of shape (..., j)
     """
-    s = sigmoid(c)
-    return c * s, s * (1.0 + c * (1.0 - s))
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
+    if bias is not None:
+        y += bias
+    return y.reshape(x.shape[:-1] + (weight.shape[0],))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """``log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))``: within an ulp, without overflow, faster than ``logaddexp``.
+
+    Parameters
+    ----------
+    x : ndarray, floating
+
+    Returns
+    -------
+    ndarray, shape and dtype of ``x``
+    """
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -211,6 +234,163 @@ def _head_outer(d, x):
     return d.reshape(T * N, H, j).transpose(1, 2, 0) @ x.reshape(T * N, H, x.shape[-1]).transpose(1, 0, 2)
 
 
+class Selective(NamedTuple):
+    """What a Mamba block's SSM reads at every step, from :func:`prepare` (time-major).
+
+    Attributes
+    ----------
+    z : ndarray of shape (T, N, Di)
+        The gate's pre-activation.
+    xpad : ndarray of shape (K-1+T, N, Di)
+        The convolution's initial window followed by ``x`` (:func:`~hiddenstate.shared.causal_conv.conv_forward`).
+    a, da : ndarray of shape (T, N, Di)
+        ``silu(conv(x))`` and its derivative.
+    r : ndarray of shape (T, N, H, R)
+        The step sizes' low-rank input (after its norm).
+    B, C : ndarray of shape (T, N, H, S)
+        The input and output matrices (after their norms); H = 1 without heads.
+    pre, dt : ndarray of shape (T, N, Di)
+        ``dt_proj(r)`` and ``dt = softplus(pre)``.
+    A : ndarray of shape (Di, S)
+        ``-exp(A_log)``.
+    raw : tuple of ndarray
+        ``r``, ``B``, ``C`` before their norms.
+    invs : tuple of ndarray or None
+        The norms' ``1 / rms`` (None without norms).
+    keep : ndarray of bool, shape (T, N, 1), or None
+        The valid steps (None: all).
+    rm : ndarray of bool, shape (T, N), or None
+        The resets at valid steps.
+    origin : ndarray of int, shape (T, N), or None
+        Where each row's run began (:func:`~hiddenstate.shared.causal_conv.run_origin`).
+    """
+
+    z: np.ndarray
+    xpad: np.ndarray
+    a: np.ndarray
+    da: np.ndarray
+    r: np.ndarray
+    B: np.ndarray
+    C: np.ndarray
+    pre: np.ndarray
+    dt: np.ndarray
+    A: np.ndarray
+    raw: tuple
+    invs: tuple | None
+    keep: np.ndarray | None
+    rm: np.ndarray | None
+    origin: np.ndarray | None
+
+
+def prepare(p: dict, u: np.ndarray, conv0: np.ndarray, *, lengths=None, reset=None, norm_eps=None) -> Selective:
+    """Everything before the SSM recurrence, for all T steps: ``in_proj``, the convolution, SiLU, ``x_proj``, the norms, ``dt``.
+
+    Parameters
+    ----------
+    p, u, conv0, lengths, reset, norm_eps
+        As in :func:`scan_forward`.
+
+    Returns
+    -------
+    Selective
+        Arrays of ``u``'s dtype, each (T, N, Di)-sized or smaller per step.
+    """
+    T, N, _ = u.shape
+    Wx, Wdt, bdt = _heads(p)  # (H, R + 2S, Dh), (H, Dh, R), (H, Dh)
+    H, Dh, R = Wdt.shape
+    Di, S = H * Dh, p["A_log"].shape[-1]
+    xz = linear(u, p["in_proj.weight"], p.get("in_proj.bias"))  # (T, N, 2 Di)
+    x, z = (xz[:, :, 0::2], xz[:, :, 1::2]) if "x_proj_weight" in p else (xz[:, :, :Di], xz[:, :, Di:])
+    keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
+    rm = None if reset is None else (reset if keep is None else reset & keep[:, :, 0])  # (T, N)
+    origin = causal_conv.run_origin(rm)  # (T, N): where each row's run began
+    c, xpad = causal_conv.conv_forward(x, p["conv1d.weight"][:, 0, :], p.get("conv1d.bias"), conv0, origin)  # (T, N, Di)
+    a, da = silu(c)
+    dbc = _per_head(a.reshape(T, N, H, Dh), Wx)  # (T, N, H, R + 2S)
+    raw = (dbc[..., :R], dbc[..., R:R + S], dbc[..., R + S:])  # r, B, C before their norms
+    invs = None
+    if norm_eps is not None:
+        (r, B, C), invs = zip(*(rms_norm(v, p.get(k), norm_eps) for v, k in zip(raw, NORMS)))
+    else:
+        r, B, C = raw  # (T, N, H, R), (T, N, H, S), (T, N, H, S)
+    pre = (_per_head(r, Wdt) + bdt).reshape(T, N, Di)
+    dt = softplus(pre)
+    A = -np.exp(p["A_log"].reshape(Di, S))  # (Di, S)
+    return Selective(z, xpad, a, da, r, B, C, pre, dt, A, raw, invs, keep, rm, origin)
+
+
+def discretize(dt: np.ndarray, a: np.ndarray, A: np.ndarray, B: np.ndarray, out=None) -> tuple[np.ndarray, np.ndarray]:
+    """The recurrence's decay ``exp(dt A)`` and input ``dt B a`` of every step (of the steps given).
+
+    Parameters
+    ----------
+    dt, a : ndarray of shape (T, N, Di)
+    A : ndarray of shape (Di, S)
+    B : ndarray of shape (T, N, H, S)
+    out : pair of ndarray of shape (T, N, Di, S), optional
+        Where to write them (a streamed run's scratch); None: new arrays.
+
+    Returns
+    -------
+    decay, b : ndarray of shape (T, N, Di, S)
+    """
+    T, N, Di = dt.shape
+    H, S = B.shape[2:]
+    decay, b = (None, None) if out is None else out
+    decay = np.multiply(dt[..., None], A, out=decay)
+    with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
+        np.exp(decay, out=decay)
+    b = np.multiply((dt * a).reshape(T, N, H, Di // H, 1), B[:, :, :, None, :],
+                    out=None if b is None else b.reshape(T, N, H, Di // H, S))
+    return decay, b.reshape(T, N, Di, S)
+
+
+def state_readout(hs: np.ndarray, C: np.ndarray, D: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``y_t = C_t . h_t + D a_t`` of every step (of the steps given).
+
+    Parameters
+    ----------
+    hs : ndarray of shape (T, N, Di, S)
+    C : ndarray of shape (T, N, H, S)
+    D : ndarray of shape (Di,) or (H, Dh)
+    a : ndarray of shape (T, N, Di)
+
+    Returns
+    -------
+    ndarray of shape (T, N, Di)
+    """
+    T, N, Di, S = hs.shape
+    H = C.shape[2]
+    return (hs.reshape(T, N, H, Di // H, S) @ C[..., None]).reshape(T, N, Di) + D.reshape(Di) * a
+
+
+def readout(p: dict, y: np.ndarray, z: np.ndarray, keep=None):
+    """The block's output from the SSM's readout: ``out_t = out_proj(y_t silu(z_t))`` (0 at padded steps).
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+        ``out_proj.weight`` (M, Di), ``out_proj.bias`` (M,) when the block has it.
+    y, z : ndarray of shape (T, N, Di)
+    keep : ndarray of bool, shape (T, N, 1), optional
+        The valid steps (None: all).
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    sz, dsz : ndarray of shape (T, N, Di)
+        ``silu(z)`` and its derivative.
+    g : ndarray of shape (T, N, Di)
+        ``y silu(z)``.
+    """
+    sz, dsz = silu(z)
+    g = y * sz
+    out = linear(g, p["out_proj.weight"], p.get("out_proj.bias"))  # (T, N, M)
+    if keep is not None:
+        out *= keep
+    return out, sz, dsz, g
+
+
 def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, lengths=None, reset=None,
                  scan: str = "parallel", norm_eps=None):
     """The Mamba block over all T steps (the equations of the module docstring): the forward kernel.
@@ -250,44 +430,17 @@ def scan_forward(p: dict, u: np.ndarray, h0: np.ndarray, conv0: np.ndarray, *, l
         Opaque; pass it to :func:`scan_backward` and :func:`recorded`.
     """
     T, N, _ = u.shape
-    Wx, Wdt, bdt = _heads(p)  # (H, R + 2S, Dh), (H, Dh, R), (H, Dh)
-    H, Dh, R = Wdt.shape
-    Di, S, K = H * Dh, p["A_log"].shape[-1], p["conv1d.weight"].shape[-1]
-    xz = u @ p["in_proj.weight"].T  # (T, N, 2 Di)
-    if p.get("in_proj.bias") is not None:
-        xz += p["in_proj.bias"]
-    x, z = (xz[:, :, 0::2], xz[:, :, 1::2]) if "x_proj_weight" in p else (xz[:, :, :Di], xz[:, :, Di:])
-    keep = None if lengths is None else (np.arange(T)[:, None] < lengths[None, :])[:, :, None]  # (T, N, 1)
-    rm = None if reset is None else (reset if keep is None else reset & keep[:, :, 0])  # (T, N)
-    origin = causal_conv.run_origin(rm)  # (T, N): where each row's run began
-    c, xpad = causal_conv.conv_forward(x, p["conv1d.weight"][:, 0, :], p.get("conv1d.bias"), conv0, origin)  # (T, N, Di)
-    a, da = silu(c)
-    dbc = _per_head(a.reshape(T, N, H, Dh), Wx)  # (T, N, H, R + 2S)
-    raw = (dbc[..., :R], dbc[..., R:R + S], dbc[..., R + S:])  # r, B, C before their norms
-    invs = None
-    if norm_eps is not None:
-        (r, B, C), invs = zip(*(rms_norm(v, p.get(k), norm_eps) for v, k in zip(raw, NORMS)))
-    else:
-        r, B, C = raw  # (T, N, H, R), (T, N, H, S), (T, N, H, S)
-    pre = (_per_head(r, Wdt) + bdt).reshape(T, N, Di)
-    dt = np.logaddexp(0.0, pre)  # softplus
-    A = -np.exp(p["A_log"].reshape(Di, S))  # (Di, S)
-    with np.errstate(under="ignore"):  # a decay that underflows to 0 is the right limit
-        decay = np.exp(dt[..., None] * A)  # (T, N, Di, S)
-    b = ((dt * a).reshape(T, N, H, Dh, 1) * B[:, :, :, None, :]).reshape(T, N, Di, S)
-    hs = recurrence_forward(decay.reshape(T, N, Di * S), b.reshape(T, N, Di * S), h0.reshape(N, Di * S), keep,
-                            None if rm is None else rm[:, :, None], parallel=scan == "parallel").reshape(T, N, Di, S)
-    y = (hs.reshape(T, N, H, Dh, S) @ C[..., None]).reshape(T, N, Di) + p["D"].reshape(Di) * a  # (T, N, Di)
-    sz, dsz = silu(z)
-    g = y * sz
-    out = g @ p["out_proj.weight"].T  # (T, N, M)
-    if p.get("out_proj.bias") is not None:
-        out += p["out_proj.bias"]
-    if keep is not None:
-        out *= keep
-    final = MambaState(hs[-1].copy() if T else h0.copy(), causal_conv.final_window(xpad, K, lengths, origin))
-    cache = (p, u, h0, z, xpad, da, a, r, B, C, pre, dt, A, decay, hs, y, sz, dsz, g, scan, keep, lengths, rm, origin,
-             raw, invs)
+    s = prepare(p, u, conv0, lengths=lengths, reset=reset, norm_eps=norm_eps)
+    Di, S = s.A.shape
+    decay, b = discretize(s.dt, s.a, s.A, s.B)  # (T, N, Di, S) each
+    hs = recurrence_forward(decay.reshape(T, N, Di * S), b.reshape(T, N, Di * S), h0.reshape(N, Di * S), s.keep,
+                            None if s.rm is None else s.rm[:, :, None], parallel=scan == "parallel").reshape(T, N, Di, S)
+    y = state_readout(hs, s.C, p["D"], s.a)  # (T, N, Di)
+    out, sz, dsz, g = readout(p, y, s.z, s.keep)
+    K = p["conv1d.weight"].shape[-1]
+    final = MambaState(hs[-1].copy() if T else h0.copy(), causal_conv.final_window(s.xpad, K, lengths, s.origin))
+    cache = (p, u, h0, s.z, s.xpad, s.da, s.a, s.r, s.B, s.C, s.pre, s.dt, s.A, decay, hs, y, sz, dsz, g, scan, s.keep,
+             lengths, s.rm, s.origin, s.raw, s.invs)
     return out, final, cache
 
 

@@ -113,9 +113,9 @@ KINDS = (Kind("mamba", Mamba, mamba_view, ssm_states,
               description="SSM state (N, Di, S), a decay exp(dt A) per state entry",
               analysis="hiddenstate.kinds.ssm.mamba_analysis:MAMBA", card="hiddenstate.kinds.ssm.card:MAMBA_CARD",
               analyze="hiddenstate.kinds.ssm.mamba_analysis:analyze_mamba", title="Mamba", share=ssm_share,
-              skip=("D",)),
+              skip=("D",), stream="hiddenstate.kinds.ssm.stream:mamba_stream"),
          Kind("mamba2", Mamba2, mamba2_view, ssm_states,
               description="SSM state (N, H, P, S), a decay exp(dt A_h) per head",
               analysis="hiddenstate.kinds.ssm.mamba2_analysis:MAMBA2", card="hiddenstate.kinds.ssm.card:MAMBA2_CARD",
               analyze="hiddenstate.kinds.ssm.mamba2_analysis:analyze_mamba2", title="Mamba-2",
-              share=ssm_share, skip=("D",)))
+              share=ssm_share, skip=("D",), stream="hiddenstate.kinds.ssm.stream:mamba2_stream"))
