@@ -1,0 +1,171 @@
+"""The delta-rule blocks' streamed run: every step's states handed to a sink block by block, :func:`stream`.
+
+A record of a delta-rule block holds every step's matrix state, T N Hv Dk Dv numbers: 1024 steps
+of a Qwen3-Next layer (Hv = 4, Dk = Dv = 64) are 64 MiB in float32, and a long prompt or a
+batch is gigabytes. :func:`stream` runs the block without a record (the contract of
+:mod:`hiddenstate.kinds.stream`) and forms the matrix states one stretch of steps at a time:
+
+* time goes in segments of a few hundred steps: the block's own preparation of a segment
+  (:func:`~hiddenstate.kinds.delta.block_kernel.block_inputs`: projections, the causal
+  convolution carried on from the last segment's window, L2 norms, gates) and everything of the
+  chunked form that does not depend on the state (:func:`~hiddenstate.kinds.delta.chunked.chunk_parts`),
+  for all its chunks of Q = 64 steps at once;
+* chunk by chunk, the state is carried (:func:`~hiddenstate.kinds.delta.chunked.chunk_carry`,
+  three (Q, Dk) x (Dk, Dv) products per head) and gives the chunk's outputs and its writes
+  ``u_i``;
+* only where the sink keeps a step of the chunk, its states are formed step by step from the
+  state entering it, ``S_i = diag(exp(g_i)) S_{i-1} + k_i u_i^T``
+  (:func:`~hiddenstate.kinds.delta.chunked.step_states`), in a scratch of L <= Q steps that the
+  sink copies what it keeps out of before the next L steps overwrite it; the convolution's
+  windows are views of the segment's input;
+* the segment's outputs go through the block's gated norm and output projection
+  (:func:`~hiddenstate.kinds.delta.block_kernel.block_output`).
+
+These are the operations of ``block.forward`` (the chunked form with chunks of 64 steps, the
+states of ``forward(record=True)``), in the same order for float64 input: the same numbers to
+round-off. The per-step delta rule (``P = a S``, ``u = beta (v - P^T k)``, ``S = P + k u^T``,
+``o = S^T q``, batched over rows and heads) is slower here: on the bench's Qwen3-Next layer (Hv
+= 4, Dk = Dv = 64, N = 1, T = 1024, float32, one thread) it took 25 ms against the chunked
+form's 12 ms with every state formed, and it cannot skip the steps a sink does not keep.
+
+Memory: the states of one scratch (L N Hv Dk Dv numbers, at most :data:`SCRATCH_BYTES`), one
+segment's prepared inputs and chunk matrices (at most about :data:`SEGMENT_BYTES`), the input
+and the output: whatever T.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
+from hiddenstate.kinds.delta.block_kernel import block_inputs, block_output
+from hiddenstate.kinds.delta.chunked import chunk_carry, chunk_parts, step_states
+from hiddenstate.kinds.delta.kernel import DELTA_CHUNK
+from hiddenstate.xp.arrays import is_foreign
+
+__all__ = ["SCRATCH_BYTES", "SEGMENT_BYTES", "stream"]
+
+#: The most bytes of matrix states formed at once (the L-step scratch; L at least 1).
+SCRATCH_BYTES = 8 << 20
+
+#: About the most bytes one segment's prepared inputs and chunk matrices take (a segment is at least one chunk).
+SEGMENT_BYTES = 16 << 20
+
+
+def _segment_steps(block, N, itemsize) -> int:
+    """Steps per segment: a multiple of the chunk, its arrays about :data:`SEGMENT_BYTES`."""
+    s, Q = block.spec, DELTA_CHUNK
+    # per step and row: the projections, the convolution's arrays, q k v and their copies per value head,
+    # the decays, the chunk matrices (Q wide: decays, Gram, inverse, attention), the readout and its norm
+    per_step = (4 * block.conv_dim + 4 * block.d_model + 6 * s.Hv * (s.Dk + s.Dv) + 5 * s.Hv * Q) * itemsize
+    return Q * max(1, SEGMENT_BYTES // (per_step * max(N, 1) * Q))
+
+
+def _scratch_steps(block, N, itemsize) -> int:
+    """L: steps of matrix states formed at once, a divisor of the chunk (64, 32, ..., 1)."""
+    s, L = block.spec, DELTA_CHUNK
+    while L > 1 and L * N * s.Hv * s.Dk * s.Dv * itemsize > SCRATCH_BYTES:
+        L //= 2
+    return L
+
+
+def _check(block, u, sink):
+    if not isinstance(block, (GatedDeltaNet, KimiDeltaAttention)):
+        raise TypeError(f"block must be a GatedDeltaNet or a KimiDeltaAttention; got {type(block).__name__}.")
+    if is_foreign(u) or not isinstance(u, np.ndarray):
+        raise TypeError(f"u must be a NumPy array (N, T, M); got {type(u).__name__}.")
+    if u.dtype not in (np.float32, np.float64):
+        raise TypeError(f"u must be float32 or float64 (the dtype the stream computes in); got {u.dtype}.")
+    if u.ndim != 3 or u.shape[2] != block.d_model:
+        raise ValueError(f"u must be of shape (N, T, M={block.d_model}); got {u.shape}.")
+    if not np.isfinite(u).all():
+        raise ValueError("u must be finite; got NaN or Inf.")
+    if sink is not None and (getattr(sink, "T", None), getattr(sink, "N", None)) != (u.shape[1], u.shape[0]):
+        raise ValueError(f"sink must be a StateSink for T={u.shape[1]} steps and N={u.shape[0]} sequences; got "
+                         f"{type(sink).__name__} with T={getattr(sink, 'T', None)}, N={getattr(sink, 'N', None)}.")
+
+
+def _windows(xpad, K):
+    """The convolution's window after every step of a segment: (T+1, N, Dc, K-1), row t+1 after local step t."""
+    if K == 1:
+        return np.zeros((xpad.shape[0] + 1,) + xpad.shape[1:] + (0,), dtype=xpad.dtype)
+    return np.lib.stride_tricks.sliding_window_view(xpad, K - 1, axis=0)
+
+
+@np.errstate(under="ignore")  # a decay below the smallest float is 0: what it multiplies is gone
+def stream(block, u, sink=None):
+    """A delta-rule block over ``u`` without a record, every step's states handed to ``sink`` (the stream contract).
+
+    Parameters
+    ----------
+    block : GatedDeltaNet or KimiDeltaAttention
+        Any layout (Qwen3-Next's, OLMo-hybrid's, Qwen3.5's and its kin's; Kimi's, GLM-5-Next's,
+        Bailing-hybrid's), as a family's ``to_block`` builds it; its parameters are cast to
+        ``u``'s dtype once. ``u`` is (N, T, M) whatever its ``batch_first``.
+    u : ndarray of shape (N, T, M), float32 or float64
+        The input; everything is computed in its dtype. The initial states are zeros.
+    sink : StateSink, optional
+        Gets ``put(start, {"recurrent": (L, N, Hv, Dk, Dv), "conv": (L, N, Dc, K-1)})`` for
+        consecutive blocks of L steps (L <= 64, fewer when one step's states of all N rows are
+        large: at most :data:`SCRATCH_BYTES` per block), the states after each step, as
+        ``block.forward(u, record=True)``'s record holds them (``kind.states(record)``); a
+        block of which :meth:`~hiddenstate.kinds.stream.StateSink.wants` nothing is neither
+        formed nor read (zero-strided placeholders of its shape go to ``put``). None: no
+        states (an output-only run).
+
+    Returns
+    -------
+    out : ndarray of shape (N, T, M), ``u``'s dtype
+        ``block.forward(u)[0]`` to round-off.
+
+    Raises
+    ------
+    TypeError
+        ``block`` not a delta-rule block, ``u`` not a NumPy array or not float32/float64.
+    ValueError
+        ``u`` not (N, T, M) with the block's M, NaN or Inf in ``u``, a sink made for another T or N.
+
+    References
+    ----------
+    S. Yang, J. Kautz, A. Hatamizadeh, "Gated Delta Networks: Improving Mamba2 with delta rule",
+    arXiv:2412.06464, 2024 (the rule); S. Yang et al., arXiv:2406.06484, 2024 (the chunked form).
+    """
+    _check(block, u, sink)
+    dtype, spec = u.dtype, block.spec
+    N, T, M = u.shape
+    Hv, Dk, Dv, K, Q = spec.Hv, spec.Dk, spec.Dv, spec.K, DELTA_CHUNK
+    p = {name: w.astype(dtype, copy=False) for name, w in block.params.items()}
+    out = np.empty((N, T, M), dtype=dtype)
+    S = np.zeros((N, Hv, Dk, Dv), dtype=dtype)
+    window = np.zeros((N, block.conv_dim, K - 1), dtype=dtype)
+    P, L = _segment_steps(block, N, dtype.itemsize), _scratch_steps(block, N, dtype.itemsize)
+    scratch = None
+    for s0 in range(0, T, P):
+        n = min(P, T - s0)
+        bi = block_inputs(p, u[:, s0:s0 + n].transpose(1, 0, 2), window, spec)
+        parts = chunk_parts(bi.qs, bi.ks, bi.v, bi.g, bi.beta, Q)
+        o = np.empty((n, N, Hv, Dv), dtype=dtype)
+        wins = None if sink is None else _windows(bi.xpad, K)
+        for c in range(parts.qc.shape[2]):
+            t0, m = c * Q, min(Q, n - c * Q)  # the chunk's first local step and its steps
+            U, O, S_next = chunk_carry(parts, c, S)
+            o[t0:t0 + m] = np.moveaxis(O, 2, 0)[:m]
+            if sink is not None:
+                wanted = [b for b in range(0, m, L) if sink.wants(s0 + t0 + b, s0 + t0 + min(b + L, m))]
+                if wanted and scratch is None:
+                    scratch = np.empty((L, N, Hv, Dk, Dv), dtype=dtype)
+                last = wanted[-1] if wanted else -1  # the states up to the last block kept are formed
+                for b in range(0, m, L):
+                    e = min(b + L, m)
+                    if b <= last:  # the chunk's steps b:e, time first, from the state before step b
+                        a = np.exp(parts.gc[:, :, c, b:e])
+                        step_states(np.moveaxis(a, 2, 0), np.moveaxis(parts.kc[:, :, c, b:e], 2, 0),
+                                    np.moveaxis(U[:, :, b:e], 2, 0), S if b == 0 else scratch[L - 1],
+                                    scratch[:e - b])
+                    states = scratch[:e - b] if b in wanted else np.broadcast_to(np.zeros((), dtype),
+                                                                                  (e - b, N, Hv, Dk, Dv))
+                    sink.put(s0 + t0 + b, {"recurrent": states, "conv": wins[t0 + b + 1:t0 + e + 1]})
+            S = S_next
+        out[:, s0:s0 + n] = block_output(p, o, bi.z, spec)[0].transpose(1, 0, 2)
+        window = np.ascontiguousarray(bi.xpad[n:].transpose(1, 2, 0))
+    return out
