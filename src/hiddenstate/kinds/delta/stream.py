@@ -49,7 +49,7 @@ __all__ = ["SCRATCH_BYTES", "SEGMENT_BYTES", "stream"]
 SCRATCH_BYTES = 8 << 20
 
 #: About the most bytes one segment's prepared inputs and chunk matrices take (a segment is at least one chunk).
-SEGMENT_BYTES = 16 << 20
+SEGMENT_BYTES = 8 << 20
 
 
 def _segment_steps(block, N, itemsize) -> int:
@@ -168,4 +168,5 @@ def stream(block, u, sink=None):
             S = S_next
         out[:, s0:s0 + n] = block_output(p, o, bi.z, spec)[0].transpose(1, 0, 2)
         window = np.ascontiguousarray(bi.xpad[n:].transpose(1, 2, 0))
+        del bi, parts, o, wins  # before the next segment's are made: one segment's arrays at a time
     return out
