@@ -167,17 +167,18 @@ def test_without_a_sink_the_output_alone(name):
 def test_a_sink_of_one_step_holds_far_less_than_every_step_s_states():
     blk = gdn("qwen3_next", seed=1, d_model=32, num_k_heads=2, num_v_heads=4, head_k_dim=32, head_v_dim=32)
     s = blk.spec
+    P = delta_stream._segment_steps(blk, 1, 4)  # steps per segment: T of 2 and of 8 segments
     peaks = {}
-    for T in (512, 4096):
+    for T in (2 * P, 8 * P):
         u = np.random.default_rng(0).standard_normal((1, T, 32)).astype(np.float32)
         sink = StateSink(T, 1, slice(T - 1, T), np.float32)
         tracemalloc.start()
         run(blk, u, sink)
         peaks[T] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    every = (4096 - 512) * s.Hv * s.Dk * s.Dv * 4  # what 3584 more steps' states take
-    assert peaks[4096] - peaks[512] < every / 50, (peaks, every)
-    assert peaks[4096] < 4096 * s.Hv * s.Dk * s.Dv * 4 / 4
+    every = 6 * P * s.Hv * s.Dk * s.Dv * 4  # what the 6 P more steps' states take
+    assert peaks[8 * P] - peaks[2 * P] < every / 50, (peaks, every)
+    assert peaks[8 * P] < 8 * P * s.Hv * s.Dk * s.Dv * 4 / 4
 
 
 @pytest.mark.parametrize("family", ["qwen3_next", "olmo_hybrid", "qwen3_5_text", "qwen3_5_moe_text", "qwen4_exp_text",

@@ -54,7 +54,10 @@ Kernel contract
 ---------------
 ``block_forward(p, u, S0, conv0, spec, *, chunk) -> (out, DeltaState, cache)``; ``block_backward(cache,
 d_out, d_final) -> (grads, d_u, DeltaState)``; ``block_record(cache) -> DeltaRecord``. Nothing is
-validated; ``u`` is (T, N, M) and every array has its dtype.
+validated; ``u`` is (T, N, M) and every array has its dtype. ``block_forward`` is
+``block_inputs(p, u, conv0, spec) -> BlockInputs`` (everything before the delta rule), the rule,
+then ``block_output(p, o, z, spec) -> (out, parts)`` (everything after it): the streamed run
+(:mod:`hiddenstate.kinds.delta.stream`) calls the same two on stretches of the sequence.
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@ G_J))^T`` with ``r`` the last log decay of block J, where both factors are <= 1 
 decay (nothing can overflow; what underflows is below every term it would be added to). Its
 adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the decay factors) and ``dG = x o dx -
 y o dy``. The unit lower-triangular system is inverted by forward substitution.
+
+:func:`chunk_forward` is :func:`chunk_parts` (everything that does not depend on the state, all
+chunks at once) and :func:`chunk_carry` per chunk; :func:`chunk_states` forms every step's
+state inside the chunks with :func:`step_states`. The streamed run
+(:mod:`hiddenstate.kinds.delta.stream`) calls the same three, forming states only where a sink
+keeps them.
 """
 
 from __future__ import annotations
