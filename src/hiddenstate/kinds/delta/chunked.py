@@ -20,7 +20,7 @@ y o dy``. The unit lower-triangular system is inverted by forward substitution.
 chunks at once) and :func:`chunk_carry` per chunk; :func:`chunk_states` forms every step's
 state inside the chunks with :func:`step_states`. The streamed run
 (:mod:`hiddenstate.kinds.delta.stream`) calls the same three, forming states only where a sink
-keeps them.
+keeps them (:func:`state_at` reaches the state before a kept stretch in one product).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["SPAN_LIMIT", "SUB_BLOCK", "ChunkParts", "chunk_backward", "chunk_carry", "chunk_forward", "chunk_parts",
-           "chunk_states", "step_states"]
+           "chunk_states", "state_at", "step_states"]
 
 #: Rows per sub-block of a chunk in the per-channel Gram.
 SUB_BLOCK = 16
@@ -280,6 +280,35 @@ def chunk_carry(parts: ChunkParts, c: int, S):
     U = parts.U0[:, :, c] - parts.Kc[:, :, c] @ S
     O = parts.Qd[:, :, c] @ S + parts.Attn[:, :, c] @ U
     return U, O, parts.dl[:, :, c] * S + np.swapaxes(parts.Kd[:, :, c], -1, -2) @ U
+
+
+@np.errstate(under="ignore")
+def state_at(parts: ChunkParts, c: int, S, U, j: int):
+    """The state after step ``j`` of chunk ``c`` entered with ``S``, straight from the chunk's writes ``U``.
+
+    ``S_j = diag(exp(G_j)) S + sum_{i <= j} diag(exp(G_j - G_i)) k_i u_i^T``: the chunk's
+    ``S_out`` (the module's equations) with ``G_j`` for ``G_last``; one (Dk, j+1) x (j+1, Dv)
+    product per head instead of j + 1 steps, and every factor ``exp(G_j - G_i)`` <= 1.
+
+    Parameters
+    ----------
+    parts : ChunkParts
+    c : int
+        The chunk.
+    S : ndarray of shape (N, H, Dk, Dv)
+        The state entering it.
+    U : ndarray of shape (N, H, Q, Dv)
+        Its writes (:func:`chunk_carry`'s ``U``).
+    j : int
+        The step inside the chunk, in [0, Q).
+
+    Returns
+    -------
+    ndarray of shape (N, H, Dk, Dv)
+    """
+    G = parts.G[:, :, c, :j + 1]  # (N, H, j+1, Dg)
+    K = parts.kc[:, :, c, :j + 1] * np.exp(G[..., -1:, :] - G)
+    return np.exp(G[..., -1, :])[..., :, None] * S + np.swapaxes(K, -1, -2) @ U[:, :, :j + 1]
 
 
 @np.errstate(under="ignore")

@@ -41,7 +41,7 @@ import numpy as np
 
 from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.kinds.delta.block_kernel import block_inputs, block_output
-from hiddenstate.kinds.delta.chunked import chunk_carry, chunk_parts, step_states
+from hiddenstate.kinds.delta.chunked import chunk_carry, chunk_parts, state_at, step_states
 from hiddenstate.kinds.delta.kernel import DELTA_CHUNK
 from hiddenstate.xp.arrays import is_foreign
 
@@ -95,6 +95,55 @@ def _windows(xpad, K):
     return np.lib.stride_tricks.sliding_window_view(xpad, K - 1, axis=0)
 
 
+def _kept_span(sink, start, b, e):
+    """The first and last of the steps ``start + b .. start + e - 1`` the sink keeps (one at least), by bisection."""
+    lo, hi = b, e - 1
+    while lo < hi:  # the first: the smallest f with a kept step in b..f
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if sink.wants(start + b, start + mid + 1) else (mid + 1, hi)
+    first, hi = lo, e - 1
+    while lo < hi:  # the last: the largest l with a kept step in l..e-1
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sink.wants(start + mid, start + e) else (lo, mid - 1)
+    return first, lo
+
+
+def _skipped(sink, start, n, shapes, dtype):
+    """``put`` for n steps no state of which is kept: zero-strided placeholders, nothing formed."""
+    if n > 0:
+        sink.put(start, {name: np.broadcast_to(np.zeros((), dtype), (n,) + shape) for name, shape in shapes.items()})
+
+
+def _hand_out(sink, start, m, L, parts, c, S, U, wins, scratch):
+    """Chunk ``c``'s states (m steps from global step ``start``, entered with ``S``) put into the sink.
+
+    Per stretch of L steps the sink keeps any of, the states from its first kept step to its
+    last are formed (:func:`~hiddenstate.kinds.delta.chunked.step_states`) from the state before
+    it: the stretch before's last, or reached in one product (:func:`~hiddenstate.kinds.delta.chunked.state_at`);
+    the steps between go as placeholders. ``wins`` (m+1, N, Dc, K-1): the windows, row t+1 after
+    step t. Returns the scratch (allocated here at the first kept step).
+    """
+    dtype = S.dtype
+    if scratch.shape[0] == 0 and sink.wants(start, start + m):
+        scratch = np.empty((L,) + S.shape, dtype=dtype)
+    shapes = {"recurrent": S.shape, "conv": wins.shape[1:]}
+    done, prev = 0, None  # steps put so far; the state after step done - 1 where it was formed
+    for b in range(0, m, L):
+        e = min(b + L, m)
+        if not sink.wants(start + b, start + e):
+            continue
+        f, l = _kept_span(sink, start, b, e)
+        _skipped(sink, start + done, f - done, shapes, dtype)
+        before = S if f == 0 else prev if prev is not None and done == f else state_at(parts, c, S, U, f - 1)
+        n = l + 1 - f
+        step_states(np.moveaxis(np.exp(parts.gc[:, :, c, f:l + 1]), 2, 0), np.moveaxis(parts.kc[:, :, c, f:l + 1], 2, 0),
+                    np.moveaxis(U[:, :, f:l + 1], 2, 0), before, scratch[:n])
+        sink.put(start + f, {"recurrent": scratch[:n], "conv": wins[f + 1:l + 2]})
+        done, prev = l + 1, scratch[n - 1]
+    _skipped(sink, start + done, m - done, shapes, dtype)
+    return scratch
+
+
 @np.errstate(under="ignore")  # a decay below the smallest float is 0: what it multiplies is gone
 def stream(block, u, sink=None):
     """A delta-rule block over ``u`` without a record, every step's states handed to ``sink`` (the stream contract).
@@ -142,7 +191,7 @@ def stream(block, u, sink=None):
     S = np.zeros((N, Hv, Dk, Dv), dtype=dtype)
     window = np.zeros((N, block.conv_dim, K - 1), dtype=dtype)
     P, L = _segment_steps(block, N, dtype.itemsize), _scratch_steps(block, N, dtype.itemsize)
-    scratch = None
+    scratch = np.empty((0, N, Hv, Dk, Dv), dtype=dtype)  # allocated at the first kept step
     for s0 in range(0, T, P):
         n = min(P, T - s0)
         bi = block_inputs(p, u[:, s0:s0 + n].transpose(1, 0, 2), window, spec)
@@ -154,20 +203,7 @@ def stream(block, u, sink=None):
             U, O, S_next = chunk_carry(parts, c, S)
             o[t0:t0 + m] = np.moveaxis(O, 2, 0)[:m]
             if sink is not None:
-                wanted = [b for b in range(0, m, L) if sink.wants(s0 + t0 + b, s0 + t0 + min(b + L, m))]
-                if wanted and scratch is None:
-                    scratch = np.empty((L, N, Hv, Dk, Dv), dtype=dtype)
-                last = wanted[-1] if wanted else -1  # the states up to the last block kept are formed
-                for b in range(0, m, L):
-                    e = min(b + L, m)
-                    if b <= last:  # the chunk's steps b:e, time first, from the state before step b
-                        a = np.exp(parts.gc[:, :, c, b:e])
-                        step_states(np.moveaxis(a, 2, 0), np.moveaxis(parts.kc[:, :, c, b:e], 2, 0),
-                                    np.moveaxis(U[:, :, b:e], 2, 0), S if b == 0 else scratch[L - 1],
-                                    scratch[:e - b])
-                    states = scratch[:e - b] if b in wanted else np.broadcast_to(np.zeros((), dtype),
-                                                                                  (e - b, N, Hv, Dk, Dv))
-                    sink.put(s0 + t0 + b, {"recurrent": states, "conv": wins[t0 + b + 1:t0 + e + 1]})
+                scratch = _hand_out(sink, s0 + t0, m, L, parts, c, S, U, wins[t0:t0 + m + 1], scratch)
             S = S_next
         out[:, s0:s0 + n] = block_output(p, o, bi.z, spec)[0].transpose(1, 0, 2)
         window = np.ascontiguousarray(bi.xpad[n:].transpose(1, 2, 0))
