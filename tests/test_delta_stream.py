@@ -132,8 +132,9 @@ def test_a_window_a_stride_and_heads_keep_the_slices_of_the_full_states(name, sm
     u = np.random.default_rng(7).standard_normal((N, T, M))
     _, states = recorded(blk, u)
     Hv, Dc = blk.spec.Hv, blk.conv_dim
-    for keep in (slice(70, 140, 9), slice(149, 150), slice(0, 1), slice(None, None, 64), slice(3, 40)):
-        heads = {"recurrent": pick([Hv - 1, 0], Hv, "the matrix state"), "conv": pick([5, 0, Dc - 1], Dc, "conv")}
+    kept_heads = [[Hv - 1, 0], [1], [Hv - 2, Hv - 1], list(range(Hv))]  # scattered, one, a range, all
+    for i, keep in enumerate((slice(70, 140, 9), slice(149, 150), slice(0, 1), slice(None, None, 64), slice(3, 40))):
+        heads = {"recurrent": pick(kept_heads[i % 4], Hv, "the matrix state"), "conv": pick([5, 0, Dc - 1], Dc, "conv")}
         sink = StateSink(T, N, keep, np.float64, heads=heads)
         run(blk, u, sink, monkeypatch=monkeypatch, small=SMALL[small])
         np.testing.assert_array_equal(sink.steps, np.arange(T)[keep])
@@ -154,6 +155,12 @@ def test_steps_no_state_is_kept_of_are_neither_formed_nor_read(monkeypatch):
     assert sink.filled == T  # every block was put, in order
     _, states = recorded(blk, u)
     np.testing.assert_allclose(sink.arrays["recurrent"], states["recurrent"][200:203], rtol=1e-10, atol=1e-13)
+    shapes = []
+    monkeypatch.setattr(delta_stream, "step_states", lambda *a: shapes.append(a[-1].shape) or original(*a))
+    sink = StateSink(T, 1, slice(100, 110), np.float64, heads={"recurrent": pick([2], 4, "the matrix state")})
+    run(blk, u, sink)
+    assert shapes == [(10, 1, 1, 8, 6)]  # one value head of four formed
+    np.testing.assert_allclose(sink.arrays["recurrent"], states["recurrent"][100:110, :, [2]], rtol=1e-10, atol=1e-13)
 
 
 @pytest.mark.parametrize("name", ["qwen3_5", "glm5_next_safe_gate"])

@@ -43,6 +43,7 @@ from hiddenstate.kinds.delta.block import GatedDeltaNet, KimiDeltaAttention
 from hiddenstate.kinds.delta.block_kernel import block_inputs, block_output
 from hiddenstate.kinds.delta.chunked import chunk_carry, chunk_parts, state_at, step_states
 from hiddenstate.kinds.delta.kernel import DELTA_CHUNK
+from hiddenstate.kinds.stream import StateSink
 from hiddenstate.xp.arrays import is_foreign
 
 __all__ = ["SCRATCH_BYTES", "SEGMENT_BYTES", "stream"]
@@ -114,32 +115,49 @@ def _skipped(sink, start, n, shapes, dtype):
         sink.put(start, {name: np.broadcast_to(np.zeros((), dtype), (n,) + shape) for name, shape in shapes.items()})
 
 
-def _hand_out(sink, start, m, L, parts, c, S, U, wins, scratch):
+def _kept_heads(sink, Hv):
+    """The value heads whose matrix states a :class:`~hiddenstate.kinds.stream.StateSink` keeps: a slice, indices or None (all)."""
+    idx = sink.heads.get("recurrent") if isinstance(sink, StateSink) else None
+    if idx is None or np.unique(idx).size == Hv:
+        return None
+    idx = np.unique(idx)  # sorted: the sink picks its own order out of them
+    return slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
+
+
+def _hand_out(sink, start, m, L, parts, c, S, U, wins, scratch, heads):
     """Chunk ``c``'s states (m steps from global step ``start``, entered with ``S``) put into the sink.
 
     Per stretch of L steps the sink keeps any of, the states from its first kept step to its
     last are formed (:func:`~hiddenstate.kinds.delta.chunked.step_states`) from the state before
     it: the stretch before's last, or reached in one product (:func:`~hiddenstate.kinds.delta.chunked.state_at`);
-    the steps between go as placeholders. ``wins`` (m+1, N, Dc, K-1): the windows, row t+1 after
-    step t. Returns the scratch (allocated here at the first kept step).
+    the steps between go as placeholders. ``heads`` (:func:`_kept_heads`): where the sink keeps
+    some value heads only, only theirs are formed (the others' entries of the scratch are left
+    as they are: the sink does not read them). ``wins`` (m+1, N, Dc, K-1): the windows, row t+1
+    after step t. Returns the scratch (allocated here at the first kept step).
     """
-    dtype = S.dtype
+    dtype, hs = S.dtype, slice(None) if heads is None else heads
     if scratch.shape[0] == 0 and sink.wants(start, start + m):
         scratch = np.empty((L,) + S.shape, dtype=dtype)
     shapes = {"recurrent": S.shape, "conv": wins.shape[1:]}
-    done, prev = 0, None  # steps put so far; the state after step done - 1 where it was formed
+    done, prev = 0, None  # steps put so far; the kept heads' state after step done - 1 where it was formed
     for b in range(0, m, L):
         e = min(b + L, m)
         if not sink.wants(start + b, start + e):
             continue
         f, l = _kept_span(sink, start, b, e)
         _skipped(sink, start + done, f - done, shapes, dtype)
-        before = S if f == 0 else prev if prev is not None and done == f else state_at(parts, c, S, U, f - 1)
+        if f == 0 or prev is None or done != f:
+            before = (S if f == 0 else state_at(parts, c, S, U, f - 1))[:, hs]
+        else:
+            before = prev
         n = l + 1 - f
-        step_states(np.moveaxis(np.exp(parts.gc[:, :, c, f:l + 1]), 2, 0), np.moveaxis(parts.kc[:, :, c, f:l + 1], 2, 0),
-                    np.moveaxis(U[:, :, f:l + 1], 2, 0), before, scratch[:n])
+        states = scratch[:n, :, hs] if isinstance(hs, slice) else np.empty((n,) + before.shape, dtype=dtype)
+        step_states(np.moveaxis(np.exp(parts.gc[:, hs, c, f:l + 1]), 2, 0),
+                    np.moveaxis(parts.kc[:, hs, c, f:l + 1], 2, 0), np.moveaxis(U[:, hs, f:l + 1], 2, 0), before, states)
+        if not isinstance(hs, slice):  # scattered heads: formed side by side, then set in place
+            scratch[:n, :, hs] = states
         sink.put(start + f, {"recurrent": scratch[:n], "conv": wins[f + 1:l + 2]})
-        done, prev = l + 1, scratch[n - 1]
+        done, prev = l + 1, states[n - 1]
     _skipped(sink, start + done, m - done, shapes, dtype)
     return scratch
 
@@ -192,6 +210,7 @@ def stream(block, u, sink=None):
     window = np.zeros((N, block.conv_dim, K - 1), dtype=dtype)
     P, L = _segment_steps(block, N, dtype.itemsize), _scratch_steps(block, N, dtype.itemsize)
     scratch = np.empty((0, N, Hv, Dk, Dv), dtype=dtype)  # allocated at the first kept step
+    heads = _kept_heads(sink, Hv)
     for s0 in range(0, T, P):
         n = min(P, T - s0)
         bi = block_inputs(p, u[:, s0:s0 + n].transpose(1, 0, 2), window, spec)
@@ -203,7 +222,7 @@ def stream(block, u, sink=None):
             U, O, S_next = chunk_carry(parts, c, S)
             o[t0:t0 + m] = np.moveaxis(O, 2, 0)[:m]
             if sink is not None:
-                scratch = _hand_out(sink, s0 + t0, m, L, parts, c, S, U, wins[t0:t0 + m + 1], scratch)
+                scratch = _hand_out(sink, s0 + t0, m, L, parts, c, S, U, wins[t0:t0 + m + 1], scratch, heads)
             S = S_next
         out[:, s0:s0 + n] = block_output(p, o, bi.z, spec)[0].transpose(1, 0, 2)
         window = np.ascontiguousarray(bi.xpad[n:].transpose(1, 2, 0))
