@@ -13,11 +13,13 @@ batch is gigabytes. :func:`stream` runs the block without a record (the contract
 * chunk by chunk, the state is carried (:func:`~hiddenstate.kinds.delta.chunked.chunk_carry`,
   three (Q, Dk) x (Dk, Dv) products per head) and gives the chunk's outputs and its writes
   ``u_i``;
-* only where the sink keeps a step of the chunk, its states are formed step by step from the
-  state entering it, ``S_i = diag(exp(g_i)) S_{i-1} + k_i u_i^T``
-  (:func:`~hiddenstate.kinds.delta.chunked.step_states`), in a scratch of L <= Q steps that the
-  sink copies what it keeps out of before the next L steps overwrite it; the convolution's
-  windows are views of the segment's input;
+* only where the sink keeps a step, states are formed: in each stretch of L <= Q steps, from
+  its first kept step to its last, step by step, ``S_i = diag(exp(g_i)) S_{i-1} + k_i u_i^T``
+  (:func:`~hiddenstate.kinds.delta.chunked.step_states`), from the state before the first
+  (the last one formed, or reached in one product per head from the chunk's start,
+  :func:`~hiddenstate.kinds.delta.chunked.state_at`), and for the value heads kept only, in a
+  scratch that the sink copies what it keeps out of before the next stretch overwrites it; the
+  convolution's windows are views of the segment's input;
 * the segment's outputs go through the block's gated norm and output projection
   (:func:`~hiddenstate.kinds.delta.block_kernel.block_output`).
 
@@ -178,10 +180,12 @@ def stream(block, u, sink=None):
         Gets ``put(start, {"recurrent": (L, N, Hv, Dk, Dv), "conv": (L, N, Dc, K-1)})`` for
         consecutive blocks of L steps (L <= 64, fewer when one step's states of all N rows are
         large: at most :data:`SCRATCH_BYTES` per block), the states after each step, as
-        ``block.forward(u, record=True)``'s record holds them (``kind.states(record)``); a
-        block of which :meth:`~hiddenstate.kinds.stream.StateSink.wants` nothing is neither
-        formed nor read (zero-strided placeholders of its shape go to ``put``). None: no
-        states (an output-only run).
+        ``block.forward(u, record=True)``'s record holds them (``kind.states(record)``). Steps
+        it keeps none of (:meth:`~hiddenstate.kinds.stream.StateSink.wants`) are neither
+        formed nor read: zero-strided placeholders of their shape go to ``put``; value heads a
+        :class:`~hiddenstate.kinds.stream.StateSink` does not keep (its ``heads["recurrent"]``)
+        are not formed (their entries of the array are left as they were). None: no states
+        (an output-only run).
 
     Returns
     -------
