@@ -54,7 +54,10 @@ Kernel contract
 ---------------
 ``block_forward(p, u, S0, conv0, spec, *, chunk) -> (out, DeltaState, cache)``; ``block_backward(cache,
 d_out, d_final) -> (grads, d_u, DeltaState)``; ``block_record(cache) -> DeltaRecord``. Nothing is
-validated; ``u`` is (T, N, M) and every array has its dtype.
+validated; ``u`` is (T, N, M) and every array has its dtype. ``block_forward`` is
+``block_inputs(p, u, conv0, spec) -> BlockInputs`` (everything before the delta rule), the rule,
+then ``block_output(p, o, z, spec) -> (out, parts)`` (everything after it): the streamed run
+(:mod:`hiddenstate.kinds.delta.stream`) calls the same two on stretches of the sequence.
 """
 
 from __future__ import annotations
@@ -67,9 +70,8 @@ import numpy as np
 from hiddenstate.core.functional import sigmoid
 from hiddenstate.kinds.delta.kernel import delta_backward, delta_forward, delta_states
 
-__all__ = ["GATES", "KDA_LAYOUTS", "LAYOUTS", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward", "block_forward",
-           "block_record",
-           "param_names"]
+__all__ = ["GATES", "KDA_LAYOUTS", "LAYOUTS", "BlockInputs", "BlockSpec", "DeltaRecord", "DeltaState", "block_backward",
+           "block_forward", "block_inputs", "block_output", "block_record", "param_names"]
 
 #: The block layouts and the transformers module each one matches.
 LAYOUTS = {"qwen3_next": "Qwen3NextGatedDeltaNet", "olmo_hybrid": "OlmoHybridGatedDeltaNet",
@@ -320,31 +322,58 @@ def _l2norm_backward(xn, inv, d):
     return inv * (d - xn * (xn * d).sum(axis=-1, keepdims=True))
 
 
-def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
-    """The block over all T steps (the module's equations): the forward kernel.
+class BlockInputs(NamedTuple):
+    """What the delta rule of a block reads, and what a backward pass needs of its making: :func:`block_inputs`.
+
+    Time-major arrays of T steps, N rows, in ``u``'s dtype. The rule's inputs are ``qs``, ``ks``
+    (T, N, Hv, Dk) (key head h // r repeated for value head h, ``qs`` scaled by 1/sqrt(Dk)), ``v``
+    (T, N, Hv, Dv), ``g`` (T, N, Hv) or (T, N, Hv, Dk) and ``beta`` (T, N, Hv); ``z`` (T, N, Hv, Dv)
+    is the output gate's pre-activation; ``xpad`` (K-1+T, N, Dc) the convolution's input after
+    the initial window (the window after step t is ``xpad[t+1:t+K]``); ``keep`` (T, N) the valid
+    steps or None. The rest (``hidden`` the low-rank chains' inner products, ``d_act`` silu's
+    parts, q, k before and after the L2 norm and its inverse norms, ``sb`` sigmoid(b), ``A``,
+    ``dt_pre`` and ``dg_dx``) is for :func:`block_backward`.
+    """
+
+    hidden: dict
+    xpad: np.ndarray
+    d_act: tuple
+    q: np.ndarray
+    k: np.ndarray
+    qn: np.ndarray
+    q_inv: np.ndarray
+    kn: np.ndarray
+    k_inv: np.ndarray
+    sb: np.ndarray
+    beta: np.ndarray
+    A: np.ndarray
+    dt_pre: np.ndarray
+    g: np.ndarray
+    dg_dx: np.ndarray
+    qs: np.ndarray
+    ks: np.ndarray
+    v: np.ndarray
+    z: np.ndarray
+    keep: np.ndarray | None
+
+
+def block_inputs(p, u, conv0, spec: BlockSpec, lengths=None) -> BlockInputs:
+    """The block's projections, causal convolution, L2 norms and gates: what its delta rule reads.
 
     Parameters
     ----------
     p : dict of str to ndarray
-        The parameters by their transformers names (see the module docstring).
+        The parameters by their transformers names (see the module docstring), in ``u``'s dtype.
     u : ndarray of shape (T, N, M)
-    S0 : ndarray of shape (N, Hv, Dk, Dv)
-        The initial matrix state.
     conv0 : ndarray of shape (N, Dc, K-1)
-        The initial convolution window, oldest first.
+        The convolution window before step 0, oldest first.
     spec : BlockSpec
-    chunk : int or None
-        The delta rule's form: None the per-step loop, Q the chunked form.
     lengths : ndarray of int, shape (N,), optional
-        Valid steps of each row of a right-padded batch: a padded step neither decays nor writes
-        (``g = 0``, ``beta = 0``: both states are carried) and its output is 0.
+        Valid steps of each row: a padded step gets ``g = 0`` and ``beta = 0`` (the state is carried).
 
     Returns
     -------
-    out : ndarray of shape (T, N, M)
-    final : DeltaState
-    cache : tuple
-        Opaque; for :func:`block_backward` and :func:`block_record`.
+    BlockInputs
     """
     T, N, _ = u.shape
     Hk, Hv, Dk, Dv, K = spec.Hk, spec.Hv, spec.Dk, spec.Dv, spec.K
@@ -395,17 +424,79 @@ def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
     if keep is not None:  # a padded step neither decays nor writes: the state is carried
         beta = np.where(keep[..., None], beta, 0.0)
         g = np.where(keep[..., None, None] if kimi else keep[..., None], g, 0.0)
-    o, S_T, kc = delta_forward(qs, ks, v, g, beta, S0, chunk=chunk)
+    return BlockInputs(hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, dg_dx, qs, ks, v,
+                       pre["z"].reshape(T, N, Hv, Dv), keep)
+
+
+def block_output(p, o, z, spec: BlockSpec, keep=None):
+    """The block's output from its rule's readout: the gated norm and the output projection.
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+    o : ndarray of shape (T, N, Hv, Dv)
+        The rule's readout ``S_t^T q_t``.
+    z : ndarray of shape (T, N, Hv, Dv)
+        The output gate's pre-activation (:attr:`BlockInputs.z`).
+    spec : BlockSpec
+    keep : ndarray of bool, shape (T, N), optional
+        The valid steps: the others' outputs are 0.
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    parts : tuple
+        ``(inv, y, gate, d_gate, n)``: the norm's inverse RMS, the normalised readout, ``act(z)``,
+        silu's parts (None for a sigmoid gate) and the output projection's input, for
+        :func:`block_backward`.
+    """
+    T, N, Hv, Dv = o.shape
+    names = param_names(spec)
     inv = 1.0 / np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + spec.eps)  # (T, N, Hv, 1)
     y = o * inv
-    z = pre["z"].reshape(T, N, Hv, Dv)
-    gate, d_gate = (sigmoid(z), None) if kimi or spec.gate == "sigmoid" else _silu(z)
-    nw = p[names["norm"]]
-    n = (nw * y * gate).reshape(T, N, Hv * Dv)
+    gate, d_gate = (sigmoid(z), None) if spec.layout in KDA_LAYOUTS or spec.gate == "sigmoid" else _silu(z)
+    n = (p[names["norm"]] * y * gate).reshape(T, N, Hv * Dv)
     out = _mm(n, p[names["out"]].T)
     if keep is not None:
         out *= keep[..., None]
-    final = DeltaState(S_T, np.ascontiguousarray(xpad[_final_taps(lengths, T, K)].transpose(1, 2, 0)))
+    return out, (inv, y, gate, d_gate, n)
+
+
+def block_forward(p, u, S0, conv0, spec: BlockSpec, *, chunk, lengths=None):
+    """The block over all T steps (the module's equations): the forward kernel.
+
+    :func:`block_inputs`, the delta rule (:func:`hiddenstate.kinds.delta.kernel.delta_forward`),
+    :func:`block_output`.
+
+    Parameters
+    ----------
+    p : dict of str to ndarray
+        The parameters by their transformers names (see the module docstring).
+    u : ndarray of shape (T, N, M)
+    S0 : ndarray of shape (N, Hv, Dk, Dv)
+        The initial matrix state.
+    conv0 : ndarray of shape (N, Dc, K-1)
+        The initial convolution window, oldest first.
+    spec : BlockSpec
+    chunk : int or None
+        The delta rule's form: None the per-step loop, Q the chunked form.
+    lengths : ndarray of int, shape (N,), optional
+        Valid steps of each row of a right-padded batch: a padded step neither decays nor writes
+        (``g = 0``, ``beta = 0``: both states are carried) and its output is 0.
+
+    Returns
+    -------
+    out : ndarray of shape (T, N, M)
+    final : DeltaState
+    cache : tuple
+        Opaque; for :func:`block_backward` and :func:`block_record`.
+    """
+    T = u.shape[0]
+    (hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, dg_dx, qs, ks, v, z,
+     keep) = block_inputs(p, u, conv0, spec, lengths)
+    o, S_T, kc = delta_forward(qs, ks, v, g, beta, S0, chunk=chunk)
+    out, (inv, y, gate, d_gate, n) = block_output(p, o, z, spec, keep)
+    final = DeltaState(S_T, np.ascontiguousarray(xpad[_final_taps(lengths, T, spec.K)].transpose(1, 2, 0)))
     cache = (p, u, spec, hidden, xpad, d_act, q, k, qn, q_inv, kn, k_inv, sb, beta, A, dt_pre, g, kc, o, inv, y,
              gate, d_gate, n, v, keep, lengths, dg_dx)
     return out, final, cache

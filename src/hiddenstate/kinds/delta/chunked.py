@@ -15,13 +15,22 @@ G_J))^T`` with ``r`` the last log decay of block J, where both factors are <= 1 
 decay (nothing can overflow; what underflows is below every term it would be added to). Its
 adjoint is ``dx = (dM o E) y``, ``dy = (dM o E)^T x`` (E the decay factors) and ``dG = x o dx -
 y o dy``. The unit lower-triangular system is inverted by forward substitution.
+
+:func:`chunk_forward` is :func:`chunk_parts` (everything that does not depend on the state, all
+chunks at once) and :func:`chunk_carry` per chunk; :func:`chunk_states` forms every step's
+state inside the chunks with :func:`step_states`. The streamed run
+(:mod:`hiddenstate.kinds.delta.stream`) calls the same three, forming states only where a sink
+keeps them (:func:`state_at` reaches the state before a kept stretch in one product).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-__all__ = ["SPAN_LIMIT", "SUB_BLOCK", "chunk_backward", "chunk_forward", "chunk_states"]
+__all__ = ["SPAN_LIMIT", "SUB_BLOCK", "ChunkParts", "chunk_backward", "chunk_carry", "chunk_forward", "chunk_parts",
+           "chunk_states", "state_at", "step_states"]
 
 #: Rows per sub-block of a chunk in the per-channel Gram.
 SUB_BLOCK = 16
@@ -184,6 +193,154 @@ def _decay_sum(a, width):
     return a.sum(axis=-1, keepdims=True) if width == 1 else a
 
 
+class ChunkParts(NamedTuple):
+    """What the chunked form forms for all chunks at once, before the state is carried: :func:`chunk_parts`.
+
+    Arrays (N, H, C, Q, ...) of C chunks of Q steps (the last zero-padded: a padded step has
+    ``g = 0``, ``beta = 0``, ``k = 0``, so it leaves the state as it is): the inputs chunked
+    (``qc``, ``kc``, ``vc``; ``bc`` beta (..., Q, 1); ``gc`` the log decay (..., Q, Dg), Dg = 1
+    or Dk), ``G`` its cumulative sum in each chunk and ``eG = exp(G)``, ``Gk`` the decayed key
+    Gram, ``Tinv`` the inverse ``(I + beta Gk)^-1``, ``W = beta k exp(G)``, ``U0`` and ``Kc``
+    (``u = U0 - Kc S``), ``Attn``, ``Qd = q exp(G)``, ``Kd = k exp(G_last - G)``, ``dl`` (N, H, C,
+    Dg, 1) the whole chunk's decay (the module's equations) and ``E`` the decay factors (..., Q,
+    Q) of a decay of width 1 (None otherwise).
+    """
+
+    qc: np.ndarray
+    kc: np.ndarray
+    vc: np.ndarray
+    bc: np.ndarray
+    gc: np.ndarray
+    G: np.ndarray
+    eG: np.ndarray
+    Gk: np.ndarray
+    Tinv: np.ndarray
+    W: np.ndarray
+    U0: np.ndarray
+    Kc: np.ndarray
+    Attn: np.ndarray
+    Qd: np.ndarray
+    Kd: np.ndarray
+    dl: np.ndarray
+    E: np.ndarray | None
+
+
+@np.errstate(under="ignore")
+def chunk_parts(q, k, v, g, beta, Q) -> ChunkParts:
+    """Everything of the chunked form that does not depend on the state entering a chunk, for all chunks at once.
+
+    Parameters
+    ----------
+    q, k : ndarray of shape (T, N, H, Dk)
+    v : ndarray of shape (T, N, H, Dv)
+    g : ndarray of shape (T, N, H) or (T, N, H, Dk)
+    beta : ndarray of shape (T, N, H)
+    Q : int
+        Steps per chunk.
+
+    Returns
+    -------
+    ChunkParts
+    """
+    scalar = g.ndim == 3
+    qc, kc, vc = _chunked(q, Q), _chunked(k, Q), _chunked(v, Q)  # (N, H, C, Q, D)
+    gc = _chunked(g[..., None] if scalar else g, Q)  # (N, H, C, Q, Dg)
+    bc = _chunked(beta, Q)[..., None]  # (N, H, C, Q, 1)
+    G = np.cumsum(gc, axis=-2)
+    eG = np.exp(G)
+    E = _scalar_factors(G) if scalar else None  # (N, H, C, Q, Q)
+    Gk = _gram(kc, kc, G, True, E)  # (N, H, C, Q, Q)
+    Tinv = _unit_lower_inverse(bc * Gk)
+    W = bc * kc * eG  # (N, H, C, Q, Dk)
+    Dv = vc.shape[-1]
+    UK = Tinv @ np.concatenate([bc * vc, W], axis=-1)  # one product for both right-hand sides
+    Kd = kc * np.exp(G[..., -1:, :] - G)
+    dl = np.swapaxes(np.exp(G[..., -1:, :]), -1, -2)  # (N, H, C, Dg, 1): multiplies the state's rows
+    return ChunkParts(qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, UK[..., :Dv], UK[..., Dv:], _gram(qc, kc, G, False, E),
+                      qc * eG, Kd, dl, E)
+
+
+def chunk_carry(parts: ChunkParts, c: int, S):
+    """Chunk ``c`` entered with state ``S`` (N, H, Dk, Dv): its ``u`` (N, H, Q, Dv), outputs (N, H, Q, Dv), state after.
+
+    Parameters
+    ----------
+    parts : ChunkParts
+    c : int
+        The chunk.
+    S : ndarray of shape (N, H, Dk, Dv)
+
+    Returns
+    -------
+    U, O : ndarray of shape (N, H, Q, Dv)
+        ``u = U0 - Kc S`` and ``O = Qd S + Attn U``.
+    S_next : ndarray of shape (N, H, Dk, Dv)
+        ``dl S + Kd^T U``.
+    """
+    U = parts.U0[:, :, c] - parts.Kc[:, :, c] @ S
+    O = parts.Qd[:, :, c] @ S + parts.Attn[:, :, c] @ U
+    return U, O, parts.dl[:, :, c] * S + np.swapaxes(parts.Kd[:, :, c], -1, -2) @ U
+
+
+@np.errstate(under="ignore")
+def state_at(parts: ChunkParts, c: int, S, U, j: int):
+    """The state after step ``j`` of chunk ``c`` entered with ``S``, straight from the chunk's writes ``U``.
+
+    ``S_j = diag(exp(G_j)) S + sum_{i <= j} diag(exp(G_j - G_i)) k_i u_i^T``: the chunk's
+    ``S_out`` (the module's equations) with ``G_j`` for ``G_last``; one (Dk, j+1) x (j+1, Dv)
+    product per head instead of j + 1 steps, and every factor ``exp(G_j - G_i)`` <= 1.
+
+    Parameters
+    ----------
+    parts : ChunkParts
+    c : int
+        The chunk.
+    S : ndarray of shape (N, H, Dk, Dv)
+        The state entering it.
+    U : ndarray of shape (N, H, Q, Dv)
+        Its writes (:func:`chunk_carry`'s ``U``).
+    j : int
+        The step inside the chunk, in [0, Q).
+
+    Returns
+    -------
+    ndarray of shape (N, H, Dk, Dv)
+    """
+    G = parts.G[:, :, c, :j + 1]  # (N, H, j+1, Dg)
+    K = parts.kc[:, :, c, :j + 1] * np.exp(G[..., -1:, :] - G)
+    return np.exp(G[..., -1, :])[..., :, None] * S + np.swapaxes(K, -1, -2) @ U[:, :, :j + 1]
+
+
+@np.errstate(under="ignore")
+def step_states(a, k, U, S, out):
+    """Every step's state inside a stretch of steps from the state entering it: ``S_i = diag(a_i) S_{i-1} + k_i u_i^T``.
+
+    Parameters
+    ----------
+    a : ndarray of shape (L, ..., Dg)
+        The decay ``exp(g_i)`` of each step (Dg = 1 or Dk).
+    k : ndarray of shape (L, ..., Dk)
+    U : ndarray of shape (L, ..., Dv)
+        The chunked form's ``u_i`` (its ``U``).
+    S : ndarray of shape (..., Dk, Dv)
+        The state before the first step.
+    out : ndarray of shape (L, ..., Dk, Dv)
+        Filled with the L states (written in place, one step at a time).
+
+    Returns
+    -------
+    ndarray
+        ``out``.
+    """
+    tmp = np.empty(out.shape[1:], dtype=out.dtype)
+    for i in range(out.shape[0]):
+        np.multiply(a[i][..., :, None], S, out=out[i])
+        np.multiply(k[i][..., :, None], U[i][..., None, :], out=tmp)
+        out[i] += tmp
+        S = out[i]
+    return out
+
+
 @np.errstate(under="ignore")
 def chunk_forward(q, k, v, g, beta, S0, Q):
     """The chunked form of :func:`hiddenstate.kinds.delta.kernel.delta_forward` (same arguments and results).
@@ -205,36 +362,16 @@ def chunk_forward(q, k, v, g, beta, S0, Q):
     cache : tuple
     """
     T = q.shape[0]
-    scalar = g.ndim == 3
-    qc, kc, vc = _chunked(q, Q), _chunked(k, Q), _chunked(v, Q)  # (N, H, C, Q, D)
-    gc = _chunked(g[..., None] if scalar else g, Q)  # (N, H, C, Q, Dg)
-    bc = _chunked(beta, Q)[..., None]  # (N, H, C, Q, 1)
-    C = qc.shape[2]
-    G = np.cumsum(gc, axis=-2)
-    eG = np.exp(G)
-    E = _scalar_factors(G) if scalar else None  # (N, H, C, Q, Q)
-    Gk = _gram(kc, kc, G, True, E)  # (N, H, C, Q, Q)
-    Tinv = _unit_lower_inverse(bc * Gk)
-    W = bc * kc * eG  # (N, H, C, Q, Dk)
-    Dv = vc.shape[-1]
-    UK = Tinv @ np.concatenate([bc * vc, W], axis=-1)  # one product for both right-hand sides
-    U0, Kc = UK[..., :Dv], UK[..., Dv:]
-    Attn = _gram(qc, kc, G, False, E)
-    Qd = qc * eG
-    eGl = np.exp(G[..., -1:, :])  # (N, H, C, 1, Dg)
-    Kd = kc * np.exp(G[..., -1:, :] - G)
-    dl = np.swapaxes(eGl, -1, -2)  # (N, H, C, Dg, 1): multiplies the state's rows
-    starts = np.empty(qc.shape[:3] + S0.shape[-2:], dtype=S0.dtype)  # (N, H, C, Dk, Dv)
-    U = np.empty_like(vc)
-    O = np.empty_like(vc)
+    parts = chunk_parts(q, k, v, g, beta, Q)
+    C = parts.qc.shape[2]
+    starts = np.empty(parts.qc.shape[:3] + S0.shape[-2:], dtype=S0.dtype)  # (N, H, C, Dk, Dv)
+    U = np.empty_like(parts.vc)
+    O = np.empty_like(parts.vc)
     S = S0
     for c in range(C):
         starts[:, :, c] = S
-        Uc = U0[:, :, c] - Kc[:, :, c] @ S
-        O[:, :, c] = Qd[:, :, c] @ S + Attn[:, :, c] @ Uc
-        S = dl[:, :, c] * S + np.swapaxes(Kd[:, :, c], -1, -2) @ Uc
-        U[:, :, c] = Uc
-    cache = ("chunk", T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E)
+        U[:, :, c], O[:, :, c], S = chunk_carry(parts, c, S)
+    cache = ("chunk", T, g.ndim == 3, *parts[:-1], starts, U, S0, parts.E)
     return _unchunked(O, T), (S.copy() if T else S0.copy()), cache
 
 
@@ -309,11 +446,9 @@ def chunk_states(cache) -> np.ndarray:
     ndarray of shape (T, N, H, Dk, Dv)
     """
     _, T, scalar, qc, kc, vc, bc, gc, G, eG, Gk, Tinv, W, U0, Kc, Attn, Qd, Kd, dl, starts, U, S0, E = cache
-    Q = qc.shape[3]
-    a = np.exp(gc)  # (N, H, C, Q, Dg)
-    out = np.empty(starts.shape[:3] + (Q,) + starts.shape[3:], dtype=starts.dtype)  # (N, H, C, Q, Dk, Dv)
-    S = starts
-    for i in range(Q):
-        S = a[..., i, :, None] * S + kc[..., i, :, None] * U[..., i, None, :]
-        out[..., i, :, :] = S
-    return _unchunked(out, T)
+    N, H, C, Q = qc.shape[:4]
+    full = np.empty((C, Q, N, H) + starts.shape[-2:], dtype=starts.dtype)  # chunk by chunk, step by step: time order
+    step_states(np.moveaxis(np.exp(gc), 3, 0), np.moveaxis(kc, 3, 0), np.moveaxis(U, 3, 0), starts,
+                np.moveaxis(full, 0, 3))  # (Q, N, H, C, Dk, Dv): step i of every chunk at once
+    full = full.reshape((C * Q,) + full.shape[2:])
+    return full if C * Q == T else full[:T].copy()

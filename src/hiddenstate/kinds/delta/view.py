@@ -192,8 +192,10 @@ def delta_states(rec) -> dict:
 KINDS = (Kind("gated_delta", GatedDeltaNet, delta_view, delta_states,
               description="matrix state (N, Hv, Dk, Dv), a decay exp(g) per head, delta-rule writes",
               analysis="hiddenstate.kinds.delta.analysis:GATED_DELTA", card="hiddenstate.kinds.delta.card:CARD",
-              analyze="hiddenstate.kinds.delta.analysis:analyze_delta", title="gated delta rule"),
+              analyze="hiddenstate.kinds.delta.analysis:analyze_delta", title="gated delta rule",
+              stream="hiddenstate.kinds.delta.stream:stream"),
          Kind("kda", KimiDeltaAttention, delta_view, delta_states,
               description="matrix state (N, H, D, D), a decay exp(g) per head and key channel, delta-rule writes",
               analysis="hiddenstate.kinds.delta.analysis:KDA", card="hiddenstate.kinds.delta.card:KDA_CARD",
-              analyze="hiddenstate.kinds.delta.analysis:analyze_delta", title="Kimi delta attention"))
+              analyze="hiddenstate.kinds.delta.analysis:analyze_delta", title="Kimi delta attention",
+              stream="hiddenstate.kinds.delta.stream:stream"))
