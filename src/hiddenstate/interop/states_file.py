@@ -65,10 +65,11 @@ class SavedStates:
     kind : str
         The recurrence kind (``"gated_delta"``, ``"mamba2"``, ...).
     errors : dict of int to dict
-        What :func:`hiddenstate.record_states` measured, per layer: ``"output"``, the kernel's
-        error against the model's own output on the checked prefix, and ``"state_part"``, the
-        same with the skip term set to 0 in both (None: the kind has none). Empty when read
-        from a file.
+        What :func:`hiddenstate.record_states` measured on the checked prefix, per layer:
+        ``"output"``, the kernel's error against the model's own output; ``"state_size"``, the
+        state's part of it (:func:`hiddenstate.record_states`); ``"state_part"``, the error with
+        the skip term set to 0 in both where that was checked (else None). Empty when read from
+        a file.
     checked_steps : int
         The steps of that prefix (0 when read from a file).
     dtype : str

@@ -84,6 +84,8 @@ class StateSink:
     heads : dict of str to ndarray of int, optional
         Per state name, the indices kept along its first axis after (T, N) (:func:`pick`);
         a name not in it keeps all.
+    names : sequence of str, optional
+        The states kept (default every state the run puts); :meth:`put` drops the others.
 
     Attributes
     ----------
@@ -93,7 +95,7 @@ class StateSink:
         The kept positions.
     """
 
-    def __init__(self, T: int, N: int, keep: slice, dtype, heads=None):
+    def __init__(self, T: int, N: int, keep: slice, dtype, heads=None, names=None):
         self.T, self.N = int(T), int(N)
         self.steps = np.arange(self.T, dtype=np.int64)[keep]
         self._kept = np.zeros(self.T, dtype=bool)
@@ -101,6 +103,7 @@ class StateSink:
         self._slot = np.cumsum(self._kept) - 1  # where step t goes among the kept ones
         self.dtype = np.dtype(dtype)
         self.heads = dict(heads or {})
+        self.names = None if names is None else frozenset(names)
         self.arrays: dict = {}
         self.filled = 0
 
@@ -151,8 +154,10 @@ class StateSink:
         if here[-1] - here[0] + 1 == here.size:  # a run of steps (every step kept): slices, one copy
             here, slots = slice(here[0], here[-1] + 1), slice(slots[0], slots[0] + here.size)
         for name, a in states.items():
+            if self.names is not None and name not in self.names:
+                continue
             idx = self.heads.get(name)
-            part = a[here] if idx is None else a[here][:, :, idx]
+            part = a[here] if idx is None else (a[here][:, :, idx] if isinstance(here, slice) else a[:, :, idx][here])
             if name not in self.arrays:
                 self.arrays[name] = np.empty((self.steps.size, self.N) + part.shape[2:], dtype=self.dtype)
             self.arrays[name][slots] = part

@@ -10,11 +10,13 @@ the short way, in two passes:
    with a forward hook on each chosen mixer, and our kernel (the kind's ``stream``,
    :mod:`hiddenstate.kinds.stream`, in the dtype asked) recomputes each hooked layer from the
    input the model gave it. Its output is held to the mixer's own within
-   :func:`~hiddenstate.interop.families.hooks.tolerance` of the model's dtype, and for a kind
-   with a skip term (Mamba's and Mamba-2's ``D x``) the state's part alone is held too: the
-   model's mixer and our kernel run again on the same input with ``D`` set to 0 (the state-part
-   check of :mod:`hiddenstate.kinds.agreement`). A layer that fails is refused before anything
-   else runs.
+   :func:`~hiddenstate.interop.families.hooks.tolerance` of the model's dtype. For a kind with a
+   skip term (Mamba's and Mamba-2's ``D x``) the state's part must be seen too
+   (:mod:`hiddenstate.kinds.agreement`): our kernel runs again without the skip term, and where a
+   tenth of what is left (the state's part of the output) would hide under the tolerance of the
+   whole output, the model's mixer runs again with ``D`` set to 0 and the two state parts are
+   held to each other. A layer that fails is refused before anything else runs; the model stops
+   after the last chosen layer.
 2. **The states, on the whole input.** The model runs once more with each chosen mixer's
    ``forward`` replaced by our kernel: it computes the layer's output (handed on to the rest of
    the model in the model's dtype) and every step's state, which go straight into arrays of the
@@ -58,6 +60,7 @@ from hiddenstate.interop.families.hooks import (
 )
 from hiddenstate.interop.families.registry import family_of
 from hiddenstate.kinds import get_kind
+from hiddenstate.kinds.agreement import SEE_FRACTION
 from hiddenstate.kinds.stream import StateSink, pick
 
 __all__ = ["CHECK_STEPS", "record_states", "stream_bytes"]
@@ -150,24 +153,35 @@ def _fallback(model, ids, chosen, keep, dtype, heads, states, max_bytes, echo):
     steps = np.arange(T, dtype=np.int64)[keep]
     return SavedStates(states=out, steps=steps, heads=None if heads is None else tuple(int(h) for h in heads),
                        model=got.family.name, kind=kind.name,
-                       errors={i: {"output": float(e), "state_part": e.state_error} for i, e in zip(got.layers,
-                                                                                                  got.errors)},
+                       errors={i: {"output": float(e), "state_part": e.state_error, "state_size": None}
+                               for i, e in zip(got.layers, got.errors)},
                        checked_steps=T, dtype=dtype.name)
 
 
-def _capture(family, mixers, chosen, skips, seen):
-    """Forward hooks keeping each chosen mixer's input, output, output without its skip term, and output object."""
-    last = max(chosen)
+def _capture(family, kind, blocks, mixers, chosen, skips, dtype, tol, seen):
+    """Forward hooks that hold each chosen layer's kernel to the mixer's output as the prefix runs (``_check``).
+
+    The kernel runs on the input the mixer got; for a kind with a skip term our kernel runs again
+    without it (in float32: only the state part's size is wanted) and, where a tenth of that part
+    would hide under the tolerance of the whole output, the model's mixer and our kernel run
+    without it too and are held to each other.
+    """
+    stream, last = kind.streamer(), max(chosen)
 
     def hook(index):
         def keep(module, args, kwargs, output):
             got = family.hooked(args, kwargs, output)
-            u, out = got[:2]
-            extra = got[2] if len(got) == 3 else {}
-            alone = None
-            if skips[index]:
-                alone = host_array(family.hooked(args, kwargs, run_without(module, skips[index], args, kwargs))[1])
-            seen[index].append((host_array(u), host_array(out), alone, output, extra))
+            u, theirs = host_array(got[0]), host_array(got[1])
+            x = np.ascontiguousarray(u, dtype=dtype)
+            err, state_err, part = relative_error(stream(blocks[index], x), theirs), None, None
+            if skips[index] and len(got) == 2:
+                twin = zeroed_block(blocks[index], skips[index])
+                scale = float(np.abs(theirs).max())
+                part = float(np.abs(stream(twin, x.astype(np.float32))).max()) / scale if scale > 0 else 0.0
+                if not SEE_FRACTION * part > tol:  # the whole output's check cannot see the state: hold it alone
+                    alone = host_array(family.hooked(args, kwargs, run_without(module, skips[index], args, kwargs))[1])
+                    state_err = relative_error(stream(twin, x), alone)
+            seen[index].append((err, state_err, part, output, got[2] if len(got) == 3 else {}))
             if index == last:
                 raise _Done
         return keep
@@ -194,37 +208,32 @@ def _check(family, model, kind, blocks, mixers, chosen, ids, dtype, tol, why, na
     """Step 1 of the module docstring: each chosen layer's kernel held to the mixer on the prefix ``ids``."""
     skips = {i: skip_params(mixers[i], kind.skip) for i in chosen}
     seen: dict = {i: [] for i in chosen}
-    handles = _capture(family, mixers, chosen, skips, seen)
+    handles = _capture(family, kind, blocks, mixers, chosen, skips, dtype, tol, seen)
     try:
         _forward(family, model, ids)
     finally:
         for h in handles.values():
             h.remove()
-    stream, errors, outputs = kind.streamer(), {}, {}
+    errors, outputs = {}, {}
     for i in chosen:
         if len(seen[i]) != 1:
             raise ValueError(f"layer {i} ({names[i]}) must run once in the model's forward pass to be recorded; it ran "
                              f"{len(seen[i])} times.")
-        u, theirs, alone, output, extra = seen[i].pop()
+        err, state_err, part, output, extra = seen[i].pop()
         if extra:
             raise ValueError(f"layer {i} ({names[i]}) must take its input alone to be streamed; its family's hook "
                              f"read {sorted(extra)} beside it.")
-        x = np.ascontiguousarray(u, dtype=dtype)
-        err = relative_error(stream(blocks[i], x), theirs)
         what = f"layer {i} ({names[i]}) run by our {type(blocks[i]).__name__} kernel in {dtype.name} differs from the " \
                f"model's own"
         if not err <= tol:
             raise ValueError(f"{what} output on the first {ids.shape[1]} steps by {err:.3g} of its largest value, "
                              f"above the tolerance {tol:.3g}: no states recorded. {why}")
-        state_err = None
-        if alone is not None:
-            state_err = relative_error(stream(zeroed_block(blocks[i], skips[i]), x), alone)
-            if not state_err <= tol:
-                raise ValueError(f"{what} output with its skip term ({', '.join(skips[i])}) set to 0 in both on the "
-                                 f"first {ids.shape[1]} steps by {state_err:.3g} of its largest value, above the "
-                                 f"tolerance {tol:.3g}: the state part (the recurrence) disagrees, no states "
-                                 f"recorded. {why}")
-        errors[i] = {"output": err, "state_part": state_err}
+        if state_err is not None and not state_err <= tol:
+            raise ValueError(f"{what} output with its skip term ({', '.join(skips[i])}) set to 0 in both on the "
+                             f"first {ids.shape[1]} steps by {state_err:.3g} of its largest value, above the "
+                             f"tolerance {tol:.3g}: the state part (the recurrence) disagrees, no states "
+                             f"recorded. {why}")
+        errors[i] = {"output": err, "state_part": state_err, "state_size": part}
         outputs[i] = output
     return errors, outputs
 
@@ -286,8 +295,11 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
     SavedStates
         ``states[layer][name]`` of shape (S, N, ...) in ``dtype`` (S kept steps; the state after
         reading the token at that position), ``steps`` (S,), ``heads``, ``model``, ``kind``,
-        ``errors`` (per layer, the prefix's ``"output"`` error and ``"state_part"`` error or
-        None), ``checked_steps``, ``dtype``; ``.save(path)`` writes the states file that
+        ``errors`` (per layer, on the prefix: ``"output"``, the kernel's error against the
+        mixer's output; ``"state_size"``, the largest value of its output without the skip term
+        relative to the whole output's, None for a kind without one; ``"state_part"``, the error of
+        the two outputs without it where that part was too small for the whole output's check to
+        see, else None), ``checked_steps``, ``dtype``; ``.save(path)`` writes the states file that
         :func:`hiddenstate.load_states` reads back.
 
     Raises
@@ -321,7 +333,7 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
     blocks = {i: family.convert(mixers[i], model.config) for i in chosen}
     shapes = {i: _state_shapes(kind, blocks[i]) for i in chosen}
     kept_names = {i: _names(states, shapes[i], i) for i in chosen}
-    sinks = {i: StateSink(T, N, keep, dtype, _heads(heads, kept_names[i], shapes[i], i)) for i in chosen}
+    sinks = {i: StateSink(T, N, keep, dtype, _heads(heads, kept_names[i], shapes[i], i), kept_names[i]) for i in chosen}
     S = sinks[chosen[0]].steps.size
     if max_bytes is not None:  # the kept states of every layer; one layer's run at a time (input, kernel's scratch)
         held, run = {}, {}
@@ -346,10 +358,7 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
              f"{len(chosen)} recurrent layer(s), {S:,} step(s) kept in {dtype.name}")
     try:
         for i in chosen:
-            own = sinks[i]
-            keep_only = kept_names[i]
-            sink = own if keep_only == tuple(shapes[i]) else _Only(own, keep_only)
-            mixers[i].forward = _replaced(family, kind, blocks[i], sink, outputs[i], dtype, calls[i],
+            mixers[i].forward = _replaced(family, kind, blocks[i], sinks[i], outputs[i], dtype, calls[i],
                                           i == max(chosen))
         _forward(family, model, ids)
     finally:
@@ -367,15 +376,3 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
                        heads=None if heads is None else tuple(int(h) for h in heads), model=family.name,
                        kind=kind.name, errors=errors, checked_steps=K, dtype=dtype.name)
 
-
-class _Only:
-    """A sink that passes on only some states (the others are not kept)."""
-
-    def __init__(self, sink, names):
-        self.sink, self.names = sink, set(names)
-
-    def wants(self, start, stop):
-        return self.sink.wants(start, stop)
-
-    def put(self, start, states):
-        self.sink.put(start, {k: v for k, v in states.items() if k in self.names})
