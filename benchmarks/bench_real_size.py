@@ -19,7 +19,7 @@ For each: ``forward`` (``model(ids, use_cache=False)`` under ``torch.no_grad()``
 ``inspect`` (:func:`hiddenstate.inspect_model` with the window, ``record_dtype``, no cap: the
 model's forward pass, each recurrent layer recomputed in float64 and held to the model's output,
 its records and analyses, no report) and ``states`` (:func:`hiddenstate.record_states` with the
-window and ``record_dtype``: every layer proven on the first 128 steps, then every kept step's state
+window and ``record_dtype``: every layer proven on the first 64 steps, then every kept step's state
 streamed out of one forward pass with our kernels in the mixers' place). Printed: seconds, the
 process's peak resident memory above what it held before (+MiB, ``ru_maxrss``), and each against
 the forward.

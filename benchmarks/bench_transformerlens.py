@@ -8,7 +8,7 @@ measurement (``--rounds`` processes each, medians), one thread:
   ``eager_scan = True``, ``run_with_cache(ids, names_filter=hook_ssm_state)`` (every layer's
   state at every step, float32);
 * ``ours f32`` / ``ours f64``: :func:`hiddenstate.record_states` on the same model (every layer
-  proven against the model's own mixer on the first 128 steps, output and state part, then every
+  proven against the model's own mixer on the first 64 steps, output and state part, then every
   step's state of every layer streamed out of one forward pass with our kernels in the mixers'
   place, float32 / float64);
 * ``ours full f32`` (with ``--full``): :func:`hiddenstate.interop.families.hooks.recompute_layers`

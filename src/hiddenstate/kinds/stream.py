@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hiddenstate.core.resources import empty_pages
+
 __all__ = ["StateSink", "pick"]
 
 
@@ -159,7 +161,7 @@ class StateSink:
             idx = self.heads.get(name)
             part = a[here] if idx is None else (a[here][:, :, idx] if isinstance(here, slice) else a[:, :, idx][here])
             if name not in self.arrays:
-                self.arrays[name] = np.empty((self.steps.size, self.N) + part.shape[2:], dtype=self.dtype)
+                self.arrays[name] = empty_pages((self.steps.size, self.N) + part.shape[2:], self.dtype)
             self.arrays[name][slots] = part
 
     def nbytes_per_step(self, shapes: dict) -> int:

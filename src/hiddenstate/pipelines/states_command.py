@@ -48,7 +48,7 @@ def add_parser(sub, positive) -> None:
     sp.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                     help="the states' dtype and the one the kernel computes in (default float32)")
     sp.add_argument("--check-steps", type=positive("--check-steps"), default=None, metavar="K",
-                    help="steps of the prefix each layer is proven on against the model (default 128)")
+                    help="steps of the prefix each layer is proven on against the model (default 64)")
     sp.add_argument("--max-bytes", metavar="SIZE", help="the cap on the estimated memory, checked before the model "
                     "runs: bytes, or with a unit K, M, G or Ki, Mi, Gi, e.g. 8G (default 4Gi)")
 
