@@ -121,9 +121,8 @@ from hiddenstate.interop.families.registry import Family, family_of
 from hiddenstate.kinds import get_kind, record_forward
 from hiddenstate.kinds.agreement import Agreement
 
-__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "chosen_layers", "estimate_bytes", "host_array",
-           "kept_steps", "model_ids", "recompute_bytes", "recompute_layers", "relative_error", "run_without",
-           "skip_params", "step_costs", "tolerance", "zeroed_block"]
+__all__ = ["MAX_BYTES", "Recomputed", "StepCost", "check_cap", "estimate_bytes", "kept_steps", "recompute_bytes",
+           "recompute_layers", "step_costs", "tolerance"]
 
 #: The default cap on :func:`estimate_bytes` (4 GiB).
 MAX_BYTES = 4 * 2 ** 30
