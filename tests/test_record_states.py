@@ -79,6 +79,7 @@ def test_the_last_state_is_the_models_own_cache_through_the_file(name, tmp_path)
     path = got.save(tmp_path / "s.safetensors")
     back = hs.load_states(path)
     assert back.kind == got.kind and back.model == name and back.dtype == "float32"
+    assert back.errors == got.errors and back.checked_steps == got.checked_steps == 37  # the proof travels too
     with torch.no_grad():
         out = model(torch.from_numpy(ids), use_cache=True)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
@@ -137,6 +138,18 @@ def test_a_block_with_decays_ten_times_too_fast_is_refused_before_any_state_is_k
         hs.record_states(model, ids_for(), check_steps=32)
 
 
+def test_a_kind_without_a_stream_refuses_bad_heads_before_it_runs(monkeypatch):
+    model, ids = build("lfm2"), ids_for(T=20)
+    ran = []
+    import hiddenstate.interop.families.states_out as out
+
+    monkeypatch.setattr(out, "recompute_layers", lambda *a, **k: ran.append(1))
+    with pytest.raises(ValueError, match=r"heads must be distinct indices in \[0, 16\) \(the first axis of layer 0's "
+                                         r"'conv' state"):
+        hs.record_states(model, ids, heads=[99])
+    assert not ran
+
+
 def test_bad_choices_name_the_argument_and_the_rule():
     model, ids = build("mamba"), ids_for(T=20)
     with pytest.raises(ValueError, match=r"dtype must be 'float32' or 'float64'.*got 'float16'"):
@@ -150,7 +163,9 @@ def test_bad_choices_name_the_argument_and_the_rule():
         hs.record_states(model, ids, states="h")
     with pytest.raises(ValueError, match=r"window must be \(start, stop\) with 0 <= start < stop <= T=20"):
         hs.record_states(model, ids, window=(3, 30))
-    with pytest.raises(ValueError, match=r"max_bytes \(.*\) must cover the records"):
+    with pytest.raises(ValueError, match=r"max_bytes \(1000 bytes\) must cover the states: layers \[0, 1\] of this mamba "
+                                         r"model on T=20 steps of N=2 sequence\(s\) would take about .*: the kept "
+                                         r"states \(20 step\(s\) in float32\)"):
         hs.record_states(model, ids, max_bytes=1000)
     with pytest.raises(TypeError, match=r"check_steps"):
         hs.record_states(model, ids, check_steps=2.5)
@@ -177,8 +192,13 @@ def test_the_cli_writes_a_new_file_and_never_replaces_another(tmp_path, capsys):
         own = cache.get_recurrent_state(layer).double().numpy()[:, [1, 3]]
         assert relative(by_name["recurrent"][-1], own) <= tolerance(torch.float32)  # step 29, the last
     assert main(args) == 2  # the states file exists: not replaced without --overwrite
-    assert "--out must be a new file" in capsys.readouterr().err
+    assert "--out must be a new file; got" in (err := capsys.readouterr().err)
+    assert "a states file that exists. Pass --overwrite or choose another name." in err
     assert main(args + ["--overwrite"]) == 0
+    capsys.readouterr()
+    assert main(args[:5] + [str(tmp_path / "no" / "s.safetensors")]) == 2  # refused before the model loads
+    err = capsys.readouterr().err
+    assert "--out must be a file in an existing folder" in err and "loading" not in err
     other = tmp_path / "notes.txt"
     other.write_text("mine")
     assert main(args[:5] + [str(other)]) == 2

@@ -68,10 +68,10 @@ class SavedStates:
         What :func:`hiddenstate.record_states` measured on the checked prefix, per layer:
         ``"output"``, the kernel's error against the model's own output; ``"state_size"``, the
         state's part of it (:func:`hiddenstate.record_states`); ``"state_part"``, the error with
-        the skip term set to 0 in both where that was checked (else None). Empty when read from
-        a file.
+        the skip term set to 0 in both where that was checked (else None). Read back from a
+        file that :meth:`save` wrote (the header's ``proof``); empty for :func:`save_states`' files.
     checked_steps : int
-        The steps of that prefix (0 when read from a file).
+        The steps of that prefix (0 for :func:`save_states`' files: every step was held to the model).
     dtype : str
         The states' dtype (``"float32"``).
     """
@@ -122,7 +122,15 @@ class SavedStates:
                 tensors[key] = np.ascontiguousarray(array)
                 index[key] = {"layer": int(layer), "state": name, "steps": self.steps.tolist(),
                               "heads": None if self.heads is None else list(self.heads)}
-        return _write(tensors, index, self.model, self.kind, self.dtype, path, overwrite)
+        proof = {"errors": {str(k): v for k, v in self.errors.items()}, "checked_steps": self.checked_steps}
+        return _write(tensors, index, self.model, self.kind, self.dtype, path, overwrite, how="overwrite=True",
+                      extra={"proof": json.dumps(proof)})
+
+    def __repr__(self) -> str:
+        shapes = {layer: {n: a.shape for n, a in by_name.items()} for layer, by_name in self.states.items()}
+        return (f"SavedStates(model={self.model!r}, kind={self.kind!r}, dtype={self.dtype!r}, steps={self.steps.size} "
+                f"({self.steps[:1].tolist()}..{self.steps[-1:].tolist()}), heads={self.heads}, states={shapes}, "
+                f"checked_steps={self.checked_steps})")
 
 
 def _window(window, T: int) -> range:
@@ -226,26 +234,30 @@ def save_states(analysis, path, *, layers=None, heads=None, window=None, stride:
     return _write(tensors, index, model, kind.name, out_dtype.name, path, overwrite)
 
 
-def _write(tensors: dict, index: dict, model: str, kind: str, dtype: str, path, overwrite: bool):
+def _write(tensors: dict, index: dict, model: str, kind: str, dtype: str, path, overwrite: bool, *, how=None,
+           extra=None):
     """The states file: ``tensors`` by key with ``index`` and the rest in its metadata, written atomically."""
     from pathlib import Path
 
     from safetensors.numpy import save
 
-    target = states_target(path, overwrite)
-    metadata = {"format": FORMAT, "model": model, "kind": kind, "dtype": dtype, "index": json.dumps(index)}
+    target = states_target(path, overwrite) if how is None else states_target(path, overwrite, how=how)
+    metadata = {"format": FORMAT, "model": model, "kind": kind, "dtype": dtype, "index": json.dumps(index),
+                **(extra or {})}
     write_atomically(Path(target), save(tensors, metadata=metadata))
     return Path(target)
 
 
-def states_target(path, overwrite: bool = False) -> str:
-    """Where :func:`save_states` may write: a new file, or with ``overwrite`` a previous states file.
+def states_target(path, overwrite: bool = False, *, how: str = "overwrite=True (--save-states replaces it)") -> str:
+    """Where :func:`save_states` may write: a new file in an existing folder, or with ``overwrite`` a previous states file.
 
     Parameters
     ----------
     path : str or os.PathLike
     overwrite : bool, default False
         Whether a previous states file at ``path`` may be replaced.
+    how : str, default "overwrite=True (--save-states replaces it)"
+        How the caller's user allows that, for the message (``"--overwrite"`` on the command line).
 
     Returns
     -------
@@ -257,8 +269,8 @@ def states_target(path, overwrite: bool = False) -> str:
     TypeError
         Not a path.
     ValueError
-        A directory; an existing file that is not a states file (never replaced); a states file
-        without ``overwrite``.
+        A directory; a file in no existing folder; an existing file that is not a states file
+        (never replaced); a states file without ``overwrite``.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__}.")
@@ -266,13 +278,17 @@ def states_target(path, overwrite: bool = False) -> str:
     if names_directory(text):
         raise ValueError(f"path must name a file; got '{text}', which names a directory. Give a file name, e.g. "
                          f"'{os.path.join(text, 'states.safetensors')}'.")
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise ValueError(f"path must be a file in an existing folder; got '{text}', whose folder '{folder}' does not "
+                         "exist. Create it first.")
     if replaceable(text, name="path"):
         if not _is_states_file(text):
             raise ValueError(f"path must be a new file or a previous states file; got '{text}', another file, "
                              "which is never replaced. Choose another name.")
         if not overwrite:
-            raise ValueError(f"path must be a new file; got '{text}', a states file that exists. Pass "
-                             "overwrite=True (--save-states replaces it) or choose another name.")
+            raise ValueError(f"path must be a new file; got '{text}', a states file that exists. Pass {how} or "
+                             "choose another name.")
     return text
 
 
@@ -318,6 +334,9 @@ def load_states(path) -> SavedStates:
     for key, entry in index.items():
         states.setdefault(int(entry["layer"]), {})[entry["state"]] = arrays[key]
         steps, heads = entry["steps"], entry["heads"]
+    proof = json.loads(meta.get("proof", "{}"))
     return SavedStates(states=states, steps=np.asarray(steps, dtype=np.int64),
                        heads=None if heads is None else tuple(heads), model=meta.get("model", ""),
-                       kind=meta.get("kind", ""), dtype=meta.get("dtype", "float32"))
+                       kind=meta.get("kind", ""), dtype=meta.get("dtype", "float32"),
+                       errors={int(k): v for k, v in proof.get("errors", {}).items()},
+                       checked_steps=int(proof.get("checked_steps", 0)))

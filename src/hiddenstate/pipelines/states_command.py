@@ -32,7 +32,9 @@ def add_parser(sub, positive) -> None:
                                     "of its recurrent layers to a safetensors states file (one tensor "
                                     "layer{L}.{state} of shape (S, N, ...) each; hiddenstate.load_states(FILE) reads "
                                     "it back). Each layer is first proven against the model's own output on a prefix; "
-                                    "only the kept steps and heads are ever allocated.")
+                                    "for Mamba, Mamba-2 and the delta rule only the kept steps and heads are ever "
+                                    "allocated (the other kinds' states are cut out of their records, every step "
+                                    "proven).")
     sp.add_argument("model_dir", metavar="DIR", help="a save_pretrained model directory of a registered family")
     sp.add_argument("--ids", required=True, metavar="FILE.npy", help="token ids (T,) or (N, T)")
     sp.add_argument("--out", required=True, metavar="FILE.safetensors",
@@ -48,7 +50,8 @@ def add_parser(sub, positive) -> None:
     sp.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                     help="the states' dtype and the one the kernel computes in (default float32)")
     sp.add_argument("--check-steps", type=positive("--check-steps"), default=None, metavar="K",
-                    help="steps of the prefix each layer is proven on against the model (default 64)")
+                    help="steps of the prefix each layer is proven on against the model (default 64; the kinds "
+                         "without a streamed kernel are proven on every step)")
     sp.add_argument("--max-bytes", metavar="SIZE", help="the cap on the estimated memory, checked before the model "
                     "runs: bytes, or with a unit K, M, G or Ki, Mi, Gi, e.g. 8G (default 4Gi)")
 
@@ -60,6 +63,14 @@ def _indices(flag: str, text):
     if not all(p.isascii() and p.isdigit() for p in parts):
         raise ValueError(f"{flag} must be comma-separated indices, e.g. 0,3; got {text!r:.60}.")
     return [int(p) for p in parts]
+
+
+def _saved(got, out, overwrite: bool):
+    try:
+        return got.save(out, overwrite=overwrite)
+    except ValueError as e:  # the file changed while the model ran
+        text = str(e).replace("overwrite=True", "--overwrite")
+        raise ValueError("--out" + text[len("path"):] if text.startswith("path ") else text) from None
 
 
 def run_states(args) -> int:
@@ -96,7 +107,7 @@ def run_states(args) -> int:
         raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
                          f"registered family; got '{args.model_dir}'.")
     try:
-        states_target(args.out, args.overwrite)
+        states_target(args.out, args.overwrite, how="--overwrite")
     except ValueError as e:
         raise ValueError("--out" + str(e)[len("path"):] if str(e).startswith("path ") else str(e)) from None
     ids = read_ids(args.ids, name="--ids")
@@ -114,7 +125,8 @@ def run_states(args) -> int:
     got = record_states(model, ids, layers=layers, heads=heads, states=names, window=window, stride=args.stride,
                         dtype=args.dtype, check_steps=args.check_steps or CHECK_STEPS, max_bytes=max_bytes,
                         echo=stage)
-    print(f"states: {got.save(args.out, overwrite=args.overwrite)} ({got.nbytes:,} bytes, {got.steps.size} step(s) "
+    saved = _saved(got, args.out, args.overwrite)
+    print(f"states: {saved} ({got.nbytes:,} bytes, {got.steps.size} step(s) "
           f"of {ids.shape[0]} sequence(s), {got.dtype})")
     for layer, by_name in got.states.items():
         err = got.errors.get(layer, {})

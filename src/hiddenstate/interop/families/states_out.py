@@ -42,11 +42,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hiddenstate.core.resources import traced_peak
+from hiddenstate.core.resources import format_bytes, traced_peak
 from hiddenstate.core.validation import positive_int, real
 from hiddenstate.interop.families.hooks import (
     MAX_BYTES,
-    check_cap,
     chosen_layers,
     host_array,
     kept_steps,
@@ -110,6 +109,18 @@ def stream_bytes(kind, blk, dtype) -> tuple:
     return step, max(low - 64 * step, 0)
 
 
+def _check_cap(family, chosen, held: dict, run: dict, T: int, N: int, S: int, dtype, max_bytes) -> None:
+    """Refuse, before the model runs, kept states and one layer's run that exceed ``max_bytes``."""
+    total = sum(held.values()) + max(run.values())
+    if total > max_bytes:
+        raise ValueError(f"max_bytes ({format_bytes(max_bytes)}) must cover the states: layers {list(chosen)} of this "
+                         f"{family.name} model on T={T:,} steps of N={N} sequence(s) would take about "
+                         f"{format_bytes(total)}: the kept states ({S:,} step(s) in {dtype.name}) "
+                         f"{format_bytes(sum(held.values()))}, one layer's run (its input and the kernel's scratch, "
+                         f"every step) {format_bytes(max(run.values()))}. Keep fewer layers, steps (a window, a "
+                         "stride), heads or states, give fewer tokens, or raise max_bytes.")
+
+
 def _state_shapes(kind, blk) -> dict:
     """Per state name, its shape after (T, N): one step of the stream, every state kept."""
     sink = StateSink(1, 1, slice(0, 1), np.float64)
@@ -140,6 +151,13 @@ def _fallback(model, ids, chosen, keep, dtype, heads, states, max_bytes, echo):
     from hiddenstate.interop.states_file import SavedStates
 
     N, T = ids.shape
+    family = family_of(model)
+    kind, mixers = get_kind(family.kind), family.mixers(model)
+    for i in chosen:  # heads and states checked before the model runs: one step of each layer's block
+        blk = family.convert(mixers[i], model.config)
+        _, rec = kind.run(blk, np.zeros((1, 1, blk.d_model)))
+        shapes = {k: v.shape[2:] for k, v in kind.states(rec).items()}
+        _heads(heads, _names(states, shapes, i), shapes, i)
     window = None if (keep.start, keep.stop) == (0, T) else (keep.start, keep.stop)
     got = recompute_layers(model, ids, layers=list(chosen), max_bytes=max_bytes, record_dtype=dtype.name,
                            window=window, stride=keep.step, echo=echo)
@@ -261,7 +279,7 @@ def _replaced(family, kind, blk, sink, output, dtype, calls: list, last: bool):
 
 def record_states(model, ids, *, layers=None, heads=None, states=None, window=None, stride: int = 1,
                   dtype="float32", check_steps: int = CHECK_STEPS, max_bytes=MAX_BYTES, echo=None):
-    """Every step's states of a transformers model's recurrent layers, proven on a prefix and streamed (module docstring).
+    """Every step's states of a transformers model's recurrent layers, proven on a prefix, then streamed out of one run.
 
     Parameters
     ----------
@@ -285,7 +303,8 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
     dtype : {"float32", "float64"}, default "float32"
         The states' dtype and the one our kernel computes in.
     check_steps : int, default CHECK_STEPS (64)
-        Steps of the prefix on which each layer is proven against the model (at most T).
+        Steps of the prefix on which each layer is proven against the model (at most T; the kinds
+        without a streamed kernel are proven on every step).
     max_bytes : int or None, default 4 GiB
         Refuse, before the model runs, a request whose estimate (the kept states and one layer's
         run, :func:`stream_bytes`) exceeds this (None: no cap).
@@ -343,8 +362,7 @@ def record_states(model, ids, *, layers=None, heads=None, states=None, window=No
             step, fixed = stream_bytes(kind, blocks[i], dtype)
             held[i] = N * S * sinks[i].nbytes_per_step({n: shapes[i][n] for n in kept_names[i]})
             run[i] = N * T * (step + 2 * blocks[i].d_model * 8) + fixed
-        check_cap(family, {i: held[i] + run[i] for i in chosen}, T, N, max_bytes, dtype.name,
-                  total=sum(held.values()) + max(run.values()))
+        _check_cap(family, chosen, held, run, T, N, S, dtype, max_bytes)
     param_dtype = next(mixers[chosen[0]].parameters()).dtype
     tol = tolerance(param_dtype)
     why = f"The {family.name} family's to_block misses part of what the mixer computes."
