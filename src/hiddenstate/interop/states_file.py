@@ -19,9 +19,9 @@ mamba                  ``ssm``, ``conv``                            (D, Ds); (D,
 mamba2                 ``ssm``, ``conv``                            (H, P, Ds); (C, K-1)
 gated_delta, kda       ``recurrent``, ``conv``                      (Hv, Dk, Dv); (C, K-1)
 rglru                  ``rg``, ``conv``                             (D,); (D, K-1)
-lightning              ``state``                                    (H, Dk, Dv)
+lightning              ``kv``                                       (H, Dk, Dv)
 shortconv              ``conv``                                     (D, K-1)
-mlstm, rwkv            the record's states (:mod:`hiddenstate.kinds`)
+mlstm, rwkv            the kind's states                            see :mod:`hiddenstate.kinds`
 =====================  ===========================================  =============================
 
 ``heads`` selects along the first of those axes (heads of a per-head or matrix state, channels
