@@ -47,6 +47,9 @@ __all__ = ["FORMAT", "SavedStates", "load_states", "save_states", "states_target
 #: The ``format`` entry of a states file's metadata.
 FORMAT = "hiddenstate.states/1"
 
+#: How a caller of :func:`save_states` allows a previous states file to be replaced (for the refusal's message).
+_HOW = "overwrite=True (--save-states replaces it)"
+
 
 @dataclass(frozen=True)
 class SavedStates:
@@ -234,21 +237,21 @@ def save_states(analysis, path, *, layers=None, heads=None, window=None, stride:
     return _write(tensors, index, model, kind.name, out_dtype.name, path, overwrite)
 
 
-def _write(tensors: dict, index: dict, model: str, kind: str, dtype: str, path, overwrite: bool, *, how=None,
+def _write(tensors: dict, index: dict, model: str, kind: str, dtype: str, path, overwrite: bool, *, how=_HOW,
            extra=None):
     """The states file: ``tensors`` by key with ``index`` and the rest in its metadata, written atomically."""
     from pathlib import Path
 
     from safetensors.numpy import save
 
-    target = states_target(path, overwrite) if how is None else states_target(path, overwrite, how=how)
+    target = states_target(path, overwrite, how=how)
     metadata = {"format": FORMAT, "model": model, "kind": kind, "dtype": dtype, "index": json.dumps(index),
                 **(extra or {})}
     write_atomically(Path(target), save(tensors, metadata=metadata))
     return Path(target)
 
 
-def states_target(path, overwrite: bool = False, *, how: str = "overwrite=True (--save-states replaces it)") -> str:
+def states_target(path, overwrite: bool = False, *, how: str = _HOW) -> str:
     """Where :func:`save_states` may write: a new file in an existing folder, or with ``overwrite`` a previous states file.
 
     Parameters

@@ -90,11 +90,9 @@ def run_check_cache(args) -> int:
         splits or chunks out of range, an unknown path, a right-padded batch without a mask.
     """
     from hiddenstate.keep.cache_check import check_cache
-    from hiddenstate.pipelines.inspect_command import is_model_directory, read_ids
+    from hiddenstate.pipelines.inspect_command import read_ids, require_model_directory
 
-    if not is_model_directory(args.model_dir):
-        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
-                         f"registered family; got '{args.model_dir}'.")
+    require_model_directory(args.model_dir)
     ids = read_ids(args.ids, name="--ids")
     mask = None if args.attention_mask is None else read_ids(args.attention_mask, name="--attention-mask")
     splits = None if args.splits is None else _ints("--splits", args.splits)

@@ -201,6 +201,24 @@ def is_model_directory(path) -> bool:
             and not (p / "checkpoint" / "meta.json").exists())
 
 
+def require_model_directory(path) -> None:
+    """Refuse, in one line, a ``DIR`` that is not a ``save_pretrained`` model directory (:func:`is_model_directory`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        What the command's ``DIR`` named.
+
+    Raises
+    ------
+    ValueError
+        ``DIR must be a save_pretrained model directory ...``, naming what was given.
+    """
+    if not is_model_directory(path):
+        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
+                         f"registered family; got '{path}'.")
+
+
 def read_ids(path, *, name: str = "--ids"):
     """Token ids from a ``.npy`` file: integers of shape (T,) or (N, T), read without pickle.
 

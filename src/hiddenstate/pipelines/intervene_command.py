@@ -155,11 +155,9 @@ def run_intervene(args) -> int:
         or of too few steps, a ``--part`` the layer has not, an ``--out`` that is not ours.
     """
     from hiddenstate.edit import StateEdit, intervene
-    from hiddenstate.pipelines.inspect_command import is_model_directory, layer_list, read_ids
+    from hiddenstate.pipelines.inspect_command import layer_list, read_ids, require_model_directory
 
-    if not is_model_directory(args.model_dir):
-        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
-                         f"registered family; got '{args.model_dir}'.")
+    require_model_directory(args.model_dir)
     out = None if args.out is None else check_effects_out(args.out)
     ids = read_ids(args.ids, name="--ids")
     target = None if args.target is None else read_ids(args.target, name="--target")

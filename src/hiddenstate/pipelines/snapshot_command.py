@@ -62,11 +62,9 @@ def run_snapshot(args) -> int:
     from hiddenstate.core.resources import format_bytes
     from hiddenstate.interop.families.directory import load_model_dir
     from hiddenstate.keep import snapshot, snapshot_bytes
-    from hiddenstate.pipelines.inspect_command import is_model_directory, read_ids
+    from hiddenstate.pipelines.inspect_command import read_ids, require_model_directory
 
-    if not is_model_directory(args.model_dir):
-        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
-                         f"registered family; got '{args.model_dir}'.")
+    require_model_directory(args.model_dir)
     out = Path(args.out)
     if os.path.lexists(out) or not out.parent.is_dir():
         why = "which exists (a snapshot never replaces a file)" if os.path.lexists(out) else "in no existing directory"

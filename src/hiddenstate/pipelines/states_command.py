@@ -101,11 +101,9 @@ def run_states(args) -> int:
     from hiddenstate.interop.families.hooks import MAX_BYTES
     from hiddenstate.interop.families.states_out import CHECK_STEPS, record_states
     from hiddenstate.interop.states_file import states_target
-    from hiddenstate.pipelines.inspect_command import is_model_directory, layer_list, read_ids, window_arg
+    from hiddenstate.pipelines.inspect_command import layer_list, read_ids, require_model_directory, window_arg
 
-    if not is_model_directory(args.model_dir):
-        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
-                         f"registered family; got '{args.model_dir}'.")
+    require_model_directory(args.model_dir)
     try:
         states_target(args.out, args.overwrite, how="--overwrite")
     except ValueError as e:

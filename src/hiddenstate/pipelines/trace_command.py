@@ -145,13 +145,11 @@ def run_trace(args) -> int:
         ``--out`` that is not ours.
     """
     from hiddenstate.edit.causal import causal_trace
-    from hiddenstate.pipelines.inspect_command import is_model_directory, layer_list, read_ids
+    from hiddenstate.pipelines.inspect_command import layer_list, read_ids, require_model_directory
     from hiddenstate.report.figures import save_png
     from hiddenstate.report.tracing import trace_page
 
-    if not is_model_directory(args.model_dir):
-        raise ValueError(f"DIR must be a save_pretrained model directory (config.json and safetensors weights) of a "
-                         f"registered family; got '{args.model_dir}'.")
+    require_model_directory(args.model_dir)
     out = check_trace_out(args.out)
     clean = read_ids(args.clean_ids, name="--clean-ids")
     corrupted = read_ids(args.corrupted_ids, name="--corrupted-ids")
